@@ -1,0 +1,51 @@
+"""Length-sorted batching with out-of-memory back-off: a CUDA OOM halves the batch and retries it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+
+from tqdm.auto import tqdm
+
+# Tests force the back-off on the CPU path: batches larger than this many items raise an OOM error.
+FAKE_OOM_ENV = "TRUTHFLOW_FAKE_OOM_ABOVE"
+
+
+def _is_oom(exc: BaseException) -> bool:
+    import torch
+
+    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+def _maybe_fake_oom(n: int) -> None:
+    limit = os.environ.get(FAKE_OOM_ENV)
+    if limit and n > int(limit):
+        import torch
+
+        raise torch.cuda.OutOfMemoryError(f"CUDA out of memory (injected by {FAKE_OOM_ENV}={limit}, batch {n})")
+
+
+def run_batched(order: Sequence[int], batch_size: int, fn: Callable[[list[int]], None], desc: str,
+                unit: str = "sample") -> int:
+    """Call fn on consecutive slices of `order`; on OOM halve the batch and retry. Returns the final size."""
+    import torch
+
+    i = 0
+    size = max(1, int(batch_size))
+    with tqdm(total=len(order), desc=desc, unit=unit, mininterval=2.0) as bar:
+        while i < len(order):
+            idx = list(order[i : i + size])
+            try:
+                _maybe_fake_oom(len(idx))
+                fn(idx)
+            except Exception as exc:  # noqa: BLE001 - only OOM is retried, the rest re-raised
+                if not _is_oom(exc) or size == 1:
+                    raise
+                size = max(1, size // 2)
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+                bar.write(f"{desc}: out of memory, batch size halved to {size}")
+                continue
+            i += len(idx)
+            bar.update(len(idx))
+    return size

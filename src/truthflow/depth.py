@@ -1,0 +1,283 @@
+"""DepthQA tables (METHOD B2, B4, B5): depthwise MIN-K%, score gaps and the memorization split.
+
+Inputs are long tables. `per_question_df`: one row per (model, question) with columns model, qid (or id),
+depth, mink_{k} / minkpp_{k} and score (the judge's 1–5, null when missing). `nodes_df`: the DepthQA graph,
+one row per node: nodeid, group, depth, direct_predecessors, direct_successors, qid. A group is one D3 node
+with all its ancestors through direct_predecessors (D3 → D2 → D1); its label is the D3 node's `group`.
+An empty nodes table (no graph) gives empty group tables; `pooled_by_depth` needs no graph.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from .errors import TruthflowError
+from .mink import k_label, mink_column
+
+NODE_COLUMNS = ("nodeid", "group", "depth", "direct_predecessors", "direct_successors", "qid")
+
+DEPTHWISE_SCHEMA = {
+    "model": pl.Utf8,
+    "group": pl.Utf8,
+    "d3_node": pl.Utf8,
+    "depth": pl.Int64,
+    "k": pl.Utf8,
+    "mink": pl.Float64,
+    "n_questions": pl.Int64,
+}
+GAP_SCHEMA = {
+    "model": pl.Utf8,
+    "group": pl.Utf8,
+    "d3_node": pl.Utf8,
+    "d3_qid": pl.Utf8,
+    "d3_score": pl.Float64,
+    "d2_mean_score": pl.Float64,
+    "n_d2": pl.Int64,
+    "gap": pl.Float64,
+    "excluded": pl.Utf8,
+}
+SPLIT_SCHEMA = {
+    "model": pl.Utf8,
+    "group": pl.Utf8,
+    "subset": pl.Utf8,
+    "side": pl.Utf8,
+    "gap": pl.Float64,
+    "d3_mink": pl.Float64,
+    "threshold": pl.Float64,
+}
+POOLED_SCHEMA = {
+    "model": pl.Utf8,
+    "depth": pl.Int64,
+    "k": pl.Utf8,
+    "n": pl.Int64,
+    "mean": pl.Float64,
+    "std": pl.Float64,
+    "median": pl.Float64,
+    "q25": pl.Float64,
+    "q75": pl.Float64,
+}
+
+
+def _require(df: pl.DataFrame, columns: list[str] | tuple[str, ...], what: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise TruthflowError(f"{what} lacks column(s) {missing} (has {df.columns})")
+
+
+def _per_question(df: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
+    if "qid" not in df.columns and "id" in df.columns:
+        df = df.rename({"id": "qid"})
+    _require(df, ["model", "qid", *columns], "per-question table")
+    return df.with_columns(pl.col("qid").cast(pl.Utf8), pl.col("model").cast(pl.Utf8))
+
+
+def _node_records(nodes_df: pl.DataFrame) -> dict[str, dict]:
+    """nodeid → node; checks the graph's own consistency (names, depths, one D3 per group)."""
+    if nodes_df.height == 0:
+        return {}
+    _require(nodes_df, NODE_COLUMNS, "nodes table")
+    nodes: dict[str, dict] = {}
+    for rec in nodes_df.select(NODE_COLUMNS).iter_rows(named=True):
+        nodeid = str(rec["nodeid"])
+        if nodeid in nodes:
+            raise TruthflowError(f"DepthQA graph: node '{nodeid}' appears twice in the nodes table")
+        rec["direct_predecessors"] = [str(x) for x in rec["direct_predecessors"] or []]
+        rec["direct_successors"] = [str(x) for x in rec["direct_successors"] or []]
+        if rec["depth"] not in (1, 2, 3):
+            raise TruthflowError(f"DepthQA graph: node '{nodeid}' has depth {rec['depth']!r}, not 1, 2 or 3")
+        if rec["qid"] is None:
+            raise TruthflowError(f"DepthQA graph: node '{nodeid}' maps to no question (qid is null)")
+        rec["group"], rec["qid"] = str(rec["group"]), str(rec["qid"])
+        nodes[nodeid] = rec
+    d3_of_group: dict[str, str] = {}
+    for nodeid, rec in nodes.items():
+        for field, role in (("direct_predecessors", "predecessor"), ("direct_successors", "successor")):
+            for other in rec[field]:
+                if other not in nodes:
+                    raise TruthflowError(
+                        f"DepthQA graph: node '{nodeid}' names {role} '{other}', which is not a node"
+                    )
+        if rec["depth"] == 3:
+            if rec["group"] in d3_of_group:
+                raise TruthflowError(
+                    f"DepthQA graph: group '{rec['group']}' has two D3 nodes, '{d3_of_group[rec['group']]}' "
+                    f"and '{nodeid}'; a group is one D3 node with its ancestors"
+                )
+            d3_of_group[rec["group"]] = nodeid
+    return nodes
+
+
+def check_graph(nodes_df: pl.DataFrame, questions_df: pl.DataFrame) -> None:
+    """Raise TruthflowError naming the node whose predecessor, successor or question does not exist."""
+    nodes = _node_records(nodes_df)
+    if not nodes:
+        return
+    key = "id" if "id" in questions_df.columns else "qid"
+    _require(questions_df, [key, "depth"], "questions table")
+    depth_of = dict(zip(questions_df[key].cast(pl.Utf8), questions_df["depth"], strict=True))
+    for nodeid, rec in nodes.items():
+        if rec["qid"] not in depth_of:
+            raise TruthflowError(
+                f"DepthQA graph: node '{nodeid}' maps to question '{rec['qid']}', not in the questions table"
+            )
+        if depth_of[rec["qid"]] != rec["depth"]:
+            raise TruthflowError(
+                f"DepthQA graph: node '{nodeid}' has depth {rec['depth']} but its question "
+                f"'{rec['qid']}' has depth {depth_of[rec['qid']]}"
+            )
+
+
+def group_members(nodes_df: pl.DataFrame) -> pl.DataFrame:
+    """One row per (group, node): every D3 node with its ancestors, found through direct_predecessors."""
+    nodes = _node_records(nodes_df)
+    rows = []
+    for d3, rec in nodes.items():
+        if rec["depth"] != 3:
+            continue
+        seen, stack = {d3}, [d3]
+        while stack:  # the seen set also keeps a cyclic (broken) graph from looping
+            for parent in nodes[stack.pop()]["direct_predecessors"]:
+                if parent not in seen:
+                    seen.add(parent)
+                    stack.append(parent)
+        for nodeid in sorted(seen):
+            member = nodes[nodeid]
+            rows.append(
+                {
+                    "group": rec["group"],
+                    "d3_node": d3,
+                    "nodeid": nodeid,
+                    "depth": member["depth"],
+                    "qid": member["qid"],
+                }
+            )
+    schema = {"group": pl.Utf8, "d3_node": pl.Utf8, "nodeid": pl.Utf8, "depth": pl.Int64, "qid": pl.Utf8}
+    return pl.DataFrame(rows, schema=schema)
+
+
+def depthwise_average(per_question_df: pl.DataFrame, nodes_df: pl.DataFrame, k: float) -> pl.DataFrame:
+    """Per (model, group, depth): the mean MIN-K% (column mink_{k}) of the group's questions at that depth.
+
+    A question two nodes of one group share counts once.
+    """
+    col = mink_column(k)
+    members = group_members(nodes_df)
+    if members.height == 0:
+        return pl.DataFrame(schema=DEPTHWISE_SCHEMA)
+    scores = _per_question(per_question_df, [col]).select("model", "qid", pl.col(col).cast(pl.Float64))
+    per_group = members.select("group", "d3_node", "depth", "qid").unique()
+    return (
+        per_group.join(scores, on="qid", how="inner")
+        .group_by("model", "group", "d3_node", "depth")
+        .agg(pl.col(col).mean().alias("mink"), pl.col(col).count().alias("n_questions"))
+        .with_columns(pl.lit(k_label(k)).alias("k"))
+        .select(list(DEPTHWISE_SCHEMA))
+        .cast(DEPTHWISE_SCHEMA)
+        .sort("model", "group", "depth")
+    )
+
+
+def d3_mink_by_group(depthwise_df: pl.DataFrame) -> pl.DataFrame:
+    """model, group, mink of the group's D3 question: the input of memorization_split."""
+    return depthwise_df.filter(pl.col("depth") == 3).select("model", "group", "mink")
+
+
+def score_gaps(per_question_df: pl.DataFrame, nodes_df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """Per (model, group): gap = (score(D3) − mean score of the D3 node's direct D2 predecessors) / 4.
+
+    Every group gets a row; an excluded one (no D2 predecessor, a missing score) has a null gap and its reason
+    in `excluded`. Returns the table and the number of excluded (model, group) rows.
+    """
+    nodes = _node_records(nodes_df)
+    if not nodes:
+        return pl.DataFrame(schema=GAP_SCHEMA), 0
+    scores = _per_question(per_question_df, ["score"])
+    rows = []
+    for model in sorted(scores["model"].unique().to_list()):
+        score_of = {
+            qid: score
+            for qid, score in scores.filter(pl.col("model") == model).select("qid", "score").iter_rows()
+            if score is not None
+        }
+        for d3, rec in sorted(nodes.items()):
+            if rec["depth"] != 3:
+                continue
+            d2_qids = sorted({nodes[p]["qid"] for p in rec["direct_predecessors"] if nodes[p]["depth"] == 2})
+            d3_score = score_of.get(rec["qid"])
+            d2_scores = [score_of[q] for q in d2_qids if q in score_of]
+            missing_d2 = [q for q in d2_qids if q not in score_of]
+            if not d2_qids:
+                reason = "no D2 predecessor"
+            elif d3_score is None:
+                reason = f"D3 score missing ({rec['qid']})"
+            elif missing_d2:
+                reason = f"D2 score missing ({', '.join(missing_d2)})"
+            else:
+                reason = None
+            d2_mean = sum(d2_scores) / len(d2_scores) if d2_scores else None
+            gap = (d3_score - d2_mean) / 4 if reason is None else None
+            rows.append(
+                {
+                    "model": model, "group": rec["group"], "d3_node": d3, "d3_qid": rec["qid"],
+                    "d3_score": d3_score, "d2_mean_score": d2_mean, "n_d2": len(d2_qids),
+                    "gap": gap, "excluded": reason,
+                }
+            )  # fmt: skip
+    gaps = pl.DataFrame(rows, schema=GAP_SCHEMA)
+    return gaps, int(gaps["excluded"].is_not_null().sum())
+
+
+def subset_label(q: float) -> str:
+    return f"{q * 100:g}%"
+
+
+def memorization_split(
+    gaps_df: pl.DataFrame, d3_mink_by_group: pl.DataFrame, lower_q: float = 0.25, upper_q: float = 0.75
+) -> pl.DataFrame:
+    """Per model, over groups with a gap: "25%" = D3 MIN-K% ≤ its lower_q quantile (most likely seen),
+    "75%" = D3 MIN-K% ≥ its upper_q quantile. Long: one row per (model, subset, group)."""
+    if not 0 <= lower_q < upper_q <= 1:
+        raise TruthflowError(
+            f"memorization split quantiles must satisfy 0 ≤ lower ({lower_q}) < upper ({upper_q}) ≤ 1"
+        )
+    _require(d3_mink_by_group, ["model", "group", "mink"], "D3 MIN-K% table")
+    if gaps_df.height == 0:
+        return pl.DataFrame(schema=SPLIT_SCHEMA)
+    joined = gaps_df.filter(pl.col("gap").is_not_null()).join(
+        d3_mink_by_group.select("model", "group", pl.col("mink").alias("d3_mink")), on=["model", "group"]
+    )
+    joined = joined.filter(pl.col("d3_mink").is_not_null())
+    parts = []
+    for side, q, keep in (
+        ("lower", lower_q, pl.col("d3_mink") <= pl.col("threshold")),
+        ("upper", upper_q, pl.col("d3_mink") >= pl.col("threshold")),
+    ):
+        threshold = pl.col("d3_mink").quantile(q, interpolation="linear").over("model")
+        parts.append(
+            joined.with_columns(threshold.alias("threshold"))
+            .filter(keep)
+            .with_columns(pl.lit(subset_label(q)).alias("subset"), pl.lit(side).alias("side"))
+        )
+    return pl.concat(parts).select(list(SPLIT_SCHEMA)).cast(SPLIT_SCHEMA).sort("model", "side", "group")
+
+
+def pooled_by_depth(per_question_df: pl.DataFrame, k: float) -> pl.DataFrame:
+    """Per (model, depth) over all questions, no graph needed: n, mean, std, median, quartiles of MIN-K%."""
+    col = mink_column(k)
+    df = _per_question(per_question_df, ["depth", col])
+    value = pl.col(col).cast(pl.Float64)
+    return (
+        df.group_by("model", "depth")
+        .agg(
+            value.count().alias("n"),
+            value.mean().alias("mean"),
+            value.std().alias("std"),
+            value.median().alias("median"),
+            value.quantile(0.25, interpolation="linear").alias("q25"),
+            value.quantile(0.75, interpolation="linear").alias("q75"),
+        )
+        .with_columns(pl.lit(k_label(k)).alias("k"))
+        .select(list(POOLED_SCHEMA))
+        .cast(POOLED_SCHEMA)
+        .sort("model", "depth")
+    )

@@ -1,0 +1,214 @@
+"""Attention knockout (METHOD A7) and the residual stream at the probe position.
+
+The block stops every position *after* an E_Q token from attending to it (E_Q->E_Q stays open). The
+residual stream after layer k depends on layers 1..k only, so ONE pass with the block in every layer gives,
+at each layer k, exactly the cumulative knockout of layers 1..k. The block is an additive float 4D mask
+(0 allowed, finfo.min blocked) with causality and padding folded in; boolean 4D masks are silently wrong
+under eager attention in transformers 5.x.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from .batching import run_batched
+from .models import LoadedModel
+
+
+def knockout_mask(valid: torch.Tensor, block: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """valid, block: [B, T] bool (real tokens; tokens to knock out). Returns the additive mask [B, 1, T, T]
+    whose cell (b, i, j) is 0 when query i may attend key j, else finfo(dtype).min."""
+    _, t = valid.shape
+    idx = torch.arange(t, device=valid.device)
+    causal = idx[None, :] <= idx[:, None]  # [T(query), T(key)]
+    allowed = causal[None] & valid[:, None, :]
+    later = idx[:, None] > idx[None, :]
+    blocked = block[:, None, :] & ~block[:, :, None] & later[None]
+    allowed = allowed & ~blocked
+    allowed = allowed | torch.eye(t, dtype=torch.bool, device=valid.device)[None]  # padding rows stay finite
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=valid.device)
+    return mask.masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
+
+
+def decoder_layers(model) -> Sequence[torch.nn.Module]:
+    base = getattr(model, model.base_model_prefix)
+    return base.layers
+
+
+class _Stop(Exception):
+    pass
+
+
+class ResidCapture:
+    """Forward hooks that keep the residual stream after each decoder layer (hook_resid_post) at one
+    position per row only, so a batch never holds all positions of all layers."""
+
+    def __init__(self, layers: Sequence[torch.nn.Module], stop_after: int | None = None):
+        self.layers = layers
+        self.positions: torch.Tensor | None = None
+        self.resid_post: list[torch.Tensor | None] = [None] * len(layers)
+        self.stop_after = stop_after
+        self.handles = [layer.register_forward_hook(self._hook(i)) for i, layer in enumerate(layers)]
+
+    def _hook(self, i: int):
+        def hook(_mod, _args, output):
+            hidden = output[0] if isinstance(output, tuple) else output  # [B, T, D]
+            rows = torch.arange(hidden.shape[0], device=hidden.device)
+            self.resid_post[i] = hidden[rows, self.positions.to(hidden.device)].float().cpu()
+            if self.stop_after is not None and i == self.stop_after:
+                raise _Stop
+
+        return hook
+
+    def stacked(self) -> torch.Tensor:  # [B, L, D]
+        return torch.stack([r for r in self.resid_post if r is not None], dim=1)
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+class LayerMasks:
+    """Pre-hooks that give chosen decoder layers their own attention mask (per-layer knockout)."""
+
+    def __init__(self, layers: Sequence[torch.nn.Module]):
+        self.masks: dict[int, torch.Tensor] = {}
+        self.handles = [layer.register_forward_pre_hook(self._hook(i), with_kwargs=True)
+                        for i, layer in enumerate(layers)]
+
+    def _hook(self, i: int):
+        def hook(_mod, args, kwargs):
+            if i in self.masks:
+                kwargs["attention_mask"] = self.masks[i]
+            return args, kwargs
+
+        return hook
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+def _batch_tensors(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    valid = torch.zeros((len(seqs), width), dtype=torch.bool)
+    for r, s in enumerate(seqs):  # right padding: positions 0..n-1 stay the model's own
+        ids[r, : len(s)] = torch.tensor(s)
+        valid[r, : len(s)] = True
+    return ids.to(device), valid.to(device)
+
+
+def _block_tensor(blocks: list[list[int]], shape, device) -> torch.Tensor:
+    block = torch.zeros(shape, dtype=torch.bool)
+    for r, pos in enumerate(blocks):
+        if pos:
+            block[r, pos] = True
+    return block.to(device)
+
+
+@torch.inference_mode()
+def resid_sweep(lm: LoadedModel, seqs: list[list[int]], probe_pos: list[int], blocks: list[list[int]],
+                batch_size: int, mode: str = "cumulative", window: int = 9, desc: str = "knockout",
+                out_dtype=np.float16) -> tuple[np.ndarray, np.ndarray]:
+    """Residual stream after every layer at probe_pos, clean and knocked out. Returns two float16 arrays
+    [N, L, D] (float16 on disk): resid_clean and resid_ko (cumulative: one pass, block in all layers; window: Geva's
+    window of `window` layers centred on k, of which layers <= k matter, one truncated pass per k)."""
+    model = lm.model
+    layers = decoder_layers(model)
+    n_layers = len(layers)
+    base = getattr(model, model.base_model_prefix)
+    device = next(model.parameters()).device
+    dtype = next(model.parameters()).dtype
+    pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
+    hidden = model.config.get_text_config().hidden_size
+    clean = np.zeros((len(seqs), n_layers, hidden), dtype=out_dtype)
+    ko = np.zeros_like(clean)
+    # probe position is the last token we need: drop everything after it
+    seqs = [s[: p + 1] for s, p in zip(seqs, probe_pos, strict=True)]
+    order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
+
+    def step(idx: list[int]) -> None:
+        ids, valid = _batch_tensors([seqs[i] for i in idx], pad_id, device)
+        block = _block_tensor([blocks[i] for i in idx], ids.shape, device)
+        clean_mask = knockout_mask(valid, torch.zeros_like(block), dtype)
+        ko_mask = knockout_mask(valid, block, dtype)
+        cap = ResidCapture(layers)
+        cap.positions = torch.tensor([probe_pos[i] for i in idx])
+        try:
+            base(input_ids=ids, attention_mask=clean_mask, use_cache=False)
+            clean[idx] = cap.stacked().numpy().astype(out_dtype)
+            if mode == "cumulative":
+                base(input_ids=ids, attention_mask=ko_mask, use_cache=False)
+                ko[idx] = cap.stacked().numpy().astype(out_dtype)
+            else:
+                ko[idx] = _window_passes(base, layers, cap, ids, clean_mask, ko_mask, window).astype(out_dtype)
+        finally:
+            cap.remove()
+
+    run_batched(order, batch_size, step, desc=desc)
+    return clean, ko
+
+
+def window_layers(k: int, window: int, n_layers: int) -> range:
+    """0-based layers knocked out for a probe at 0-based layer k: the window centred on k, clipped;
+    layers after k cannot change layer k's output, so they are left out."""
+    half = window // 2
+    return range(max(0, k - half), min(n_layers - 1, k + half, k) + 1)
+
+
+def _window_passes(base, layers, cap: ResidCapture, ids, clean_mask, ko_mask, window: int) -> np.ndarray:
+    n_layers = len(layers)
+    out = []
+    per_layer = LayerMasks(layers)
+    try:
+        for k in range(n_layers):
+            per_layer.masks = {j: (ko_mask if j in window_layers(k, window, n_layers) else clean_mask)
+                               for j in range(n_layers)}
+            cap.stop_after = k  # layers above k do not change layer k: stop the pass there
+            try:
+                base(input_ids=ids, attention_mask=clean_mask, use_cache=False)
+            except _Stop:
+                pass
+            out.append(cap.resid_post[k])
+    finally:
+        cap.stop_after = None
+        per_layer.remove()
+    return torch.stack(out, dim=1).numpy()
+
+
+@torch.inference_mode()
+def per_layer_reference(lm: LoadedModel, seq: list[int], probe: int, block: list[int], mode: str = "cumulative",
+                        window: int = 9) -> tuple[np.ndarray, np.ndarray]:
+    """The naive loop the one-pass trick replaces (for tests and benchmarks): for each layer k a full pass
+    with the block applied only in layers 1..k (or k's window) via per-layer pre-hooks. Returns
+    (resid_clean, resid_ko) [L, D] float32."""
+    model = lm.model
+    layers = decoder_layers(model)
+    base = getattr(model, model.base_model_prefix)
+    device = next(model.parameters()).device
+    dtype = next(model.parameters()).dtype
+    ids, valid = _batch_tensors([seq[: probe + 1]], 0, device)
+    block_t = _block_tensor([block], ids.shape, device)
+    clean_mask = knockout_mask(valid, torch.zeros_like(block_t), dtype)
+    ko_mask = knockout_mask(valid, block_t, dtype)
+    cap = ResidCapture(layers)
+    cap.positions = torch.tensor([probe])
+    per_layer = LayerMasks(layers)
+    n_layers = len(layers)
+    try:
+        base(input_ids=ids, attention_mask=clean_mask, use_cache=False)
+        clean = cap.stacked()[0].numpy()
+        ko = []
+        for k in range(n_layers):
+            chosen = range(k + 1) if mode == "cumulative" else window_layers(k, window, n_layers)
+            per_layer.masks = {j: (ko_mask if j in chosen else clean_mask) for j in range(n_layers)}
+            base(input_ids=ids, attention_mask=clean_mask, use_cache=False)
+            ko.append(cap.resid_post[k][0])
+        return clean, torch.stack(ko).numpy()
+    finally:
+        cap.remove()
+        per_layer.remove()

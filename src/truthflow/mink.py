@@ -1,0 +1,141 @@
+"""MIN-K% (Shi et al., arXiv 2310.16789) and Min-K%++ (Zhang et al., arXiv 2404.02936) of raw text (B1)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import polars as pl
+
+from .batching import run_batched
+from .errors import TruthflowError
+from .models import LoadedModel
+
+
+def k_label(k: float) -> str:
+    """`20` for 20.0, `12.5` for 12.5: the suffix of the mink_/minkpp_ columns."""
+    return str(int(k)) if float(k).is_integer() else str(k)
+
+
+def mink_column(k: float, plus_plus: bool = False) -> str:
+    return f"{'minkpp' if plus_plus else 'mink'}_{k_label(k)}"
+
+
+def n_lowest(n: int, k: float) -> int:
+    """⌈k% · n⌉, at least 1."""
+    if not 0 < k <= 100:
+        raise TruthflowError(f"MIN-K% k={k} must be a percentage in (0, 100]")
+    # rounding first keeps float noise (10 * 30 / 100 = 3.0000000000000004) from adding a token
+    return max(1, math.ceil(round(k * n / 100, 9)))
+
+
+def _lowest_mean(values: np.ndarray, k: float) -> float:
+    values = np.asarray(values, dtype=np.float64).ravel()
+    if values.size == 0:
+        raise TruthflowError("MIN-K% of a text with no scored token (nothing after the BOS)")
+    m = n_lowest(values.size, k)
+    return float(np.sort(values)[:m].mean())
+
+
+def min_k_percent(token_logprobs: np.ndarray, k: float) -> float:
+    """−mean of the lowest ⌈k%·n⌉ token log-probs: positive, higher = less likely seen in training."""
+    return -_lowest_mean(token_logprobs, k)
+
+
+def min_k_plus_plus(token_logprobs: np.ndarray, mu: np.ndarray, sigma: np.ndarray, k: float) -> float:
+    """Mean of the lowest ⌈k%·n⌉ z = (log p − mu) / sigma, not negated (higher = more likely seen)."""
+    logp = np.asarray(token_logprobs, dtype=np.float64)
+    mu = np.asarray(mu, dtype=np.float64)
+    sigma = np.asarray(sigma, dtype=np.float64)
+    # a one-hot next-token distribution has sigma 0; its token is then exactly as expected (z = 0)
+    safe = np.where(sigma > 0, sigma, 1.0)
+    z = np.where(sigma > 0, (logp - mu) / safe, 0.0)
+    return _lowest_mean(z, k)
+
+
+def encode_for_scoring(tokenizer, text: str) -> list[int]:
+    """Raw text with the BOS in front (no chat template): the first token is context, never scored."""
+    ids = list(tokenizer(text, add_special_tokens=True)["input_ids"])
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is not None and (not ids or ids[0] != bos):
+        ids.insert(0, bos)
+    return ids
+
+
+def token_statistics(logits_row, targets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For one text: log p of each target and mu, sigma of log p over the vocabulary at each position.
+
+    logits_row: [n, V] (any dtype) predicting targets [n]. Float32 throughout; one [n, V] float copy at a time
+    besides the element-wise temporaries.
+    """
+    import torch
+
+    logp = torch.log_softmax(logits_row.float(), dim=-1)  # [n, V]
+    token_logp = logp.gather(-1, targets.to(logp.device)[:, None]).squeeze(-1)
+    p = logp.exp()
+    # p = 0 where a model masks logits to -inf: 0 · (-inf) must count as 0, not NaN
+    live = p > 0
+    plogp = torch.where(live, p * logp, 0.0)
+    mu = plogp.sum(-1)
+    # centred second moment: Σ p (log p − mu)² equals Σ p (log p)² − mu² without float32 cancellation
+    centred = torch.where(live, logp - mu[:, None], 0.0)
+    sigma = (p * centred * centred).sum(-1).clamp_min(0.0).sqrt()
+    return tuple(t.double().cpu().numpy() for t in (token_logp, mu, sigma))  # type: ignore[return-value]
+
+
+def score_texts(
+    lm: LoadedModel, texts: Sequence[str], k_grid: Sequence[float], batch_size: int, desc: str = "min-k%"
+) -> pl.DataFrame:
+    """One teacher-forced pass per batch; per text MIN-K% and Min-K%++ for every k of the grid.
+
+    Returns, in input order, columns index, n_tokens (the scored tokens: all after the first), mink_{k} and
+    minkpp_{k}.
+    """
+    import torch
+
+    if not k_grid:
+        raise TruthflowError("MIN-K% k grid is empty")
+    for k in k_grid:
+        n_lowest(1, k)  # validates k before any model work
+    tok, model = lm.tokenizer, lm.model
+    encoded = [encode_for_scoring(tok, t) for t in texts]
+    for i, ids in enumerate(encoded):
+        if len(ids) < 2:
+            raise TruthflowError(f"MIN-K%: text #{i} ({texts[i][:60]!r}) has no token after the BOS to score")
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+    device = next(model.parameters()).device
+    stats: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None] = [None] * len(texts)
+    # longest first: an out-of-memory back-off happens on the first batch, not after hours
+    order = sorted(range(len(texts)), key=lambda i: -len(encoded[i]))
+
+    def step(idx: list[int]) -> None:
+        width = max(len(encoded[i]) for i in idx)
+        input_ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
+        attention = torch.zeros((len(idx), width), dtype=torch.long)
+        for row, i in enumerate(idx):  # right padding: real tokens keep positions 0..n-1
+            input_ids[row, : len(encoded[i])] = torch.tensor(encoded[i])
+            attention[row, : len(encoded[i])] = 1
+        input_ids = input_ids.to(device)
+        with torch.inference_mode():
+            # the one [B, T, V] tensor of the batch (model dtype); the float32 work below is per text
+            logits = model(input_ids=input_ids, attention_mask=attention.to(device), use_cache=False).logits
+            for row, i in enumerate(idx):
+                n = len(encoded[i])
+                stats[i] = token_statistics(logits[row, : n - 1], input_ids[row, 1:n])
+        del logits
+
+    run_batched(order, batch_size, step, desc=desc, unit="text")
+    rows = []
+    for i, st in enumerate(stats):
+        token_logp, mu, sigma = st  # type: ignore[misc]
+        row: dict = {"index": i, "n_tokens": len(token_logp)}
+        for k in k_grid:
+            row[mink_column(k)] = min_k_percent(token_logp, k)
+        for k in k_grid:
+            row[mink_column(k, plus_plus=True)] = min_k_plus_plus(token_logp, mu, sigma, k)
+        rows.append(row)
+    schema = {"index": pl.Int64, "n_tokens": pl.Int64}
+    schema |= {mink_column(k): pl.Float64 for k in k_grid}
+    schema |= {mink_column(k, plus_plus=True): pl.Float64 for k in k_grid}
+    return pl.DataFrame(rows, schema=schema)

@@ -1,0 +1,55 @@
+"""score_texts on a real model equals an unbatched per-text computation in plain torch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from truthflow.mink import min_k_percent, min_k_plus_plus, mink_column, score_texts
+
+MODEL_DIR = Path(__file__).resolve().parents[1] / "resources" / "models" / "smollm2-135m"
+TEXTS = [
+    "What are thylakoids?",
+    "Why",
+    "How does the proton gradient across the thylakoid membrane drive ATP synthesis in chloroplasts?",
+    "What is the Central Limit Theorem, and why does it need the samples to be independent?",
+    "Explain opportunity cost.",
+]
+K_GRID = [10, 20, 30]
+
+
+@pytest.fixture(scope="module")
+def demo_model_dir() -> Path:
+    if not MODEL_DIR.exists():
+        pytest.skip(f"{MODEL_DIR} not prepared yet (the workflow's model rule writes it)")
+    return MODEL_DIR
+
+
+@pytest.mark.slow
+def test_score_texts_equals_unbatched_forward(demo_model_dir) -> None:
+    from truthflow.mink import encode_for_scoring
+    from truthflow.models import load_model
+
+    lm = load_model(demo_model_dir, dtype="float32")
+    table = score_texts(lm, TEXTS, K_GRID, batch_size=3)
+    for i, text in enumerate(TEXTS):
+        ids = encode_for_scoring(lm.tokenizer, text)
+        assert ids[0] == lm.tokenizer.bos_token_id or lm.tokenizer.bos_token_id is None
+        with torch.no_grad():
+            logits = lm.model(torch.tensor([ids], device=lm.device)).logits[0, :-1].double().cpu()
+        logp = torch.log_softmax(logits, -1)
+        target = torch.tensor(ids[1:])
+        token_logp = logp[torch.arange(len(target)), target].numpy()
+        p = logp.exp()
+        mu = (p * logp).sum(-1)
+        sigma = ((p * logp**2).sum(-1) - mu**2).clamp_min(0).sqrt()
+        row = table.row(i, named=True)
+        assert row["n_tokens"] == len(ids) - 1
+        for k in K_GRID:
+            assert row[mink_column(k)] == pytest.approx(min_k_percent(token_logp, k), rel=1e-4, abs=1e-4)
+            expected_pp = min_k_plus_plus(token_logp, mu.numpy(), sigma.numpy(), k)
+            assert row[mink_column(k, True)] == pytest.approx(expected_pp, rel=1e-4, abs=1e-4)
+        assert np.isfinite(list(row.values())[2:]).all()

@@ -1,0 +1,93 @@
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+
+from truthflow.config import check_names, fill_entries  # noqa: E402
+from truthflow.errors import TruthflowError  # noqa: E402
+
+fill_entries(config)
+try:
+    check_names(config)
+except TruthflowError as exc:
+    raise WorkflowError(f"invalid config: {exc}")
+
+RUN = config["run"]
+MODELS = list(config["models"])
+QA = [d for d in ("popqa", "triviaqa", "hotpotqa", "nq") if d in config["datasets"]]
+PKG = Path(workflow.basedir) / "src" / "truthflow"
+
+
+wildcard_constraints:
+    model="|".join(map(re.escape, MODELS)) if MODELS else "NONE",
+    dataset="popqa|triviaqa|hotpotqa|nq",
+
+
+def res(*parts):
+    """Every results path is built here: results/{run}/<parts>."""
+    return "/".join(("results", RUN) + parts)
+
+
+def code(*modules):
+    """Package modules a rule runs, as inputs: editing one reruns the rules that use it."""
+    return [str(PKG / f"{m}.py") for m in modules]
+
+
+def model_dir(wildcards=None, model=None):
+    return f"resources/models/{model or wildcards.model}"
+
+
+def model_spec(model):
+    return config["models"][model]
+
+
+def local_source(kind, name):
+    """A local dataset/model source as input, so editing the file reruns what depends on it."""
+    src = config[kind][name]["source"]
+    return [src["local"]] if "local" in src and Path(src["local"]).exists() else []
+
+
+def gpu_resources(model):
+    spec = model_spec(model)
+    return {"gpu": spec["gpus"], "mem_mb": spec["mem_mb"], "runtime": spec["runtime"]}
+
+
+def qa_pairs():
+    """(model, dataset) pairs whose answers are generated and labelled."""
+    models = sorted(set(config["pathways"]["models"])) or MODELS
+    return [(m, d) for m in models for d in QA]
+
+
+def all_targets():
+    targets = [res("tables", "accuracy.tsv")]
+    pw = config["pathways"]
+    if pw["models"] and pw["datasets"]:
+        targets += [res("tables", "pathways_summary.parquet"), res("tables", "dropped_samples.tsv")]
+        for pair in config["figures"]["pathways"]:
+            targets += [res("figures", f"pathways_{pair_name(pair)}.png"),
+                        res("figures", f"probe_auc_{pair_name(pair)}.png")]
+    if "depthqa" in config["datasets"]:
+        targets.append(res("data", "depthqa.parquet"))
+    return targets
+
+
+def pair_name(pair):
+    return "__".join(pair)
+
+
+def pair_models(name):
+    return name.split("__")
+
+
+def pathways_caption(wildcards=None):
+    pw = config["pathways"]
+    ko = pw["knockout"]
+    split = pw["anchor_split"] + (f" (K={pw['fixed_layer']})" if pw["anchor_split"] == "fixed_layer" else "")
+    return (
+        f"knockout.mode={ko['mode']}" + (f" (w={ko['window']})" if ko["mode"] == "window" else "")
+        + f", knockout.control={ko['control']}, anchor_split={split}, "
+        f"exact_tokens.extractor={pw['exact_tokens']['extractor']}, probe: logistic regression "
+        f"(C={pw['probe']['C']}), test_size={pw['probe']['test_size']}, seeds={pw['probe']['seeds']}, "
+        f"95% CI: bootstrap n={pw['bootstrap']['n']} seed={pw['bootstrap']['seed']}"
+    )

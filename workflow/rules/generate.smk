@@ -1,0 +1,54 @@
+rule generate_answers:
+    input:
+        data=res("data", "{dataset}.parquet"),
+        model=model_dir,
+        code=code("generation", "models", "batching"),
+    output:
+        res("answers", "{model}", "{dataset}.parquet"),
+    params:
+        chat=lambda w: model_spec(w.model)["chat"],
+        dtype=lambda w: model_spec(w.model)["dtype"],
+        max_new_tokens=lambda w: model_spec(w.model)["max_new_tokens"],
+        instruction=config["generation"]["instruction"],
+    threads: workflow.cores
+    resources:
+        gpu=lambda w: gpu_resources(w.model)["gpu"],
+        mem_mb=lambda w: gpu_resources(w.model)["mem_mb"],
+        runtime=lambda w: gpu_resources(w.model)["runtime"],
+        batch_size=lambda w: model_spec(w.model)["batch_size"],
+    log:
+        res("logs", "generate_answers", "{model}", "{dataset}.log"),
+    benchmark:
+        res("benchmarks", "generate_answers", "{model}", "{dataset}.tsv")
+    script:
+        "../scripts/generate_answers.py"
+
+
+rule label_answers:
+    input:
+        answers=res("answers", "{model}", "{dataset}.parquet"),
+        data=res("data", "{dataset}.parquet"),
+        code=code("labels"),
+    output:
+        labels=res("labels", "{model}", "{dataset}.parquet"),
+        accuracy=res("labels", "{model}", "{dataset}.accuracy.tsv"),
+    log:
+        res("logs", "label_answers", "{model}", "{dataset}.log"),
+    script:
+        "../scripts/label_answers.py"
+
+
+rule accuracy_table:
+    input:
+        [res("labels", m, f"{d}.accuracy.tsv") for m, d in qa_pairs()],
+    output:
+        report(
+            res("tables", "accuracy.tsv"),
+            category="Accuracy",
+            caption="../report/accuracy.rst",
+        ),
+    log:
+        res("logs", "accuracy_table.log"),
+    localrule: True
+    script:
+        "../scripts/concat_tables.py"

@@ -1,0 +1,103 @@
+PW = config["pathways"]
+
+
+def pw_dir(*parts):
+    return res("pathways", "{model}", "{dataset}", *parts)
+
+
+rule extract_pathways:
+    input:
+        labels=res("labels", "{model}", "{dataset}.parquet"),
+        data=res("data", "{dataset}.parquet"),
+        model=model_dir,
+        code=code("pathways", "exact_tokens", "knockout", "models", "batching", "generation"),
+    output:
+        samples=pw_dir("samples.parquet"),
+        dropped=pw_dir("dropped.parquet"),
+        resid_clean=pw_dir("resid_clean.npy"),
+        resid_ko=pw_dir("resid_ko.npy"),
+    params:
+        chat=lambda w: model_spec(w.model)["chat"],
+        dtype=lambda w: model_spec(w.model)["dtype"],
+        extractor=PW["exact_tokens"]["extractor"],
+        knockout=PW["knockout"],
+    threads: workflow.cores
+    resources:
+        gpu=lambda w: gpu_resources(w.model)["gpu"],
+        mem_mb=lambda w: gpu_resources(w.model)["mem_mb"],
+        runtime=lambda w: gpu_resources(w.model)["runtime"],
+        batch_size=lambda w: model_spec(w.model)["batch_size"],
+    log:
+        res("logs", "extract_pathways", "{model}", "{dataset}.log"),
+    benchmark:
+        res("benchmarks", "extract_pathways", "{model}", "{dataset}.tsv")
+    script:
+        "../scripts/extract_pathways.py"
+
+
+rule probe_deltap:
+    input:
+        samples=pw_dir("samples.parquet"),
+        resid_clean=pw_dir("resid_clean.npy"),
+        resid_ko=pw_dir("resid_ko.npy"),
+        code=code("probes"),
+    output:
+        auc=pw_dir("probe_auc.parquet"),
+        deltap=pw_dir("deltap.parquet"),
+        summary=pw_dir("summary.parquet"),
+    params:
+        cfg={k: PW[k] for k in ("probe", "anchor_split", "fixed_layer", "bootstrap")},
+    log:
+        res("logs", "probe_deltap", "{model}", "{dataset}.log"),
+    script:
+        "../scripts/probe_deltap.py"
+
+
+def pw_inputs(name):
+    return [res("pathways", m, d, name) for m in PW["models"] for d in PW["datasets"]]
+
+
+rule pathways_tables:
+    input:
+        summary=pw_inputs("summary.parquet"),
+        auc=pw_inputs("probe_auc.parquet"),
+        dropped=pw_inputs("dropped.parquet"),
+        samples=pw_inputs("samples.parquet"),
+    output:
+        summary=res("tables", "pathways_summary.parquet"),
+        auc=res("tables", "probe_auc.parquet"),
+        dropped=res("tables", "dropped_samples.tsv"),
+    log:
+        res("logs", "pathways_tables.log"),
+    localrule: True
+    script:
+        "../scripts/pathways_tables.py"
+
+
+rule plot_pathways:
+    input:
+        summary=res("tables", "pathways_summary.parquet"),
+        auc=res("tables", "probe_auc.parquet"),
+        code=code("plots_pathways"),
+    output:
+        png=report(
+            res("figures", "pathways_{pair}.png"),
+            category="Pathways",
+            caption="../report/pathways.rst",
+        ),
+        pdf=res("figures", "pathways_{pair}.pdf"),
+        auc_png=report(
+            res("figures", "probe_auc_{pair}.png"),
+            category="Pathways",
+            caption="../report/probe_auc.rst",
+        ),
+        auc_pdf=res("figures", "probe_auc_{pair}.pdf"),
+    params:
+        models=lambda w: pair_models(w.pair),
+        titles=lambda w: {m: model_spec(m).get("display_name", m) for m in pair_models(w.pair)},
+        caption=pathways_caption,
+    log:
+        res("logs", "plot_pathways", "{pair}.log"),
+    localrule: True
+    script:
+        "../scripts/plot_pathways.py"
