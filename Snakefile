@@ -16,6 +16,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/generate.smk"
 include: "workflow/rules/pathways.smk"
+include: "workflow/rules/depth.smk"
 
 
 rule all:

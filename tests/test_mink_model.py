@@ -10,7 +10,6 @@ import torch
 
 from truthflow.mink import min_k_percent, min_k_plus_plus, mink_column, score_texts
 
-MODEL_DIR = Path(__file__).resolve().parents[1] / "resources" / "models" / "smollm2-135m"
 TEXTS = [
     "What are thylakoids?",
     "Why",
@@ -21,19 +20,12 @@ TEXTS = [
 K_GRID = [10, 20, 30]
 
 
-@pytest.fixture(scope="module")
-def demo_model_dir() -> Path:
-    if not MODEL_DIR.exists():
-        pytest.skip(f"{MODEL_DIR} not prepared yet (the workflow's model rule writes it)")
-    return MODEL_DIR
-
-
 @pytest.mark.slow
-def test_score_texts_equals_unbatched_forward(demo_model_dir) -> None:
+def test_score_texts_equals_unbatched_forward(smollm) -> None:
     from truthflow.mink import encode_for_scoring
     from truthflow.models import load_model
 
-    lm = load_model(demo_model_dir, dtype="float32")
+    lm = smollm
     table = score_texts(lm, TEXTS, K_GRID, batch_size=3)
     for i, text in enumerate(TEXTS):
         ids = encode_for_scoring(lm.tokenizer, text)

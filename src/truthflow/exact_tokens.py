@@ -80,9 +80,9 @@ def question_spans(question: str, dataset: str, subj: str | None = None,
         g = 1 if m.group(1) else 2
         spans.append((m.start(g), m.end(g)))
     # capitalized runs, allowing lowercase connectors inside ("Statue of Liberty"); skip the sentence start
-    connector = r"(?:of|the|de|la|le|and|von|van|du|da|del|for|on|in)"
+    connector = r"(?:of(?:\s+the)?|de|la|le|von|van|der|du|da|del|di)"
     cap = r"[A-Z][\w'\-\.]*"
-    for m in re.finditer(rf"\b{cap}(?:\s+(?:{connector}\s+)*{cap})*", question):
+    for m in re.finditer(rf"\b{cap}(?:\s+(?:{connector}\s+)?{cap})*", question):
         s, e = m.start(), m.end()
         words = m.group(0).split()
         if s == 0 or question[:s].strip() == "":

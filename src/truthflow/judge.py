@@ -13,7 +13,6 @@ import json
 import math
 import os
 import re
-import string
 import time
 import urllib.error
 import urllib.request
@@ -27,6 +26,7 @@ import polars as pl
 from tqdm.auto import tqdm
 
 from .errors import TruthflowError
+from .labels import normalize_text
 
 BACKENDS = ("reference", "openai", "hf")
 REFERENCE_MODEL = "token-f1"
@@ -66,7 +66,6 @@ Score 5: Entirely right, accurate and factual, as complete and precise as the re
 _RESULT = re.compile(
     r"\[RESULT\]\s*:?\s*(?:score\s*(?:of)?\s*:?\s*|result\s*:?\s*)?[(\[]?\s*([1-5])(?![0-9.])", re.IGNORECASE
 )
-_PUNCTUATION = frozenset(string.punctuation)
 _INTEGER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
 
 
@@ -78,14 +77,6 @@ class Verdict:
 
 
 # ---------------------------------------------------------------- reference backend (token F1)
-
-
-def normalize_text(text: str) -> str:
-    """SQuAD normalization: lowercase, no punctuation, no articles a/an/the, single spaces."""
-    text = text.lower()
-    text = "".join(ch for ch in text if ch not in _PUNCTUATION)
-    text = re.sub(r"\b(a|an|the)\b", " ", text)
-    return " ".join(text.split())
 
 
 def token_f1(prediction: str, reference: str) -> float:

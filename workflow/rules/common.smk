@@ -17,6 +17,10 @@ RUN = config["run"]
 MODELS = list(config["models"])
 QA = [d for d in ("popqa", "triviaqa", "hotpotqa", "nq") if d in config["datasets"]]
 PKG = Path(workflow.basedir) / "src" / "truthflow"
+# a model job takes every local core (two torch jobs on the same cores run ~10x slower than one after the
+# other); cluster profiles set their own with set-threads
+_cores = workflow.cores if isinstance(workflow.cores, int) else 8
+MODEL_THREADS = _cores if _cores < 1024 else 8
 
 
 wildcard_constraints:
@@ -67,7 +71,11 @@ def all_targets():
         for pair in config["figures"]["pathways"]:
             targets += [res("figures", f"pathways_{pair_name(pair)}.png"),
                         res("figures", f"probe_auc_{pair_name(pair)}.png")]
-    if "depthqa" in config["datasets"]:
+    if config["depth"]["models"]:
+        targets += [res("tables", "depth_per_question.parquet"), res("tables", "depth_pooled_by_depth.tsv")]
+        if config["figures"]["depth"]:
+            targets += [res("figures", "depth_mink_boxes.png"), res("figures", "depth_score_gap_density.png")]
+    elif "depthqa" in config["datasets"]:
         targets.append(res("data", "depthqa.parquet"))
     return targets
 
@@ -90,4 +98,17 @@ def pathways_caption(wildcards=None):
         f"exact_tokens.extractor={pw['exact_tokens']['extractor']}, probe: logistic regression "
         f"(C={pw['probe']['C']}), test_size={pw['probe']['test_size']}, seeds={pw['probe']['seeds']}, "
         f"95% CI: bootstrap n={pw['bootstrap']['n']} seed={pw['bootstrap']['seed']}"
+    )
+
+
+def depth_caption(wildcards=None):
+    d = config["depth"]
+    m = d["memorization"]
+    judge = d["judge"]
+    return (
+        f"MIN-K% k={d['mink']['k_plot']} (grid {d['mink']['k_grid']}) on the raw question with BOS; "
+        f"depthwise average = mean over a group's questions at each depth; judge backend={judge['backend']}"
+        + (f" ({judge['model']})" if judge.get("model") else "")
+        + f", max_new_tokens={d['max_new_tokens']}; score gap = (score(D3) - mean score(D2 predecessors))/4; "
+        f"memorization subsets: D3 MIN-K% <= q{m['lower_quantile']} and >= q{m['upper_quantile']}"
     )

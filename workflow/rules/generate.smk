@@ -10,7 +10,7 @@ rule generate_answers:
         dtype=lambda w: model_spec(w.model)["dtype"],
         max_new_tokens=lambda w: model_spec(w.model)["max_new_tokens"],
         instruction=config["generation"]["instruction"],
-    threads: workflow.cores
+    threads: MODEL_THREADS
     resources:
         gpu=lambda w: gpu_resources(w.model)["gpu"],
         mem_mb=lambda w: gpu_resources(w.model)["mem_mb"],

@@ -21,7 +21,7 @@ rule extract_pathways:
         dtype=lambda w: model_spec(w.model)["dtype"],
         extractor=PW["exact_tokens"]["extractor"],
         knockout=PW["knockout"],
-    threads: workflow.cores
+    threads: MODEL_THREADS
     resources:
         gpu=lambda w: gpu_resources(w.model)["gpu"],
         mem_mb=lambda w: gpu_resources(w.model)["mem_mb"],

@@ -1,0 +1,46 @@
+"""Random-weight models of real architectures' shapes (from_config: no download), for GPU benchmarks."""
+
+from __future__ import annotations
+
+SHAPES = {
+    "llama-3.2-1b": ("llama", dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                                   num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                                   rope_theta=500000.0, tie_word_embeddings=True, max_position_embeddings=4096)),
+    "llama-3-8b": ("llama", dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                                 num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                                 rope_theta=500000.0, max_position_embeddings=4096)),
+    "qwen3-8b": ("qwen3", dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                               num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+                               max_position_embeddings=4096)),
+}
+
+
+def random_model(shape: str, dtype: str = "bfloat16", device: str = "cuda"):
+    """A LoadedModel with random weights of the named shape and a stand-in tokenizer (ids only)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from truthflow.models import LoadedModel
+
+    model_type, kwargs = SHAPES[shape]
+    config = AutoConfig.for_model(model_type, **kwargs)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    model.eval()
+
+    class IdTokenizer:
+        pad_token_id = 0
+        eos_token_id = 1
+        bos_token_id = 2
+        chat_template = None
+
+        def decode(self, ids, skip_special_tokens=True):
+            return " ".join(map(str, ids))
+
+        def get_vocab(self):
+            return {}
+
+    info = {"n_layers": config.num_hidden_layers, "hidden_size": config.hidden_size, "chat": False}
+    return LoadedModel(model=model, tokenizer=IdTokenizer(), info=info, device=device)

@@ -1,0 +1,59 @@
+import numpy as np
+import polars as pl
+import pytest
+
+from truthflow.probes import anchors, bootstrap_ci, delta_p, probe_undefined_reason, run_probes, summarize
+
+
+def test_delta_p_hand_case():
+    # p = 0.8 -> p_ko = 0.6: 100·(0.6-0.8)/0.8 = -25; p = 0.5 -> 0.75: +50
+    assert np.allclose(delta_p(np.array([0.8, 0.5]), np.array([0.6, 0.75])), [-25.0, 50.0])
+
+
+def test_anchor_split_per_layer_and_fixed():
+    flipped = np.array([[False, True, True], [False, False, True]])
+    assert anchors(flipped).tolist() == [["A-Anchored", "Q-Anchored", "Q-Anchored"],
+                                         ["A-Anchored", "A-Anchored", "Q-Anchored"]]
+    assert anchors(flipped, "fixed_layer", 2).tolist() == [["Q-Anchored"] * 3, ["A-Anchored"] * 3]
+    with pytest.raises(ValueError):
+        anchors(flipped, "fixed_layer", 4)
+
+
+def test_bootstrap_is_seeded_and_sane():
+    vals = np.arange(20, dtype=float)
+    a, b = bootstrap_ci(vals, 500, 7), bootstrap_ci(vals, 500, 7)
+    assert a == b and a[0] < vals.mean() < a[1]
+    assert bootstrap_ci(vals, 500, 8) != a
+    assert bootstrap_ci(np.array([3.0]), 100, 0) == (3.0, 3.0)
+
+
+def test_summarize_hand_case():
+    df = pl.DataFrame({"anchor": ["Q-Anchored", "Q-Anchored", "A-Anchored"], "layer": [1, 1, 1],
+                       "delta_p": [-10.0, -30.0, 2.0]})
+    s = summarize(df, n_boot=200, seed=0)
+    q = s.filter(pl.col("anchor") == "Q-Anchored").row(0, named=True)
+    assert q["n"] == 2 and q["mean_delta_p"] == -20.0 and -30.0 <= q["ci_low"] <= q["ci_high"] <= -10.0
+
+
+def test_probes_on_separable_data_and_knockout():
+    rng = np.random.default_rng(0)
+    n, layers, d = 60, 3, 5
+    labels = np.array([0, 1] * (n // 2))
+    clean = rng.normal(size=(n, layers, d)).astype(np.float16)
+    clean[:, :, 0] += (labels[:, None] * 6 - 3)  # class signal in feature 0
+    ko = clean.copy()
+    ko[:, 2, 0] = 0.0  # the knockout erases the signal at layer 3 only
+    auc, samples = run_probes(clean, ko, labels, [f"s{i}" for i in range(n)], seeds=[0, 1], test_size=0.25)
+    assert auc.height == 2 * layers and (auc["auc"] > 0.95).all()
+    assert samples.height == 2 * 15 * layers
+    by_layer = samples.group_by("layer").agg(pl.col("delta_p").mean()).sort("layer")["delta_p"].to_list()
+    assert abs(by_layer[0]) < 1e-6 and by_layer[2] < -10
+
+
+def test_one_class_labels_give_probe_undefined_row():
+    assert "one class" in probe_undefined_reason(np.ones(10), 0.2)
+    assert "too few" in probe_undefined_reason(np.array([1] * 9 + [0]), 0.2)
+    auc, samples = run_probes(np.zeros((10, 2, 3)), np.zeros((10, 2, 3)), np.ones(10, dtype=int),
+                              [str(i) for i in range(10)], seeds=[0])
+    assert auc.height == 1 and auc["status"][0].startswith("probe undefined: one class")
+    assert samples.height == 0

@@ -1,0 +1,172 @@
+"""Real Snakemake runs of the whole workflow in a temp dir, on the real demo models and a small demo config:
+outputs, a no-op rerun, what reruns after a change, and bad input stopping the run with one clear message."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+
+from conftest import REPO
+
+DEMO = REPO / "data" / "demo"
+pytestmark = pytest.mark.slow
+
+
+def small_config(**over) -> dict:
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    for name, path in [("popqa", "popqa/popqa.tsv"), ("triviaqa", "triviaqa/validation.jsonl"),
+                       ("hotpotqa", "hotpotqa/hotpot_dev_distractor_v1.json"), ("nq", "nq/NQ-open.dev.jsonl")]:
+        cfg["datasets"][name] = {"source": {"local": str(DEMO / path)}, "n": 40, "seed": 0}
+    cfg["datasets"]["depthqa"] = {"source": {"local": str(DEMO / "depthqa")}, "n": 5, "seed": 0}
+    for m in cfg["models"].values():
+        m["max_new_tokens"] = 12
+    cfg["depth"]["max_new_tokens"] = 16
+    cfg["pathways"]["probe"] = {"seeds": [0, 1]}
+    cfg["pathways"]["bootstrap"] = {"n": 200}
+    cfg.update(over)
+    return cfg
+
+
+def snakemake(workdir: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
+           "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def write_config(workdir: Path, cfg: dict) -> None:
+    (workdir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory, demo_models_root):
+    workdir = tmp_path_factory.mktemp("wf")
+    (workdir / "resources" / "models").mkdir(parents=True)
+    for name in ("smollm2-135m", "gemma3-270m"):  # the session's prepared snapshots: no second conversion
+        shutil.copytree(demo_models_root / name, workdir / "resources" / "models" / name, symlinks=True,
+                        copy_function=os.link if _same_fs(demo_models_root, workdir) else shutil.copy2)
+    write_config(workdir, small_config())
+    proc = snakemake(workdir)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return workdir
+
+
+def _same_fs(a: Path, b: Path) -> bool:
+    return a.stat().st_dev == b.stat().st_dev
+
+
+def test_outputs(demo_run):
+    res = demo_run / "results" / "demo"
+    acc = pl.read_csv(res / "tables" / "accuracy.tsv", separator="\t")
+    assert acc.height == 8 and (acc["n"] == 40).all()
+    assert acc["n_correct"].sum() > 0
+    summary = pl.read_parquet(res / "tables" / "pathways_summary.parquet")
+    assert set(summary["anchor"].unique()) <= {"Q-Anchored", "A-Anchored"} and summary.height > 0
+    dropped = pl.read_csv(res / "tables" / "dropped_samples.tsv", separator="\t")
+    assert "kept" in dropped["reason"].to_list()
+    for fig in ("pathways_smollm2-135m__gemma3-270m", "probe_auc_smollm2-135m__gemma3-270m", "depth_mink_boxes",
+                "depth_score_gap_density"):
+        for ext in ("png", "pdf"):
+            assert (res / "figures" / f"{fig}.{ext}").stat().st_size > 10_000
+    clean = __import__("numpy").load(res / "pathways" / "gemma3-270m" / "nq" / "resid_clean.npy")
+    assert clean.dtype == "float16" and clean.shape[1:] == (18, 640)
+    per_q = pl.read_parquet(res / "tables" / "depth_per_question.parquet")
+    assert {"mink_10", "mink_20", "mink_30", "minkpp_20", "score"} <= set(per_q.columns)
+    assert (res / "logs" / "generate_answers" / "gemma3-270m" / "nq.log").exists()
+    assert (res / "benchmarks" / "extract_pathways" / "gemma3-270m" / "nq.tsv").exists()
+
+
+def test_second_run_does_nothing(demo_run):
+    proc = snakemake(demo_run, "-n")
+    assert proc.returncode == 0
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def _planned(proc) -> dict[str, int]:
+    out = proc.stdout + proc.stderr
+    jobs, table = {}, False
+    for line in out.splitlines():
+        if line.startswith("job ") and "count" in line:
+            table = True
+            continue
+        if table:
+            parts = line.split()
+            if len(parts) == 2 and parts[1].isdigit() and parts[0] != "total":
+                jobs[parts[0]] = int(parts[1])
+            elif parts and parts[0] == "total":
+                break
+    return jobs
+
+
+def test_changing_one_dataset_n_reruns_only_that_dataset(demo_run, tmp_path):
+    cfg = small_config()
+    cfg["datasets"]["nq"]["n"] = 30
+    write_config(demo_run, cfg)
+    try:
+        jobs = _planned(snakemake(demo_run, "-n"))
+    finally:
+        write_config(demo_run, small_config())
+    assert jobs.get("download_dataset") == 1
+    assert jobs.get("generate_answers") == 2 and jobs.get("extract_pathways") == 2
+    assert "score_mink" not in jobs and "prepare_model" not in jobs
+
+
+def test_changing_max_new_tokens_reruns_only_that_model(demo_run):
+    cfg = small_config()
+    cfg["models"]["gemma3-270m"]["max_new_tokens"] = 10
+    write_config(demo_run, cfg)
+    try:
+        proc = snakemake(demo_run, "-n")
+        jobs = _planned(proc)
+    finally:
+        write_config(demo_run, small_config())
+    assert jobs.get("generate_answers") == 4  # gemma × 4 QA sets
+    assert "download_dataset" not in jobs and "prepare_model" not in jobs and "score_mink" not in jobs
+    assert "smollm2-135m" not in "\n".join(l for l in proc.stdout.splitlines() if l.strip().startswith("output:")
+                                           and "answers/" in l)
+
+
+@pytest.mark.parametrize("mutate,message", [
+    (lambda c: c["pathways"].update({"knockot": {}}), "knockot"),
+    (lambda c: c["models"]["gemma3-270m"].update({"batch_size": "big"}), "batch_size"),
+    (lambda c: c["figures"].update({"pathways": [["smollm2-135m", "llama-9000"]]}), "llama-9000"),
+    (lambda c: c["datasets"].update({"squad": c["datasets"]["nq"]}), "squad"),
+])
+def test_bad_config_stops_before_any_job(tmp_path, mutate, message):
+    cfg = small_config()
+    mutate(cfg)
+    write_config(tmp_path, cfg)
+    proc = snakemake(tmp_path, "-n", timeout=120)
+    assert proc.returncode != 0
+    assert message in proc.stderr + proc.stdout
+    assert not (tmp_path / "results").exists()
+
+
+def test_missing_local_file_fails_clearly_without_partial_output(tmp_path):
+    cfg = small_config()
+    cfg["datasets"]["nq"]["source"]["local"] = str(tmp_path / "missing.jsonl")
+    write_config(tmp_path, cfg)
+    proc = snakemake(tmp_path, str(Path("results/demo/data/nq.parquet")), timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "dataset 'nq'" in out and "missing.jsonl" in out
+    assert not (tmp_path / "results" / "demo" / "data" / "nq.parquet").exists()
+
+
+def test_model_directory_without_weights(tmp_path):
+    (tmp_path / "empty_model").mkdir()
+    (tmp_path / "empty_model" / "config.json").write_text("{}")
+    cfg = small_config()
+    cfg["models"]["broken"] = {"source": {"local": str(tmp_path / "empty_model")}}
+    write_config(tmp_path, cfg)
+    proc = snakemake(tmp_path, "resources/models/broken", timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "model 'broken'" in out and "no config.json or no weights" in out
+    assert not (tmp_path / "resources" / "models" / "broken").exists()

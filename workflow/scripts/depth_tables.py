@@ -1,0 +1,40 @@
+import polars as pl
+
+from truthflow import runlog
+from truthflow.depth import (
+    check_graph,
+    d3_mink_by_group,
+    depthwise_average,
+    memorization_split,
+    pooled_by_depth,
+    score_gaps,
+)
+
+
+def main(sm):
+    questions = pl.read_parquet(sm.input.questions)
+    nodes = pl.read_parquet(sm.input.nodes)
+    if nodes.height:
+        check_graph(nodes, questions)
+    mink = pl.concat([pl.read_parquet(p) for p in sm.input.mink], how="diagonal_relaxed")
+    scores = pl.concat([pl.read_parquet(p).select("model", "qid", "score", "reason") for p in sm.input.scores])
+    per_question = mink.join(scores, on=["model", "qid"], how="left")
+    k = sm.params.k_plot
+    depthwise = depthwise_average(per_question, nodes, k)
+    gaps, excluded = score_gaps(per_question, nodes)
+    m = sm.params.memorization
+    subsets = memorization_split(gaps, d3_mink_by_group(depthwise), m["lower_quantile"], m["upper_quantile"])
+    pooled = pooled_by_depth(per_question, k)
+    print(f"{nodes['group'].n_unique() if nodes.height else 0} groups; {excluded} excluded from the score gap",
+          flush=True)
+    if excluded:
+        print(gaps.filter(pl.col("excluded").is_not_null()).group_by("excluded").len(), flush=True)
+    print(pooled, flush=True)
+    runlog.write_parquet(per_question, sm.output.per_question)
+    runlog.write_parquet(depthwise, sm.output.depthwise)
+    runlog.write_parquet(gaps, sm.output.gaps)
+    runlog.write_parquet(subsets, sm.output.subsets)
+    runlog.write_tsv(pooled, sm.output.pooled)
+
+
+runlog.run(snakemake, main)  # noqa: F821
