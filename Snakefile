@@ -1,25 +1,48 @@
 # truthflow: reproduce the Two Pathways (attention knockout) and DepthQA (MIN-K%) figures end to end.
 # Usage: snakemake --cores 8   (config.yaml: offline demo; configs/paper-*.yaml: the papers)
+import re
+
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
 
 
-configfile: "config.yaml"
+# the embedded demo is the default; a --configfile replaces it instead of being merged into it
+if not workflow.overwrite_configfiles:
+
+    configfile: "config.yaml"
 
 
 validate(config, "workflow/schemas/config.schema.yaml", set_default=True)
 
 
 include: "workflow/rules/common.smk"
+
+
+wildcard_constraints:
+    model="|".join(map(re.escape, MODELS)) if MODELS else "NONE",
+    dataset="popqa|triviaqa|hotpotqa|nq",
+
+
 include: "workflow/rules/data.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/generate.smk"
 include: "workflow/rules/pathways.smk"
 include: "workflow/rules/depth.smk"
+include: "workflow/rules/report.smk"
+
+
+report: "workflow/report/workflow.rst"
+
+
+onstart:
+    try:
+        check_gated_tokens()
+    except TruthflowError as exc:
+        raise WorkflowError(str(exc))
 
 
 rule all:
+    default_target: True
     input:
         all_targets(),
-    default_target: True

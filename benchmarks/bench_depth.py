@@ -32,15 +32,22 @@ def bench(lm, label, texts, prompts, batch, max_new, chat):
     t0 = time.perf_counter()
     mink.score_texts(lm, texts, [10, 20, 30], batch, desc=f"min-k% {label}")
     dt = time.perf_counter() - t0
-    print(f"{label}: score_mink {len(texts)} questions in {dt:.1f} s = {len(texts) / dt:,.1f} questions/s; "
-          f"peak {peak_mb():,.0f} MiB", flush=True)
+    print(
+        f"{label}: score_mink {len(texts)} questions in {dt:.1f} s = {len(texts) / dt:,.1f} questions/s; "
+        f"peak {peak_mb():,.0f} MiB",
+        flush=True,
+    )
     t0 = time.perf_counter()
-    out = generation.generate_answers(lm, prompts, batch, max_new, stop_at_newline=not chat, chat=chat,
-                                      desc=f"answer {label}")
+    out = generation.generate_answers(
+        lm, prompts, batch, max_new, stop_at_newline=not chat, chat=chat, desc=f"answer {label}"
+    )
     dt = time.perf_counter() - t0
     n_tok = sum(o["n_new_tokens"] for o in out)
-    print(f"{label}: answer_depthqa {len(prompts)} answers, {n_tok} new tokens in {dt:.1f} s = "
-          f"{n_tok / dt:,.1f} new tokens/s; peak {peak_mb():,.0f} MiB", flush=True)
+    print(
+        f"{label}: answer_depthqa {len(prompts)} answers, {n_tok} new tokens in {dt:.1f} s = "
+        f"{n_tok / dt:,.1f} new tokens/s; peak {peak_mb():,.0f} MiB",
+        flush=True,
+    )
 
 
 def main():

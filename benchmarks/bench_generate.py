@@ -38,8 +38,11 @@ def run(lm, prompts, batch, max_new, chat, label, encode=None):
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     n_tok = sum(o["n_new_tokens"] for o in out)
-    print(f"{label}: {len(prompts)} prompts, batch {batch}, {n_tok} new tokens in {dt:.1f} s = "
-          f"{n_tok / dt:,.0f} new tokens/s; peak memory {peak_mb():,.0f} MiB", flush=True)
+    print(
+        f"{label}: {len(prompts)} prompts, batch {batch}, {n_tok} new tokens in {dt:.1f} s = "
+        f"{n_tok / dt:,.0f} new tokens/s; peak memory {peak_mb():,.0f} MiB",
+        flush=True,
+    )
 
 
 def main():

@@ -96,13 +96,17 @@ def bench(lm, label, n, length, batch, naive_n):
     n_layers = len(decoder_layers(lm.model))
     print(f"{label}: {n} samples x {length} tokens, {n_layers} layers, batch {batch}")
     print(f"  one clean pass (all hidden states): {t_clean:.2f} s = {n / t_clean:,.1f} samples/s")
-    print(f"  one-pass sweep (clean + knockout):   {t_sweep:.2f} s = {n / t_sweep:,.1f} samples/s "
-          f"= {t_sweep / t_clean:.2f}x one clean pass")
+    print(
+        f"  one-pass sweep (clean + knockout):   {t_sweep:.2f} s = {n / t_sweep:,.1f} samples/s "
+        f"= {t_sweep / t_clean:.2f}x one clean pass"
+    )
     if naive_n:
         m = min(naive_n, n)
         t_naive = timed(naive_loop, lm, seqs[:m], probe[:m], blocks[:m], batch) * n / m
-        print(f"  naive per-layer loop (L+1 passes):   {t_naive:.2f} s = {n / t_naive:,.1f} samples/s "
-              f"= {t_naive / t_clean:.2f}x one clean pass (timed on {m} samples)")
+        print(
+            f"  naive per-layer loop (L+1 passes):   {t_naive:.2f} s = {n / t_naive:,.1f} samples/s "
+            f"= {t_naive / t_clean:.2f}x one clean pass (timed on {m} samples)"
+        )
     print(f"  peak memory: {peak_mb():,.0f} MiB", flush=True)
 
 
@@ -119,12 +123,24 @@ def main():
     if args.shape:
         from shapes import random_model
 
-        bench(random_model(args.shape), f"{args.shape} (random weights, bf16, sdpa)", args.n, args.length,
-              args.batch, args.naive_n)
+        bench(
+            random_model(args.shape),
+            f"{args.shape} (random weights, bf16, sdpa)",
+            args.n,
+            args.length,
+            args.batch,
+            args.naive_n,
+        )
         return
     for name in args.models:
-        bench(load_model(Path("resources/models") / name, "float32"), f"{name} (cpu, fp32)", args.n,
-              args.length, args.batch, args.naive_n)
+        bench(
+            load_model(Path("resources/models") / name, "float32"),
+            f"{name} (cpu, fp32)",
+            args.n,
+            args.length,
+            args.batch,
+            args.naive_n,
+        )
 
 
 if __name__ == "__main__":

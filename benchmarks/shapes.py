@@ -3,15 +3,46 @@
 from __future__ import annotations
 
 SHAPES = {
-    "llama-3.2-1b": ("llama", dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-                                   num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
-                                   rope_theta=500000.0, tie_word_embeddings=True, max_position_embeddings=4096)),
-    "llama-3-8b": ("llama", dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                                 num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
-                                 rope_theta=500000.0, max_position_embeddings=4096)),
-    "qwen3-8b": ("qwen3", dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
-                               num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=151936,
-                               max_position_embeddings=4096)),
+    "llama-3.2-1b": (
+        "llama",
+        dict(
+            hidden_size=2048,
+            intermediate_size=8192,
+            num_hidden_layers=16,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            vocab_size=128256,
+            rope_theta=500000.0,
+            tie_word_embeddings=True,
+            max_position_embeddings=4096,
+        ),
+    ),
+    "llama-3-8b": (
+        "llama",
+        dict(
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            vocab_size=128256,
+            rope_theta=500000.0,
+            max_position_embeddings=4096,
+        ),
+    ),
+    "qwen3-8b": (
+        "qwen3",
+        dict(
+            hidden_size=4096,
+            intermediate_size=12288,
+            num_hidden_layers=36,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=128,
+            vocab_size=151936,
+            max_position_embeddings=4096,
+        ),
+    ),
 }
 
 

@@ -4,11 +4,10 @@ import json
 
 import polars as pl
 import pytest
+from conftest import REPO
 
 from truthflow.data import load_depthqa, load_qa, sample_indices
 from truthflow.errors import TruthflowError
-
-from conftest import REPO
 
 DEMO = REPO / "data" / "demo"
 
@@ -17,10 +16,15 @@ def local(path, **extra):
     return {"source": {"local": str(path), **extra}, "n": None, "seed": 0}
 
 
-@pytest.mark.parametrize("name,path", [
-    ("popqa", "popqa/popqa.tsv"), ("triviaqa", "triviaqa/validation.jsonl"),
-    ("hotpotqa", "hotpotqa/hotpot_dev_distractor_v1.json"), ("nq", "nq/NQ-open.dev.jsonl"),
-])
+@pytest.mark.parametrize(
+    "name,path",
+    [
+        ("popqa", "popqa/popqa.tsv"),
+        ("triviaqa", "triviaqa/validation.jsonl"),
+        ("hotpotqa", "hotpotqa/hotpot_dev_distractor_v1.json"),
+        ("nq", "nq/NQ-open.dev.jsonl"),
+    ],
+)
 def test_demo_sets_load(name, path):
     df, report = load_qa(name, local(DEMO / path))
     assert df.height >= 100 and report["kept"] == df.height
@@ -80,16 +84,18 @@ def test_real_popqa_full_schema(shared_real):
 
 
 def test_real_popqa_renamed_fields(shared_real):
-    spec = local(shared_real / "popqa/model_collaboration/popqa.json", field="test",
-                 columns={"question": "input", "possible_answers": "output"})
+    spec = local(
+        shared_real / "popqa/model_collaboration/popqa.json",
+        field="test",
+        columns={"question": "input", "possible_answers": "output"},
+    )
     df, _ = load_qa("popqa", spec)
     assert df.height == 1000 and df["id"].n_unique() == 1000
     assert all(isinstance(a, list) and a for a in df["answers"].to_list())
 
 
 def test_real_triviaqa_llm_foundry(shared_real):
-    spec = local(shared_real / "triviaqa/llm-foundry/triviaqa_sm_sub.jsonl",
-                 columns={"question": "context"})
+    spec = local(shared_real / "triviaqa/llm-foundry/triviaqa_sm_sub.jsonl", columns={"question": "context"})
     df, _ = load_qa("triviaqa", spec)
     assert df.height == 3000
     assert not any(q.startswith("Question:") or q.endswith("Answer:") for q in df["question"])
@@ -104,15 +110,18 @@ def test_real_triviaqa_official_layout(shared_real):
 def test_real_hotpotqa_both_files(shared_real):
     amor, _ = load_qa("hotpotqa", local(shared_real / "hotpotqa/amor/test.json"))  # JSONL despite .json
     assert amor.height == 500 and amor.filter(pl.col("type") == "comparison").height == 129
-    prefix, _ = load_qa("hotpotqa", local(shared_real / "hotpotqa/hotpot_fork_prefix/"
-                                          "hotpot_dev_distractor_v1.first53.json"))
+    prefix, _ = load_qa(
+        "hotpotqa", local(shared_real / "hotpotqa/hotpot_fork_prefix/hotpot_dev_distractor_v1.first53.json")
+    )
     assert prefix.height == 53
     assert prefix["question"][0] == "Were Scott Derrickson and Ed Wood of the same nationality?"
     assert prefix["answers"][0].to_list() == ["yes"]
 
 
 def test_real_depthqa_questions_without_graph(shared_real):
-    questions, nodes, report = load_depthqa(local(shared_real / "depthqa/outputs/inference/llama3_8b_zero-shot.json"))
+    questions, nodes, report = load_depthqa(
+        local(shared_real / "depthqa/outputs/inference/llama3_8b_zero-shot.json")
+    )
     assert questions.height == 1571 and nodes.height == 0
     counts = dict(questions.group_by("depth").len().iter_rows())
     assert counts == {1: 1121, 2: 359, 3: 91}

@@ -4,13 +4,16 @@ from truthflow.exact_tokens import locate, question_spans, short_answer_span
 from truthflow.generation import build_prompt, encode_prompt
 
 
-@pytest.mark.parametrize("answer,expected", [
-    ("The capital of France is Paris.", "Paris"),
-    ("Paris", "Paris"),
-    ("It is Barack Obama, the 44th president.", "Barack Obama"),
-    ("The answer is: 42\nsome more", "42"),
-    ('"Hamlet"', "Hamlet"),
-])
+@pytest.mark.parametrize(
+    "answer,expected",
+    [
+        ("The capital of France is Paris.", "Paris"),
+        ("Paris", "Paris"),
+        ("It is Barack Obama, the 44th president.", "Barack Obama"),
+        ("The answer is: 42\nsome more", "42"),
+        ('"Hamlet"', "Hamlet"),
+    ],
+)
 def test_short_answer_span(answer, expected):
     s, e = short_answer_span(answer)
     assert answer[s:e] == expected
@@ -22,8 +25,10 @@ def test_short_answer_span_empty():
 
 def test_question_spans_popqa_and_others():
     q = "What is George Rankin's occupation?"
-    assert [q[s:e] for s, e in question_spans(q, "popqa", "George Rankin", "occupation")] == \
-        ["George Rankin", "occupation"]
+    assert [q[s:e] for s, e in question_spans(q, "popqa", "George Rankin", "occupation")] == [
+        "George Rankin",
+        "occupation",
+    ]
     q = "Which country is the birthplace of the composer of the opera Carmen?"
     assert [q[s:e] for s, e in question_spans(q, "hotpotqa")] == ["Carmen"]
     q = "Are the Eiffel Tower and the Statue of Liberty in the same country?"
@@ -43,8 +48,9 @@ def test_locate_maps_spans_to_tokens(smollm):
     answer_ids = tok(" The capital of France is Paris.", add_special_tokens=False)["input_ids"]
     answer = tok.decode(answer_ids).strip()
     s = answer.index("Paris")
-    eq, ea, qpos, reason = locate(tok, prompt, prompt_ids, True, question, question_spans(question, "triviaqa"),
-                                  answer_ids, (s, s + 5))
+    eq, ea, qpos, reason = locate(
+        tok, prompt, prompt_ids, True, question, question_spans(question, "triviaqa"), answer_ids, (s, s + 5)
+    )
     assert reason is None
     seq = prompt_ids + answer_ids
     assert tok.decode([seq[i] for i in eq]).strip() == "France"

@@ -43,7 +43,11 @@ def _case(lm):
     prompt = lm.tokenizer("Q: What is the capital of France?\nA:")["input_ids"]
     answer = lm.tokenizer(" Paris", add_special_tokens=False)["input_ids"]
     seq = prompt + answer
-    eq = [i for i, t in enumerate(seq) if "France" in lm.tokenizer.decode([t]) or "capital" in lm.tokenizer.decode([t])]
+    eq = [
+        i
+        for i, t in enumerate(seq)
+        if "France" in lm.tokenizer.decode([t]) or "capital" in lm.tokenizer.decode([t])
+    ]
     assert eq
     return seq, len(seq) - 1, eq
 
@@ -55,8 +59,16 @@ def test_one_pass_equals_per_layer_reference(model, mode, request):
     lm = request.getfixturevalue(model)
     seq, probe, eq = _case(lm)
     short = seq[:-2]  # a shorter second row exercises the padding folded into the mask
-    clean, ko = resid_sweep(lm, [seq, short], [probe, len(short) - 1], [eq, eq], batch_size=2, mode=mode,
-                            window=9, out_dtype=np.float32)
+    clean, ko = resid_sweep(
+        lm,
+        [seq, short],
+        [probe, len(short) - 1],
+        [eq, eq],
+        batch_size=2,
+        mode=mode,
+        window=9,
+        out_dtype=np.float32,
+    )
     ref_clean, ref_ko = per_layer_reference(lm, seq, probe, eq, mode=mode, window=9)
     n_layers = lm.info["n_layers"]
     assert ko.shape == (2, n_layers, lm.info["hidden_size"])

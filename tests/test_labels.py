@@ -1,6 +1,6 @@
-from truthflow.labels import is_refusal, label_frame, match_alias, normalize_text, normalized_words
-
 import polars as pl
+
+from truthflow.labels import is_refusal, label_frame, match_alias, normalize_text, normalized_words
 
 
 def test_normalize_hand_cases():

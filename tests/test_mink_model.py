@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -23,7 +21,6 @@ K_GRID = [10, 20, 30]
 @pytest.mark.slow
 def test_score_texts_equals_unbatched_forward(smollm) -> None:
     from truthflow.mink import encode_for_scoring
-    from truthflow.models import load_model
 
     lm = smollm
     table = score_texts(lm, TEXTS, K_GRID, batch_size=3)

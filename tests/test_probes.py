@@ -12,8 +12,10 @@ def test_delta_p_hand_case():
 
 def test_anchor_split_per_layer_and_fixed():
     flipped = np.array([[False, True, True], [False, False, True]])
-    assert anchors(flipped).tolist() == [["A-Anchored", "Q-Anchored", "Q-Anchored"],
-                                         ["A-Anchored", "A-Anchored", "Q-Anchored"]]
+    assert anchors(flipped).tolist() == [
+        ["A-Anchored", "Q-Anchored", "Q-Anchored"],
+        ["A-Anchored", "A-Anchored", "Q-Anchored"],
+    ]
     assert anchors(flipped, "fixed_layer", 2).tolist() == [["Q-Anchored"] * 3, ["A-Anchored"] * 3]
     with pytest.raises(ValueError):
         anchors(flipped, "fixed_layer", 4)
@@ -28,8 +30,13 @@ def test_bootstrap_is_seeded_and_sane():
 
 
 def test_summarize_hand_case():
-    df = pl.DataFrame({"anchor": ["Q-Anchored", "Q-Anchored", "A-Anchored"], "layer": [1, 1, 1],
-                       "delta_p": [-10.0, -30.0, 2.0]})
+    df = pl.DataFrame(
+        {
+            "anchor": ["Q-Anchored", "Q-Anchored", "A-Anchored"],
+            "layer": [1, 1, 1],
+            "delta_p": [-10.0, -30.0, 2.0],
+        }
+    )
     s = summarize(df, n_boot=200, seed=0)
     q = s.filter(pl.col("anchor") == "Q-Anchored").row(0, named=True)
     assert q["n"] == 2 and q["mean_delta_p"] == -20.0 and -30.0 <= q["ci_low"] <= q["ci_high"] <= -10.0
@@ -40,7 +47,7 @@ def test_probes_on_separable_data_and_knockout():
     n, layers, d = 60, 3, 5
     labels = np.array([0, 1] * (n // 2))
     clean = rng.normal(size=(n, layers, d)).astype(np.float16)
-    clean[:, :, 0] += (labels[:, None] * 6 - 3)  # class signal in feature 0
+    clean[:, :, 0] += labels[:, None] * 6 - 3  # class signal in feature 0
     ko = clean.copy()
     ko[:, 2, 0] = 0.0  # the knockout erases the signal at layer 3 only
     auc, samples = run_probes(clean, ko, labels, [f"s{i}" for i in range(n)], seeds=[0, 1], test_size=0.25)
@@ -53,7 +60,12 @@ def test_probes_on_separable_data_and_knockout():
 def test_one_class_labels_give_probe_undefined_row():
     assert "one class" in probe_undefined_reason(np.ones(10), 0.2)
     assert "too few" in probe_undefined_reason(np.array([1] * 9 + [0]), 0.2)
-    auc, samples = run_probes(np.zeros((10, 2, 3)), np.zeros((10, 2, 3)), np.ones(10, dtype=int),
-                              [str(i) for i in range(10)], seeds=[0])
+    auc, samples = run_probes(
+        np.zeros((10, 2, 3)),
+        np.zeros((10, 2, 3)),
+        np.ones(10, dtype=int),
+        [str(i) for i in range(10)],
+        seeds=[0],
+    )
     assert auc.height == 1 and auc["status"][0].startswith("probe undefined: one class")
     assert samples.height == 0

@@ -3,63 +3,13 @@ outputs, a no-op rerun, what reruns after a change, and bad input stopping the r
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
-import yaml
+from conftest import small_config, snakemake, write_config
 
-from conftest import REPO
-
-DEMO = REPO / "data" / "demo"
 pytestmark = pytest.mark.slow
-
-
-def small_config(**over) -> dict:
-    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
-    for name, path in [("popqa", "popqa/popqa.tsv"), ("triviaqa", "triviaqa/validation.jsonl"),
-                       ("hotpotqa", "hotpotqa/hotpot_dev_distractor_v1.json"), ("nq", "nq/NQ-open.dev.jsonl")]:
-        cfg["datasets"][name] = {"source": {"local": str(DEMO / path)}, "n": 40, "seed": 0}
-    cfg["datasets"]["depthqa"] = {"source": {"local": str(DEMO / "depthqa")}, "n": 5, "seed": 0}
-    for m in cfg["models"].values():
-        m["max_new_tokens"] = 12
-    cfg["depth"]["max_new_tokens"] = 16
-    cfg["pathways"]["probe"] = {"seeds": [0, 1]}
-    cfg["pathways"]["bootstrap"] = {"n": 200}
-    cfg.update(over)
-    return cfg
-
-
-def snakemake(workdir: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
-           "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def write_config(workdir: Path, cfg: dict) -> None:
-    (workdir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-
-
-@pytest.fixture(scope="module")
-def demo_run(tmp_path_factory, demo_models_root):
-    workdir = tmp_path_factory.mktemp("wf")
-    (workdir / "resources" / "models").mkdir(parents=True)
-    for name in ("smollm2-135m", "gemma3-270m"):  # the session's prepared snapshots: no second conversion
-        shutil.copytree(demo_models_root / name, workdir / "resources" / "models" / name, symlinks=True,
-                        copy_function=os.link if _same_fs(demo_models_root, workdir) else shutil.copy2)
-    write_config(workdir, small_config())
-    proc = snakemake(workdir)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return workdir
-
-
-def _same_fs(a: Path, b: Path) -> bool:
-    return a.stat().st_dev == b.stat().st_dev
 
 
 def test_outputs(demo_run):
@@ -71,8 +21,12 @@ def test_outputs(demo_run):
     assert set(summary["anchor"].unique()) <= {"Q-Anchored", "A-Anchored"} and summary.height > 0
     dropped = pl.read_csv(res / "tables" / "dropped_samples.tsv", separator="\t")
     assert "kept" in dropped["reason"].to_list()
-    for fig in ("pathways_smollm2-135m__gemma3-270m", "probe_auc_smollm2-135m__gemma3-270m", "depth_mink_boxes",
-                "depth_score_gap_density"):
+    for fig in (
+        "pathways_smollm2-135m__gemma3-270m",
+        "probe_auc_smollm2-135m__gemma3-270m",
+        "depth_mink_boxes",
+        "depth_score_gap_density",
+    ):
         for ext in ("png", "pdf"):
             assert (res / "figures" / f"{fig}.{ext}").stat().st_size > 10_000
     clean = __import__("numpy").load(res / "pathways" / "gemma3-270m" / "nq" / "resid_clean.npy")
@@ -129,16 +83,20 @@ def test_changing_max_new_tokens_reruns_only_that_model(demo_run):
         write_config(demo_run, small_config())
     assert jobs.get("generate_answers") == 4  # gemma × 4 QA sets
     assert "download_dataset" not in jobs and "prepare_model" not in jobs and "score_mink" not in jobs
-    assert "smollm2-135m" not in "\n".join(l for l in proc.stdout.splitlines() if l.strip().startswith("output:")
-                                           and "answers/" in l)
+    assert "smollm2-135m" not in "\n".join(
+        line for line in proc.stdout.splitlines() if line.strip().startswith("output:") and "answers/" in line
+    )
 
 
-@pytest.mark.parametrize("mutate,message", [
-    (lambda c: c["pathways"].update({"knockot": {}}), "knockot"),
-    (lambda c: c["models"]["gemma3-270m"].update({"batch_size": "big"}), "batch_size"),
-    (lambda c: c["figures"].update({"pathways": [["smollm2-135m", "llama-9000"]]}), "llama-9000"),
-    (lambda c: c["datasets"].update({"squad": c["datasets"]["nq"]}), "squad"),
-])
+@pytest.mark.parametrize(
+    "mutate,message",
+    [
+        (lambda c: c["pathways"].update({"knockot": {}}), "knockot"),
+        (lambda c: c["models"]["gemma3-270m"].update({"batch_size": "big"}), "batch_size"),
+        (lambda c: c["figures"].update({"pathways": [["smollm2-135m", "llama-9000"]]}), "llama-9000"),
+        (lambda c: c["datasets"].update({"squad": c["datasets"]["nq"]}), "squad"),
+    ],
+)
 def test_bad_config_stops_before_any_job(tmp_path, mutate, message):
     cfg = small_config()
     mutate(cfg)
@@ -170,3 +128,24 @@ def test_model_directory_without_weights(tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "model 'broken'" in out and "no config.json or no weights" in out
     assert not (tmp_path / "resources" / "models" / "broken").exists()
+
+
+def test_report_builds_with_comparison_table(demo_run):
+    proc = snakemake(demo_run, "--report", "report.zip", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import zipfile
+
+    with zipfile.ZipFile(demo_run / "report.zip") as z:
+        names = z.namelist()
+        html = "".join(z.read(n).decode("utf-8", "ignore") for n in names if n.endswith(".html"))
+    assert any(n.endswith("published_vs_reproduced.tsv") for n in names)
+    assert any(n.endswith("pathways_smollm2-135m__gemma3-270m.png") for n in names)
+    assert "knockout.mode=cumulative" in html  # captions name the options
+    table = pl.read_csv(demo_run / "results/demo/tables/published_vs_reproduced.tsv", separator="\t")
+    assert set(table["check"]) >= {"Q-Anchored ΔP below A-Anchored", "MIN-K% rises with depth"}
+    assert set(table["verdict"]) <= {
+        "holds",
+        "does not hold",
+        "undefined (an anchor group is empty)",
+        "undefined (a depth is empty)",
+    }

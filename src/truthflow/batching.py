@@ -22,11 +22,14 @@ def _maybe_fake_oom(n: int) -> None:
     if limit and n > int(limit):
         import torch
 
-        raise torch.cuda.OutOfMemoryError(f"CUDA out of memory (injected by {FAKE_OOM_ENV}={limit}, batch {n})")
+        raise torch.cuda.OutOfMemoryError(
+            f"CUDA out of memory (injected by {FAKE_OOM_ENV}={limit}, batch {n})"
+        )
 
 
-def run_batched(order: Sequence[int], batch_size: int, fn: Callable[[list[int]], None], desc: str,
-                unit: str = "sample") -> int:
+def run_batched(
+    order: Sequence[int], batch_size: int, fn: Callable[[list[int]], None], desc: str, unit: str = "sample"
+) -> int:
     """Call fn on consecutive slices of `order`; on OOM halve the batch and retry. Returns the final size."""
     import torch
 

@@ -29,6 +29,11 @@ def fill_entries(config: dict, schema_path: Path = SCHEMA) -> dict:
         src_defaults = _defaults(data_def["source"]["properties"])
         for k, v in src_defaults.items():
             spec["source"].setdefault(k, v)
+    pw = config.setdefault("pathways", {})
+    if pw.get("datasets") is None:
+        pw["datasets"] = [
+            d for d in ("popqa", "triviaqa", "hotpotqa", "nq") if d in config.get("datasets", {})
+        ]
     return config
 
 

@@ -65,8 +65,9 @@ def read_local_records(path: str | Path, fmt: str = "auto", field: str | None = 
     raise TruthflowError(f"'{path}': unknown format '{fmt}'")
 
 
-def load_hub_records(hub: str, config: str | None, split: str, revision: str | None, n: int | None,
-                     seed: int, label: str) -> list[dict]:
+def load_hub_records(
+    hub: str, config: str | None, split: str, revision: str | None, n: int | None, seed: int, label: str
+) -> list[dict]:
     import datasets
 
     last: Exception | None = None
@@ -187,8 +188,9 @@ def normalize(name: str, records: list[dict]) -> list[dict]:
         elif name == "triviaqa":
             ans = rec.get("answer") if rec.get("answer") is not None else rec.get("Answer")
             if isinstance(ans, dict):
-                aliases = (_as_list(ans.get("aliases") or ans.get("Aliases"))
-                           + _as_list(ans.get("normalized_aliases") or ans.get("NormalizedAliases")))
+                aliases = _as_list(ans.get("aliases") or ans.get("Aliases")) + _as_list(
+                    ans.get("normalized_aliases") or ans.get("NormalizedAliases")
+                )
                 value = ans.get("value") or ans.get("Value")
             else:  # flat copies: answer = value, aliases in their own column
                 aliases, value = _as_list(rec.get("aliases")), ans
@@ -202,8 +204,9 @@ def normalize(name: str, records: list[dict]) -> list[dict]:
             row = {
                 "id": str(rec.get("_id") or rec.get("id") or f"hotpotqa-{i}"),
                 "question": str(rec["question"]).strip(),
-                "answers": _dedup(_as_list(rec["answer"]) if not isinstance(rec["answer"], str)
-                                  else [rec["answer"]]),
+                "answers": _dedup(
+                    _as_list(rec["answer"]) if not isinstance(rec["answer"], str) else [rec["answer"]]
+                ),
                 "type": rec.get("type"),
                 "level": rec.get("level"),
             }
@@ -211,8 +214,9 @@ def normalize(name: str, records: list[dict]) -> list[dict]:
             row = {
                 "id": str(rec.get("id") or f"nq-{i}"),
                 "question": str(rec["question"]).strip(),
-                "answers": _dedup(_as_list(rec["answer"]) if not isinstance(rec["answer"], str)
-                                  else [rec["answer"]]),
+                "answers": _dedup(
+                    _as_list(rec["answer"]) if not isinstance(rec["answer"], str) else [rec["answer"]]
+                ),
             }
         else:
             raise TruthflowError(f"unknown QA dataset '{name}' (known: {', '.join(QA_DATASETS)})")
@@ -248,8 +252,9 @@ def load_qa(name: str, spec: dict) -> tuple[pl.DataFrame, dict]:
         records = [records[i] for i in sample_indices(total, n, seed)]
     elif "hub" in src:
         origin = src["hub"]
-        records = load_hub_records(src["hub"], src.get("config"), src.get("split", "validation"),
-                                   src.get("revision"), n, seed, name)
+        records = load_hub_records(
+            src["hub"], src.get("config"), src.get("split", "validation"), src.get("revision"), n, seed, name
+        )
         records = [_apply_columns(r, src.get("columns") or {}) for r in records]
         _check_columns(name, records, origin)
         total = len(records)
@@ -262,8 +267,13 @@ def load_qa(name: str, spec: dict) -> tuple[pl.DataFrame, dict]:
     df = pl.DataFrame(rows)
     first = ["id", "dataset", "question", "answers"]
     df = df.select(first + [c for c in df.columns if c not in first])
-    report = {"dataset": name, "origin": origin, "available": total, "kept": df.height,
-              "no_gold_answer": len(records) - len(rows)}
+    report = {
+        "dataset": name,
+        "origin": origin,
+        "available": total,
+        "kept": df.height,
+        "no_gold_answer": len(records) - len(rows),
+    }
     return df, report
 
 
@@ -275,15 +285,28 @@ def _depthqa_questions(records: list[dict]) -> pl.DataFrame:
         if qid is None or "question" not in rec:
             raise TruthflowError(f"DepthQA questions need 'qid' and 'question' (got {sorted(rec)[:8]})")
         ref = str(rec.get("answer") or "")
-        rows.append({"id": str(qid), "dataset": "depthqa", "question": str(rec["question"]).strip(),
-                     "answers": [ref] if ref else [], "depth": int(rec["depth"]), "reference_answer": ref,
-                     "domain": rec.get("domain")})
+        rows.append(
+            {
+                "id": str(qid),
+                "dataset": "depthqa",
+                "question": str(rec["question"]).strip(),
+                "answers": [ref] if ref else [],
+                "depth": int(rec["depth"]),
+                "reference_answer": ref,
+                "domain": rec.get("domain"),
+            }
+        )
     return pl.DataFrame(rows, schema_overrides={"answers": pl.List(pl.String), "domain": pl.String})
 
 
-NODES_SCHEMA = {"nodeid": pl.String, "group": pl.String, "depth": pl.Int64,
-                "direct_predecessors": pl.List(pl.String), "direct_successors": pl.List(pl.String),
-                "qid": pl.String}
+NODES_SCHEMA = {
+    "nodeid": pl.String,
+    "group": pl.String,
+    "depth": pl.Int64,
+    "direct_predecessors": pl.List(pl.String),
+    "direct_successors": pl.List(pl.String),
+    "qid": pl.String,
+}
 
 
 def _depthqa_nodes(nodes: list[dict], node_to_q: list[dict]) -> pl.DataFrame:
@@ -291,10 +314,16 @@ def _depthqa_nodes(nodes: list[dict], node_to_q: list[dict]) -> pl.DataFrame:
     rows = []
     for rec in nodes:
         nid = str(rec["nodeid"])
-        rows.append({"nodeid": nid, "group": str(rec.get("group", nid.split("_")[0])), "depth": int(rec["depth"]),
-                     "direct_predecessors": [str(x) for x in rec.get("direct_predecessors") or []],
-                     "direct_successors": [str(x) for x in rec.get("direct_successors") or []],
-                     "qid": n2q.get(nid)})
+        rows.append(
+            {
+                "nodeid": nid,
+                "group": str(rec.get("group", nid.split("_")[0])),
+                "depth": int(rec["depth"]),
+                "direct_predecessors": [str(x) for x in rec.get("direct_predecessors") or []],
+                "direct_successors": [str(x) for x in rec.get("direct_successors") or []],
+                "qid": n2q.get(nid),
+            }
+        )
     return pl.DataFrame(rows, schema=NODES_SCHEMA)
 
 
@@ -304,8 +333,12 @@ def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
     src = spec["source"]
     n, seed = spec.get("n"), int(spec.get("seed", 0))
     if "hub" in src:
-        parts = {c: load_hub_records(src["hub"], c, src.get("split", "test"), src.get("revision"), None, seed,
-                                     "depthqa") for c in DEPTHQA_CONFIGS}
+        parts = {
+            c: load_hub_records(
+                src["hub"], c, src.get("split", "test"), src.get("revision"), None, seed, "depthqa"
+            )
+            for c in DEPTHQA_CONFIGS
+        }
         origin = src["hub"]
     elif "local" in src:
         origin = str(src["local"])
@@ -315,13 +348,18 @@ def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
         parts = {}
         if path.is_dir():
             for c in DEPTHQA_CONFIGS:
-                found = [p for p in sorted(path.glob(f"{c}.*")) if p.suffix in (".jsonl", ".json", ".parquet")]
+                found = [
+                    p for p in sorted(path.glob(f"{c}.*")) if p.suffix in (".jsonl", ".json", ".parquet")
+                ]
                 parts[c] = read_local_records(found[0]) if found else []
             if not parts["questions"]:
                 raise TruthflowError(f"dataset 'depthqa': '{path}' has no questions.jsonl/.json/.parquet")
         else:
-            parts = {"questions": read_local_records(path, src.get("format", "auto"), src.get("field")),
-                     "nodes": [], "node_to_q": []}
+            parts = {
+                "questions": read_local_records(path, src.get("format", "auto"), src.get("field")),
+                "nodes": [],
+                "node_to_q": [],
+            }
     else:
         raise TruthflowError("dataset 'depthqa': source needs 'hub' or 'local'")
     questions = _depthqa_questions(parts["questions"])
@@ -333,6 +371,11 @@ def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
         questions = questions.filter(pl.col("id").is_in(nodes["qid"].drop_nulls().unique().to_list()))
     elif n is not None:
         questions = questions[sample_indices(questions.height, n, seed)]
-    report = {"dataset": "depthqa", "origin": origin, "questions": questions.height, "nodes": nodes.height,
-              "groups": nodes["group"].n_unique() if nodes.height else 0}
+    report = {
+        "dataset": "depthqa",
+        "origin": origin,
+        "questions": questions.height,
+        "nodes": nodes.height,
+        "groups": nodes["group"].n_unique() if nodes.height else 0,
+    }
     return questions, nodes, report

@@ -5,19 +5,33 @@ from __future__ import annotations
 
 import re
 
-STOPWORDS = set("""a an the of in on at to for from by with about as into like through after over between out
+STOPWORDS = set(
+    """a an the of in on at to for from by with about as into like through after over between out
 against during without before under around among is are was were be been being am do does did has have had
 what which who whom whose when where why how that this these those it its it's he she they them his her their
-there here and or but if then than so not no nor too very can will just should would could may might must shall
+there here and or but if then than so not no nor too very can will just should would could may
+might must shall
 name named called one first last many much most more some any each other another same such own only also
-does did doing done i you we us our your my me""".split())
+does did doing done i you we us our your my me""".split()
+)
 
 # PopQA property words as they appear in its question templates (METHOD A4)
 POPQA_PROP_WORDS = {
-    "occupation": ["occupation"], "place of birth": ["born"], "genre": ["genre"], "father": ["father"],
-    "country": ["country"], "producer": ["producer"], "director": ["director"], "capital of": ["capital"],
-    "screenwriter": ["screenwriter"], "composer": ["composer"], "color": ["color", "colour"],
-    "religion": ["religion"], "sport": ["sport"], "author": ["author"], "mother": ["mother"],
+    "occupation": ["occupation"],
+    "place of birth": ["born"],
+    "genre": ["genre"],
+    "father": ["father"],
+    "country": ["country"],
+    "producer": ["producer"],
+    "director": ["director"],
+    "capital of": ["capital"],
+    "screenwriter": ["screenwriter"],
+    "composer": ["composer"],
+    "color": ["color", "colour"],
+    "religion": ["religion"],
+    "sport": ["sport"],
+    "author": ["author"],
+    "mother": ["mother"],
     "capital": ["capital"],
 }
 _LEADING = re.compile(
@@ -60,8 +74,9 @@ def short_answer_span(answer: str) -> tuple[int, int] | None:
     return start, start + len(text)
 
 
-def question_spans(question: str, dataset: str, subj: str | None = None,
-                   prop: str | None = None) -> list[tuple[int, int]]:
+def question_spans(
+    question: str, dataset: str, subj: str | None = None, prop: str | None = None
+) -> list[tuple[int, int]]:
     """Deterministic E_Q: PopQA subject + template property words; others capitalized multi-word spans,
     quoted spans and numbers, else the content words."""
     spans: list[tuple[int, int]] = []
@@ -116,9 +131,16 @@ def answer_token_offsets(tokenizer, answer_ids: list[int]) -> tuple[str, list[tu
     return text, offsets
 
 
-def locate(tokenizer, prompt: str, prompt_ids: list[int], chat: bool, question: str,
-           eq_spans: list[tuple[int, int]], answer_ids: list[int], ea_span_stripped: tuple[int, int] | None
-           ) -> tuple[list[int], list[int], list[int], str | None]:
+def locate(
+    tokenizer,
+    prompt: str,
+    prompt_ids: list[int],
+    chat: bool,
+    question: str,
+    eq_spans: list[tuple[int, int]],
+    answer_ids: list[int],
+    ea_span_stripped: tuple[int, int] | None,
+) -> tuple[list[int], list[int], list[int], str | None]:
     """Map E_Q (question char spans) and E_A (span in the stripped answer) to positions in
     prompt_ids + answer_ids. Returns (eq_positions, ea_positions, question_positions, drop_reason)."""
     enc = tokenizer(prompt, add_special_tokens=not chat, return_offsets_mapping=True)

@@ -33,8 +33,15 @@ def newline_token_ids(tokenizer) -> list[int]:
     return sorted(ids)
 
 
-def generate_answers(lm: LoadedModel, prompts: list[str], batch_size: int, max_new_tokens: int,
-                     stop_at_newline: bool, chat: bool, desc: str = "generate") -> list[dict]:
+def generate_answers(
+    lm: LoadedModel,
+    prompts: list[str],
+    batch_size: int,
+    max_new_tokens: int,
+    stop_at_newline: bool,
+    chat: bool,
+    desc: str = "generate",
+) -> list[dict]:
     """Greedy-decode every prompt; returns, in input order, prompt/answer token ids and the answer text."""
     import torch
 
@@ -67,9 +74,16 @@ def generate_answers(lm: LoadedModel, prompts: list[str], batch_size: int, max_n
             kwargs["cache_implementation"] = "static"
         with torch.inference_mode():
             out = model.generate(
-                input_ids=input_ids.to(device), attention_mask=attention.to(device),
-                max_new_tokens=max_new_tokens, do_sample=False, top_p=None, top_k=None, temperature=None,
-                pad_token_id=pad_id, eos_token_id=stop_list, **kwargs,
+                input_ids=input_ids.to(device),
+                attention_mask=attention.to(device),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                top_p=None,
+                top_k=None,
+                temperature=None,
+                pad_token_id=pad_id,
+                eos_token_id=stop_list,
+                **kwargs,
             )
         new = out[:, width:].tolist()
         for row, i in enumerate(idx):

@@ -76,8 +76,9 @@ class LayerMasks:
 
     def __init__(self, layers: Sequence[torch.nn.Module]):
         self.masks: dict[int, torch.Tensor] = {}
-        self.handles = [layer.register_forward_pre_hook(self._hook(i), with_kwargs=True)
-                        for i, layer in enumerate(layers)]
+        self.handles = [
+            layer.register_forward_pre_hook(self._hook(i), with_kwargs=True) for i, layer in enumerate(layers)
+        ]
 
     def _hook(self, i: int):
         def hook(_mod, args, kwargs):
@@ -111,12 +112,24 @@ def _block_tensor(blocks: list[list[int]], shape, device) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def resid_sweep(lm: LoadedModel, seqs: list[list[int]], probe_pos: list[int], blocks: list[list[int]],
-                batch_size: int, mode: str = "cumulative", window: int = 9, desc: str = "knockout",
-                out_dtype=np.float16) -> tuple[np.ndarray, np.ndarray]:
+def resid_sweep(
+    lm: LoadedModel,
+    seqs: list[list[int]],
+    probe_pos: list[int],
+    blocks: list[list[int]],
+    batch_size: int,
+    mode: str = "cumulative",
+    window: int = 9,
+    desc: str = "knockout",
+    out_dtype=np.float16,
+    out: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Residual stream after every layer at probe_pos, clean and knocked out. Returns two float16 arrays
-    [N, L, D] (float16 on disk): resid_clean and resid_ko (cumulative: one pass, block in all layers; window: Geva's
-    window of `window` layers centred on k, of which layers <= k matter, one truncated pass per k)."""
+    [N, L, D] (float16 on disk): resid_clean and resid_ko (cumulative: one pass, block in all layers;
+    window: Geva's
+    window of `window` layers centred on k, of which layers <= k matter, one truncated pass per k).
+    `out` may pass two preallocated arrays, e.g. np.lib.format.open_memmap files, so that a dataset of any
+    size streams to disk batch by batch with bounded memory."""
     model = lm.model
     layers = decoder_layers(model)
     n_layers = len(layers)
@@ -125,8 +138,13 @@ def resid_sweep(lm: LoadedModel, seqs: list[list[int]], probe_pos: list[int], bl
     dtype = next(model.parameters()).dtype
     pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
     hidden = model.config.get_text_config().hidden_size
-    clean = np.zeros((len(seqs), n_layers, hidden), dtype=out_dtype)
-    ko = np.zeros_like(clean)
+    if out is None:
+        clean = np.zeros((len(seqs), n_layers, hidden), dtype=out_dtype)
+        ko = np.zeros_like(clean)
+    else:
+        clean, ko = out
+        if clean.shape != (len(seqs), n_layers, hidden) or ko.shape != clean.shape:
+            raise ValueError(f"out arrays must have shape {(len(seqs), n_layers, hidden)}")
     # probe position is the last token we need: drop everything after it
     seqs = [s[: p + 1] for s, p in zip(seqs, probe_pos, strict=True)]
     order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
@@ -140,12 +158,14 @@ def resid_sweep(lm: LoadedModel, seqs: list[list[int]], probe_pos: list[int], bl
         cap.positions = torch.tensor([probe_pos[i] for i in idx])
         try:
             base(input_ids=ids, attention_mask=clean_mask, use_cache=False)
-            clean[idx] = cap.stacked().numpy().astype(out_dtype)
+            clean[idx] = cap.stacked().numpy().astype(clean.dtype)
             if mode == "cumulative":
                 base(input_ids=ids, attention_mask=ko_mask, use_cache=False)
-                ko[idx] = cap.stacked().numpy().astype(out_dtype)
+                ko[idx] = cap.stacked().numpy().astype(clean.dtype)
             else:
-                ko[idx] = _window_passes(base, layers, cap, ids, clean_mask, ko_mask, window).astype(out_dtype)
+                ko[idx] = _window_passes(base, layers, cap, ids, clean_mask, ko_mask, window).astype(
+                    clean.dtype
+                )
         finally:
             cap.remove()
 
@@ -166,8 +186,10 @@ def _window_passes(base, layers, cap: ResidCapture, ids, clean_mask, ko_mask, wi
     per_layer = LayerMasks(layers)
     try:
         for k in range(n_layers):
-            per_layer.masks = {j: (ko_mask if j in window_layers(k, window, n_layers) else clean_mask)
-                               for j in range(n_layers)}
+            per_layer.masks = {
+                j: (ko_mask if j in window_layers(k, window, n_layers) else clean_mask)
+                for j in range(n_layers)
+            }
             cap.stop_after = k  # layers above k do not change layer k: stop the pass there
             try:
                 base(input_ids=ids, attention_mask=clean_mask, use_cache=False)
@@ -181,8 +203,9 @@ def _window_passes(base, layers, cap: ResidCapture, ids, clean_mask, ko_mask, wi
 
 
 @torch.inference_mode()
-def per_layer_reference(lm: LoadedModel, seq: list[int], probe: int, block: list[int], mode: str = "cumulative",
-                        window: int = 9) -> tuple[np.ndarray, np.ndarray]:
+def per_layer_reference(
+    lm: LoadedModel, seq: list[int], probe: int, block: list[int], mode: str = "cumulative", window: int = 9
+) -> tuple[np.ndarray, np.ndarray]:
     """The naive loop the one-pass trick replaces (for tests and benchmarks): for each layer k a full pass
     with the block applied only in layers 1..k (or k's window) via per-layer pre-hooks. Returns
     (resid_clean, resid_ko) [L, D] float32."""

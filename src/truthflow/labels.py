@@ -11,9 +11,15 @@ import polars as pl
 ARTICLES = {"a", "an", "the"}
 PUNCT = set(string.punctuation) | {"“", "”", "‘", "’", "–", "—", "…", "«", "»"}
 REFUSAL_PATTERNS = [
-    r"\bi (?:do not|don't|dont) know\b", r"\bunknown\b", r"\bnot sure\b", r"\bi(?: am|'m) sorry\b",
-    r"\bcan ?not (?:answer|be determined|provide)\b", r"\bcan't (?:answer|be determined|provide)\b",
-    r"\bno (?:information|answer)\b", r"\bas an ai\b", r"\bi (?:have no|lack) (?:idea|information)\b",
+    r"\bi (?:do not|don't|dont) know\b",
+    r"\bunknown\b",
+    r"\bnot sure\b",
+    r"\bi(?: am|'m) sorry\b",
+    r"\bcan ?not (?:answer|be determined|provide)\b",
+    r"\bcan't (?:answer|be determined|provide)\b",
+    r"\bno (?:information|answer)\b",
+    r"\bas an ai\b",
+    r"\bi (?:have no|lack) (?:idea|information)\b",
     r"\bunable to (?:answer|determine|provide)\b",
 ]
 _REFUSAL = re.compile("|".join(REFUSAL_PATTERNS), re.IGNORECASE)
@@ -67,29 +73,46 @@ def is_refusal(answer: str) -> bool:
 
 
 def label_frame(answers: pl.DataFrame, questions: pl.DataFrame) -> pl.DataFrame:
-    """answers: id, answer, ...; questions: id, answers (gold aliases). Adds correct, matched alias/span, refusal."""
+    """answers: id, answer, ...; questions: id, answers (gold aliases).
+    Adds correct, the matched alias and its span, and the refusal flag."""
     gold = dict(zip(questions["id"].to_list(), questions["answers"].to_list(), strict=True))
     rows = []
     for rec in answers.select("id", "answer").iter_rows(named=True):
         hit = match_alias(rec["answer"], gold[rec["id"]])
-        rows.append({
-            "id": rec["id"],
-            "correct": hit is not None,
-            "matched_alias": hit[0] if hit else None,
-            "match_start": hit[1] if hit else None,
-            "match_end": hit[2] if hit else None,
-            "refusal": hit is None and is_refusal(rec["answer"]),
-        })
-    labels = pl.DataFrame(rows, schema={"id": pl.String, "correct": pl.Boolean, "matched_alias": pl.String,
-                                        "match_start": pl.Int64, "match_end": pl.Int64, "refusal": pl.Boolean})
+        rows.append(
+            {
+                "id": rec["id"],
+                "correct": hit is not None,
+                "matched_alias": hit[0] if hit else None,
+                "match_start": hit[1] if hit else None,
+                "match_end": hit[2] if hit else None,
+                "refusal": hit is None and is_refusal(rec["answer"]),
+            }
+        )
+    labels = pl.DataFrame(
+        rows,
+        schema={
+            "id": pl.String,
+            "correct": pl.Boolean,
+            "matched_alias": pl.String,
+            "match_start": pl.Int64,
+            "match_end": pl.Int64,
+            "refusal": pl.Boolean,
+        },
+    )
     return answers.join(labels, on="id", how="left")
 
 
 def accuracy_table(labelled: pl.DataFrame, model: str, dataset: str) -> pl.DataFrame:
     n = labelled.height
     n_correct = int(labelled["correct"].sum()) if n else 0
-    return pl.DataFrame({
-        "model": [model], "dataset": [dataset], "n": [n], "n_correct": [n_correct],
-        "accuracy": [n_correct / n if n else float("nan")],
-        "n_refusal": [int(labelled["refusal"].sum()) if n else 0],
-    })
+    return pl.DataFrame(
+        {
+            "model": [model],
+            "dataset": [dataset],
+            "n": [n],
+            "n_correct": [n_correct],
+            "accuracy": [n_correct / n if n else float("nan")],
+            "n_refusal": [int(labelled["refusal"].sum()) if n else 0],
+        }
+    )

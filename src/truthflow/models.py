@@ -16,8 +16,14 @@ from .errors import TruthflowError
 INFO_FILE = "truthflow_model.json"
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "model*.bin")
 HUB_PATTERNS = ["*.json", "*.safetensors", "tokenizer*", "*.model", "*.tiktoken", "*.txt", "*.jinja"]
-DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
-          "float16": "float16", "fp16": "float16"}
+DTYPES = {
+    "float32": "float32",
+    "fp32": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+}
 
 
 @dataclass
@@ -77,7 +83,9 @@ def _convert_gguf(gguf_path: Path, out_dir: Path, dtype: str) -> None:
     plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     result = plain.load_state_dict(quantized.state_dict(), strict=False)
     if result.missing_keys:
-        raise TruthflowError(f"GGUF {gguf_path.name}: weights missing after conversion: {result.missing_keys[:5]}")
+        raise TruthflowError(
+            f"GGUF {gguf_path.name}: weights missing after conversion: {result.missing_keys[:5]}"
+        )
     plain.tie_weights()
     plain.to(torch_dtype(dtype) if dtype != "auto" else torch.float32)
     plain.save_pretrained(out_dir)
@@ -104,7 +112,9 @@ def _hub_snapshot(repo_id: str, revision: str | None, out_dir: Path, name: str) 
                 f"export HF_TOKEN=<a read token> before running"
             ) from None
         except RevisionNotFoundError:
-            raise TruthflowError(f"model '{name}': revision '{revision}' of '{repo_id}' does not exist") from None
+            raise TruthflowError(
+                f"model '{name}': revision '{revision}' of '{repo_id}' does not exist"
+            ) from None
         except RepositoryNotFoundError:
             raise TruthflowError(
                 f"model '{name}': hub repo '{repo_id}' not found (or private: export HF_TOKEN)"
@@ -205,8 +215,13 @@ def pick_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def load_model(model_dir: str | Path, dtype: str = "auto", gpus: int = 1, threads: int | None = None,
-               attn_implementation: str | None = None) -> LoadedModel:
+def load_model(
+    model_dir: str | Path,
+    dtype: str = "auto",
+    gpus: int = 1,
+    threads: int | None = None,
+    attn_implementation: str | None = None,
+) -> LoadedModel:
     """Load a prepared snapshot once per job: on all given GPUs (device_map='auto') or on the CPU."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -14,10 +14,14 @@ from .generation import build_prompt, generate_answers
 from .knockout import resid_sweep
 from .models import LoadedModel
 
-EA_PROMPT = ("Copy, word for word, the short answer (a name, number or short phrase) that this response gives "
-             "to the question.\nQuestion: {question}\nResponse: {answer}\nShort answer:")
-EQ_PROMPT = ("Copy, word for word, the subject and the property words of this question, separated by ' | '."
-             "\nQuestion: {question}\nWords:")
+EA_PROMPT = (
+    "Copy, word for word, the short answer (a name, number or short phrase) that this response gives "
+    "to the question.\nQuestion: {question}\nResponse: {answer}\nShort answer:"
+)
+EQ_PROMPT = (
+    "Copy, word for word, the subject and the property words of this question, separated by ' | '."
+    "\nQuestion: {question}\nWords:"
+)
 
 
 def _find_spans(text: str, parts: list[str]) -> list[tuple[int, int]]:
@@ -30,14 +34,20 @@ def _find_spans(text: str, parts: list[str]) -> list[tuple[int, int]]:
     return spans
 
 
-def llm_spans(lm: LoadedModel, chat: bool, questions: list[str], answers: list[str], batch_size: int
-              ) -> tuple[list[tuple[int, int] | None], list[list[tuple[int, int]]]]:
+def llm_spans(
+    lm: LoadedModel, chat: bool, questions: list[str], answers: list[str], batch_size: int
+) -> tuple[list[tuple[int, int] | None], list[list[tuple[int, int]]]]:
     """The LLM extractor option (as LLMsKnow): the model copies the short answer and the question's
     subject/property words; a copy not found verbatim gives None/[] (the caller falls back)."""
+
     def ask(template, fields):
         prompts = [build_prompt(lm.tokenizer, template.format(**f), chat, instruction="") for f in fields]
-        return [o["answer"] for o in generate_answers(lm, prompts, batch_size, 16, stop_at_newline=True,
-                                                       chat=chat, desc="llm extractor")]
+        return [
+            o["answer"]
+            for o in generate_answers(
+                lm, prompts, batch_size, 16, stop_at_newline=True, chat=chat, desc="llm extractor"
+            )
+        ]
 
     ea_out = ask(EA_PROMPT, [{"question": q, "answer": a} for q, a in zip(questions, answers, strict=True)])
     eq_out = ask(EQ_PROMPT, [{"question": q} for q in questions])
@@ -49,15 +59,23 @@ def llm_spans(lm: LoadedModel, chat: bool, questions: list[str], answers: list[s
     return ea, eq
 
 
-def locate_all(lm: LoadedModel, chat: bool, dataset: str, table: pl.DataFrame, extractor: str = "deterministic",
-               batch_size: int = 32) -> tuple[pl.DataFrame, pl.DataFrame]:
+def locate_all(
+    lm: LoadedModel,
+    chat: bool,
+    dataset: str,
+    table: pl.DataFrame,
+    extractor: str = "deterministic",
+    batch_size: int = 32,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """table: labelled answers joined with their questions. Returns (kept samples with token positions,
     dropped samples with their reason)."""
     rows = table.to_dicts()
     llm_ea: list = [None] * len(rows)
     llm_eq: list = [[] for _ in rows]
     if extractor == "llm":
-        llm_ea, llm_eq = llm_spans(lm, chat, [r["question"] for r in rows], [r["answer"] for r in rows], batch_size)
+        llm_ea, llm_eq = llm_spans(
+            lm, chat, [r["question"] for r in rows], [r["answer"] for r in rows], batch_size
+        )
     kept, dropped = [], []
     for i, r in enumerate(rows):
         if r["correct"]:
@@ -65,19 +83,48 @@ def locate_all(lm: LoadedModel, chat: bool, dataset: str, table: pl.DataFrame, e
         else:
             ea_span = llm_ea[i] or et.short_answer_span(r["answer"])
         eq_spans = llm_eq[i] or et.question_spans(r["question"], dataset, r.get("subj"), r.get("prop"))
-        eq, ea, qpos, reason = et.locate(lm.tokenizer, r["prompt"], r["prompt_ids"], chat, r["question"], eq_spans,
-                                         r["answer_ids"], ea_span)
+        eq, ea, qpos, reason = et.locate(
+            lm.tokenizer,
+            r["prompt"],
+            r["prompt_ids"],
+            chat,
+            r["question"],
+            eq_spans,
+            r["answer_ids"],
+            ea_span,
+        )
         if reason:
             dropped.append({"id": r["id"], "reason": reason})
             continue
-        kept.append({"id": r["id"], "correct": bool(r["correct"]), "refusal": bool(r["refusal"]),
-                     "seq": list(r["prompt_ids"]) + list(r["answer_ids"]), "eq_positions": eq,
-                     "ea_positions": ea, "probe_position": ea[-1], "question_positions": qpos,
-                     "eq_text": " | ".join(r["question"][s:e] for s, e in eq_spans),
-                     "ea_text": lm.tokenizer.decode([r["answer_ids"][p - len(r["prompt_ids"])] for p in ea]).strip()})
-    kept_df = pl.DataFrame(kept, schema_overrides={"seq": pl.List(pl.Int64), "eq_positions": pl.List(pl.Int64),
-                                                   "ea_positions": pl.List(pl.Int64),
-                                                   "question_positions": pl.List(pl.Int64)}) if kept else None
+        kept.append(
+            {
+                "id": r["id"],
+                "correct": bool(r["correct"]),
+                "refusal": bool(r["refusal"]),
+                "seq": list(r["prompt_ids"]) + list(r["answer_ids"]),
+                "eq_positions": eq,
+                "ea_positions": ea,
+                "probe_position": ea[-1],
+                "question_positions": qpos,
+                "eq_text": " | ".join(r["question"][s:e] for s, e in eq_spans),
+                "ea_text": lm.tokenizer.decode(
+                    [r["answer_ids"][p - len(r["prompt_ids"])] for p in ea]
+                ).strip(),
+            }
+        )
+    kept_df = (
+        pl.DataFrame(
+            kept,
+            schema_overrides={
+                "seq": pl.List(pl.Int64),
+                "eq_positions": pl.List(pl.Int64),
+                "ea_positions": pl.List(pl.Int64),
+                "question_positions": pl.List(pl.Int64),
+            },
+        )
+        if kept
+        else None
+    )
     dropped_df = pl.DataFrame(dropped, schema={"id": pl.String, "reason": pl.String})
     return kept_df, dropped_df
 
@@ -89,14 +136,27 @@ def control_positions(sample_id: str, eq: list[int], question: list[int], seed: 
     return sorted(rng.sample(pool, min(len(eq), len(pool))))
 
 
-def extract(lm: LoadedModel, kept: pl.DataFrame, batch_size: int, mode: str, window: int, control: str,
-            control_seed: int, desc: str) -> tuple[np.ndarray, np.ndarray, list[list[int]]]:
+def extract(
+    lm: LoadedModel,
+    kept: pl.DataFrame,
+    batch_size: int,
+    mode: str,
+    window: int,
+    control: str,
+    control_seed: int,
+    desc: str,
+    out: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray, list[list[int]]]:
     seqs = kept["seq"].to_list()
     probe = kept["probe_position"].to_list()
     if control == "random":
-        blocks = [control_positions(i, eq, q, control_seed) for i, eq, q in
-                  zip(kept["id"], kept["eq_positions"].to_list(), kept["question_positions"].to_list(), strict=True)]
+        blocks = [
+            control_positions(i, eq, q, control_seed)
+            for i, eq, q in zip(
+                kept["id"], kept["eq_positions"].to_list(), kept["question_positions"].to_list(), strict=True
+            )
+        ]
     else:
         blocks = kept["eq_positions"].to_list()
-    clean, ko = resid_sweep(lm, seqs, probe, blocks, batch_size, mode=mode, window=window, desc=desc)
+    clean, ko = resid_sweep(lm, seqs, probe, blocks, batch_size, mode=mode, window=window, desc=desc, out=out)
     return clean, ko, blocks

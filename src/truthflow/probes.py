@@ -45,19 +45,41 @@ def anchors(flipped: np.ndarray, split: str = "per_layer", fixed_layer: int | No
     return np.where(q, Q_ANCHORED, A_ANCHORED)
 
 
-def run_probes(resid_clean: np.ndarray, resid_ko: np.ndarray, labels: np.ndarray, ids: list[str],
-               seeds: list[int], test_size: float = 0.2, C: float = 1.0, max_iter: int = 2000,
-               anchor_split: str = "per_layer", fixed_layer: int | None = None
-               ) -> tuple[pl.DataFrame, pl.DataFrame]:
+def run_probes(
+    resid_clean: np.ndarray,
+    resid_ko: np.ndarray,
+    labels: np.ndarray,
+    ids: list[str],
+    seeds: list[int],
+    test_size: float = 0.2,
+    C: float = 1.0,
+    max_iter: int = 2000,
+    anchor_split: str = "per_layer",
+    fixed_layer: int | None = None,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Probe every layer for every seed. Returns (auc table: seed, layer, auc, n_train, n_test, status;
     per test sample × layer table: seed, id, layer, label, pred, p, p_ko, delta_p, flipped, anchor)."""
     n, n_layers, _ = resid_clean.shape
     reason = probe_undefined_reason(labels, test_size)
     if reason:
-        auc = pl.DataFrame({"seed": [None], "layer": [None], "auc": [None], "n_train": [0], "n_test": [0],
-                            "status": [f"probe undefined: {reason}"]},
-                           schema={"seed": pl.Int64, "layer": pl.Int64, "auc": pl.Float64, "n_train": pl.Int64,
-                                   "n_test": pl.Int64, "status": pl.String})
+        auc = pl.DataFrame(
+            {
+                "seed": [None],
+                "layer": [None],
+                "auc": [None],
+                "n_train": [0],
+                "n_test": [0],
+                "status": [f"probe undefined: {reason}"],
+            },
+            schema={
+                "seed": pl.Int64,
+                "layer": pl.Int64,
+                "auc": pl.Float64,
+                "n_train": pl.Int64,
+                "n_test": pl.Int64,
+                "status": pl.String,
+            },
+        )
         return auc, empty_samples()
     auc_rows, sample_frames = [], []
     idx = np.arange(n)
@@ -74,8 +96,16 @@ def run_probes(resid_clean: np.ndarray, resid_ko: np.ndarray, labels: np.ndarray
             clf.fit(scaler.transform(x_train), labels[train])
             prob = clf.predict_proba(scaler.transform(resid_clean[test, layer].astype(np.float32)))[:, 1]
             prob_ko = clf.predict_proba(scaler.transform(resid_ko[test, layer].astype(np.float32)))[:, 1]
-            auc_rows.append({"seed": seed, "layer": layer + 1, "auc": float(roc_auc_score(labels[test], prob)),
-                             "n_train": len(train), "n_test": len(test), "status": "ok"})
+            auc_rows.append(
+                {
+                    "seed": seed,
+                    "layer": layer + 1,
+                    "auc": float(roc_auc_score(labels[test], prob)),
+                    "n_train": len(train),
+                    "n_test": len(test),
+                    "status": "ok",
+                }
+            )
             pred[:, layer] = prob >= 0.5
             pred_ko[:, layer] = prob_ko >= 0.5
             # probability of the class predicted on the clean state, before and after the knockout
@@ -83,21 +113,40 @@ def run_probes(resid_clean: np.ndarray, resid_ko: np.ndarray, labels: np.ndarray
             p_ko[:, layer] = np.where(pred[:, layer], prob_ko, 1 - prob_ko)
         flipped = pred != pred_ko
         anchor = anchors(flipped, anchor_split, fixed_layer)
-        sample_frames.append(pl.DataFrame({
-            "seed": np.full(len(test) * n_layers, seed),
-            "id": np.repeat(np.asarray(ids, dtype=object)[test], n_layers).tolist(),
-            "layer": np.tile(np.arange(1, n_layers + 1), len(test)),
-            "label": np.repeat(labels[test].astype(bool), n_layers),
-            "pred": pred.ravel(), "p": p.ravel(), "p_ko": p_ko.ravel(),
-            "delta_p": delta_p(p, p_ko).ravel(), "flipped": flipped.ravel(), "anchor": anchor.ravel(),
-        }))
+        sample_frames.append(
+            pl.DataFrame(
+                {
+                    "seed": np.full(len(test) * n_layers, seed),
+                    "id": np.repeat(np.asarray(ids, dtype=object)[test], n_layers).tolist(),
+                    "layer": np.tile(np.arange(1, n_layers + 1), len(test)),
+                    "label": np.repeat(labels[test].astype(bool), n_layers),
+                    "pred": pred.ravel(),
+                    "p": p.ravel(),
+                    "p_ko": p_ko.ravel(),
+                    "delta_p": delta_p(p, p_ko).ravel(),
+                    "flipped": flipped.ravel(),
+                    "anchor": anchor.ravel(),
+                }
+            )
+        )
     return pl.DataFrame(auc_rows), pl.concat(sample_frames)
 
 
 def empty_samples() -> pl.DataFrame:
-    return pl.DataFrame(schema={"seed": pl.Int64, "id": pl.String, "layer": pl.Int64, "label": pl.Boolean,
-                                "pred": pl.Boolean, "p": pl.Float64, "p_ko": pl.Float64, "delta_p": pl.Float64,
-                                "flipped": pl.Boolean, "anchor": pl.String})
+    return pl.DataFrame(
+        schema={
+            "seed": pl.Int64,
+            "id": pl.String,
+            "layer": pl.Int64,
+            "label": pl.Boolean,
+            "pred": pl.Boolean,
+            "p": pl.Float64,
+            "p_ko": pl.Float64,
+            "delta_p": pl.Float64,
+            "flipped": pl.Boolean,
+            "anchor": pl.String,
+        }
+    )
 
 
 def bootstrap_ci(values: np.ndarray, n_boot: int, seed: int, alpha: float = 0.05) -> tuple[float, float]:
@@ -119,8 +168,22 @@ def summarize(samples: pl.DataFrame, n_boot: int = 1000, seed: int = 0) -> pl.Da
     for (anchor, layer), grp in samples.group_by(["anchor", "layer"], maintain_order=True):
         vals = grp["delta_p"].to_numpy()
         lo, hi = bootstrap_ci(vals, n_boot, seed + int(layer))
-        rows.append({"anchor": anchor, "layer": int(layer), "n": len(vals), "mean_delta_p": float(vals.mean()),
-                     "ci_low": lo, "ci_high": hi})
-    schema = {"anchor": pl.String, "layer": pl.Int64, "n": pl.Int64, "mean_delta_p": pl.Float64,
-              "ci_low": pl.Float64, "ci_high": pl.Float64}
+        rows.append(
+            {
+                "anchor": anchor,
+                "layer": int(layer),
+                "n": len(vals),
+                "mean_delta_p": float(vals.mean()),
+                "ci_low": lo,
+                "ci_high": hi,
+            }
+        )
+    schema = {
+        "anchor": pl.String,
+        "layer": pl.Int64,
+        "n": pl.Int64,
+        "mean_delta_p": pl.Float64,
+        "ci_low": pl.Float64,
+        "ci_high": pl.Float64,
+    }
     return pl.DataFrame(rows, schema=schema).sort(["anchor", "layer"])

@@ -1,8 +1,15 @@
+import os
 import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+SRC = str(Path(workflow.basedir) / "src")
+sys.path.insert(0, SRC)
+# script jobs (local, SLURM or in a conda env) import the package from this checkout
+_env = dict(os.environ)
+os.environ.update(
+    PYTHONPATH=os.pathsep.join(filter(None, [SRC, _env.get("PYTHONPATH")]))
+)
 
 from truthflow.config import check_names, fill_entries  # noqa: E402
 from truthflow.errors import TruthflowError  # noqa: E402
@@ -23,18 +30,13 @@ _cores = workflow.cores if isinstance(workflow.cores, int) else 8
 MODEL_THREADS = _cores if _cores < 1024 else 8
 
 
-wildcard_constraints:
-    model="|".join(map(re.escape, MODELS)) if MODELS else "NONE",
-    dataset="popqa|triviaqa|hotpotqa|nq",
-
-
 def res(*parts):
     """Every results path is built here: results/{run}/<parts>."""
-    return "/".join(("results", RUN) + parts)
+    return str(Path("results", RUN, *parts))
 
 
 def code(*modules):
-    """Package modules a rule runs, as inputs: editing one reruns the rules that use it."""
+    """Package modules as inputs, so editing one reruns exactly the jobs that import it."""
     return [str(PKG / f"{m}.py") for m in modules]
 
 
@@ -64,19 +66,35 @@ def qa_pairs():
 
 
 def all_targets():
-    targets = [res("tables", "accuracy.tsv")]
+    targets = [res("tables", "accuracy.tsv")] if qa_pairs() else []
     pw = config["pathways"]
     if pw["models"] and pw["datasets"]:
-        targets += [res("tables", "pathways_summary.parquet"), res("tables", "dropped_samples.tsv")]
+        targets += [
+            res("tables", "pathways_summary.parquet"),
+            res("tables", "dropped_samples.tsv"),
+        ]
         for pair in config["figures"]["pathways"]:
-            targets += [res("figures", f"pathways_{pair_name(pair)}.png"),
-                        res("figures", f"probe_auc_{pair_name(pair)}.png")]
+            targets += [
+                res("figures", f"pathways_{pair_name(pair)}.png"),
+                res("figures", f"probe_auc_{pair_name(pair)}.png"),
+            ]
     if config["depth"]["models"]:
-        targets += [res("tables", "depth_per_question.parquet"), res("tables", "depth_pooled_by_depth.tsv")]
+        targets += [
+            res("tables", "depth_per_question.parquet"),
+            res("tables", "depth_pooled_by_depth.tsv"),
+        ]
         if config["figures"]["depth"]:
-            targets += [res("figures", "depth_mink_boxes.png"), res("figures", "depth_score_gap_density.png")]
+            targets += [
+                res("figures", "depth_mink_boxes.png"),
+                res("figures", "depth_score_gap_density.png"),
+            ]
     elif "depthqa" in config["datasets"]:
         targets.append(res("data", "depthqa.parquet"))
+    if config["depth"]["models"] or (pw["models"] and pw["datasets"]):
+        targets += [
+            res("tables", "published_vs_reproduced.tsv"),
+            res("tables", "benchmarks.tsv"),
+        ]
     return targets
 
 
@@ -91,9 +109,12 @@ def pair_models(name):
 def pathways_caption(wildcards=None):
     pw = config["pathways"]
     ko = pw["knockout"]
-    split = pw["anchor_split"] + (f" (K={pw['fixed_layer']})" if pw["anchor_split"] == "fixed_layer" else "")
+    split = pw["anchor_split"] + (
+        f" (K={pw['fixed_layer']})" if pw["anchor_split"] == "fixed_layer" else ""
+    )
     return (
-        f"knockout.mode={ko['mode']}" + (f" (w={ko['window']})" if ko["mode"] == "window" else "")
+        f"knockout.mode={ko['mode']}"
+        + (f" (w={ko['window']})" if ko["mode"] == "window" else "")
         + f", knockout.control={ko['control']}, anchor_split={split}, "
         f"exact_tokens.extractor={pw['exact_tokens']['extractor']}, probe: logistic regression "
         f"(C={pw['probe']['C']}), test_size={pw['probe']['test_size']}, seeds={pw['probe']['seeds']}, "
@@ -112,3 +133,54 @@ def depth_caption(wildcards=None):
         + f", max_new_tokens={d['max_new_tokens']}; score gap = (score(D3) - mean score(D2 predecessors))/4; "
         f"memorization subsets: D3 MIN-K% <= q{m['lower_quantile']} and >= q{m['upper_quantile']}"
     )
+
+
+def check_gated_tokens():
+    """Before any job: a gated hub model that is not prepared yet needs a token; name the model and variable."""
+    from truthflow.models import INFO_FILE, check_gated_token
+
+    used = set(config["pathways"]["models"]) | set(config["depth"]["models"])
+    for name in sorted(used):
+        if not Path(model_dir(model=name), INFO_FILE).exists():
+            check_gated_token(name, model_spec(name)["source"])
+
+
+def optional_input(part, path):
+    """An analysis's table as input only when that analysis is configured."""
+    active = bool(config[part]["models"]) and (
+        part != "pathways" or bool(config["pathways"]["datasets"])
+    )
+    return [path] if active else []
+
+
+def all_benchmarks(wildcards=None):
+    """Benchmark files of every GPU job in the DAG."""
+    paths = []
+    pw = config["pathways"]
+    for m, d in qa_pairs():
+        paths.append(res("benchmarks", "generate_answers", m, f"{d}.tsv"))
+    for m in pw["models"]:
+        for d in pw["datasets"]:
+            paths.append(res("benchmarks", "extract_pathways", m, f"{d}.tsv"))
+    for m in config["depth"]["models"]:
+        paths += [
+            res("benchmarks", "score_mink", f"{m}.tsv"),
+            res("benchmarks", "answer_depthqa", f"{m}.tsv"),
+        ]
+    return paths
+
+
+def pw_dir(*parts):
+    return res("pathways", "{model}", "{dataset}", *parts)
+
+
+def pw_inputs(name):
+    return [
+        res("pathways", m, d, name)
+        for m in config["pathways"]["models"]
+        for d in config["pathways"]["datasets"]
+    ]
+
+
+def depth_dir(*parts):
+    return res("depth", "{model}", *parts)

@@ -4,12 +4,14 @@ rule download_dataset:
         code=code("data"),
     output:
         res("data", "{dataset}.parquet"),
-    params:
-        spec=lambda w: config["datasets"][w.dataset],
     log:
         res("logs", "download_dataset", "{dataset}.log"),
     retries: 2
     localrule: True
+    conda:
+        "../../envs/truthflow.yaml"
+    params:
+        spec=lambda w: config["datasets"][w.dataset],
     script:
         "../scripts/download_dataset.py"
 
@@ -21,11 +23,13 @@ rule download_depthqa:
     output:
         questions=res("data", "depthqa.parquet"),
         nodes=res("data", "depthqa_nodes.parquet"),
-    params:
-        spec=config["datasets"].get("depthqa"),
     log:
         res("logs", "download_dataset", "depthqa.log"),
     retries: 2
     localrule: True
+    conda:
+        "../../envs/truthflow.yaml"
+    params:
+        spec=config["datasets"].get("depthqa"),
     script:
         "../scripts/download_depthqa.py"

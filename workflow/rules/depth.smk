@@ -1,10 +1,3 @@
-DEPTH = config["depth"]
-
-
-def depth_dir(*parts):
-    return res("depth", "{model}", *parts)
-
-
 rule score_mink:
     input:
         data=res("data", "depthqa.parquet"),
@@ -12,19 +5,21 @@ rule score_mink:
         code=code("mink", "models", "batching"),
     output:
         depth_dir("mink.parquet"),
-    params:
-        dtype=lambda w: model_spec(w.model)["dtype"],
-        k_grid=DEPTH["mink"]["k_grid"],
+    log:
+        res("logs", "score_mink", "{model}.log"),
+    benchmark:
+        res("benchmarks", "score_mink", "{model}.tsv")
+    conda:
+        "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
     resources:
         gpu=lambda w: gpu_resources(w.model)["gpu"],
         mem_mb=lambda w: gpu_resources(w.model)["mem_mb"],
         runtime=lambda w: gpu_resources(w.model)["runtime"],
         batch_size=lambda w: model_spec(w.model)["batch_size"],
-    log:
-        res("logs", "score_mink", "{model}.log"),
-    benchmark:
-        res("benchmarks", "score_mink", "{model}.tsv")
+    params:
+        dtype=lambda w: model_spec(w.model)["dtype"],
+        k_grid=config["depth"]["mink"]["k_grid"],
     script:
         "../scripts/score_mink.py"
 
@@ -36,20 +31,22 @@ rule answer_depthqa:
         code=code("generation", "models", "batching"),
     output:
         depth_dir("answers.parquet"),
-    params:
-        chat=lambda w: model_spec(w.model)["chat"],
-        dtype=lambda w: model_spec(w.model)["dtype"],
-        max_new_tokens=DEPTH["max_new_tokens"],
+    log:
+        res("logs", "answer_depthqa", "{model}.log"),
+    benchmark:
+        res("benchmarks", "answer_depthqa", "{model}.tsv")
+    conda:
+        "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
     resources:
         gpu=lambda w: gpu_resources(w.model)["gpu"],
         mem_mb=lambda w: gpu_resources(w.model)["mem_mb"],
         runtime=lambda w: gpu_resources(w.model)["runtime"],
         batch_size=lambda w: model_spec(w.model)["batch_size"],
-    log:
-        res("logs", "answer_depthqa", "{model}.log"),
-    benchmark:
-        res("benchmarks", "answer_depthqa", "{model}.tsv")
+    params:
+        chat=lambda w: model_spec(w.model)["chat"],
+        dtype=lambda w: model_spec(w.model)["dtype"],
+        max_new_tokens=config["depth"]["max_new_tokens"],
     script:
         "../scripts/answer_depthqa.py"
 
@@ -61,20 +58,26 @@ rule judge_answers:
         code=code("judge"),
     output:
         depth_dir("scores.parquet"),
-    params:
-        judge=DEPTH["judge"],
-        # verdicts are cached here, outside results/, so a rerun or a crash never pays twice
-        cache="resources/judge_cache/{model}.jsonl",
     log:
         res("logs", "judge_answers", "{model}.log"),
+    conda:
+        "../../envs/truthflow.yaml"
+    params:
+        judge=config["depth"]["judge"],
+        # verdicts are cached here, outside results/, so a rerun or a crash never pays twice
+        cache="resources/judge_cache/{model}.jsonl",
     script:
         "../scripts/judge_answers.py"
 
 
 rule depth_tables:
     input:
-        mink=expand(res("depth", "{model}", "mink.parquet"), model=DEPTH["models"]),
-        scores=expand(res("depth", "{model}", "scores.parquet"), model=DEPTH["models"]),
+        mink=expand(
+            res("depth", "{model}", "mink.parquet"), model=config["depth"]["models"]
+        ),
+        scores=expand(
+            res("depth", "{model}", "scores.parquet"), model=config["depth"]["models"]
+        ),
         questions=res("data", "depthqa.parquet"),
         nodes=res("data", "depthqa_nodes.parquet"),
         code=code("depth"),
@@ -84,13 +87,15 @@ rule depth_tables:
         gaps=res("tables", "depth_score_gaps.parquet"),
         subsets=res("tables", "depth_memorization_subsets.parquet"),
         pooled=res("tables", "depth_pooled_by_depth.tsv"),
-    params:
-        models=DEPTH["models"],
-        k_plot=DEPTH["mink"]["k_plot"],
-        memorization=DEPTH["memorization"],
     log:
         res("logs", "depth_tables.log"),
     localrule: True
+    conda:
+        "../../envs/truthflow.yaml"
+    params:
+        models=config["depth"]["models"],
+        k_plot=config["depth"]["mink"]["k_plot"],
+        memorization=config["depth"]["memorization"],
     script:
         "../scripts/depth_tables.py"
 
@@ -102,7 +107,9 @@ rule plot_depth:
         code=code("plots_depth"),
     output:
         boxes_png=report(
-            res("figures", "depth_mink_boxes.png"), category="Depth", caption="../report/depth_boxes.rst"
+            res("figures", "depth_mink_boxes.png"),
+            category="Depth",
+            caption="../report/depth_boxes.rst",
         ),
         boxes_pdf=res("figures", "depth_mink_boxes.pdf"),
         gap_png=report(
@@ -111,12 +118,16 @@ rule plot_depth:
             caption="../report/depth_gap.rst",
         ),
         gap_pdf=res("figures", "depth_score_gap_density.pdf"),
-    params:
-        models=config["figures"]["depth"],
-        titles={m: model_spec(m).get("display_name", m) for m in config["figures"]["depth"]},
-        caption=depth_caption,
     log:
         res("logs", "plot_depth.log"),
     localrule: True
+    conda:
+        "../../envs/truthflow.yaml"
+    params:
+        models=config["figures"]["depth"],
+        titles={
+            m: model_spec(m).get("display_name", m) for m in config["figures"]["depth"]
+        },
+        caption=depth_caption,
     script:
         "../scripts/plot_depth.py"

@@ -5,21 +5,23 @@ rule generate_answers:
         code=code("generation", "models", "batching"),
     output:
         res("answers", "{model}", "{dataset}.parquet"),
-    params:
-        chat=lambda w: model_spec(w.model)["chat"],
-        dtype=lambda w: model_spec(w.model)["dtype"],
-        max_new_tokens=lambda w: model_spec(w.model)["max_new_tokens"],
-        instruction=config["generation"]["instruction"],
+    log:
+        res("logs", "generate_answers", "{model}", "{dataset}.log"),
+    benchmark:
+        res("benchmarks", "generate_answers", "{model}", "{dataset}.tsv")
+    conda:
+        "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
     resources:
         gpu=lambda w: gpu_resources(w.model)["gpu"],
         mem_mb=lambda w: gpu_resources(w.model)["mem_mb"],
         runtime=lambda w: gpu_resources(w.model)["runtime"],
         batch_size=lambda w: model_spec(w.model)["batch_size"],
-    log:
-        res("logs", "generate_answers", "{model}", "{dataset}.log"),
-    benchmark:
-        res("benchmarks", "generate_answers", "{model}", "{dataset}.tsv")
+    params:
+        chat=lambda w: model_spec(w.model)["chat"],
+        dtype=lambda w: model_spec(w.model)["dtype"],
+        max_new_tokens=lambda w: model_spec(w.model)["max_new_tokens"],
+        instruction=config["generation"]["instruction"],
     script:
         "../scripts/generate_answers.py"
 
@@ -34,6 +36,8 @@ rule label_answers:
         accuracy=res("labels", "{model}", "{dataset}.accuracy.tsv"),
     log:
         res("logs", "label_answers", "{model}", "{dataset}.log"),
+    conda:
+        "../../envs/truthflow.yaml"
     script:
         "../scripts/label_answers.py"
 
@@ -50,5 +54,7 @@ rule accuracy_table:
     log:
         res("logs", "accuracy_table.log"),
     localrule: True
+    conda:
+        "../../envs/truthflow.yaml"
     script:
         "../scripts/concat_tables.py"

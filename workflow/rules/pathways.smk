@@ -1,36 +1,33 @@
-PW = config["pathways"]
-
-
-def pw_dir(*parts):
-    return res("pathways", "{model}", "{dataset}", *parts)
-
-
 rule extract_pathways:
     input:
         labels=res("labels", "{model}", "{dataset}.parquet"),
         data=res("data", "{dataset}.parquet"),
         model=model_dir,
-        code=code("pathways", "exact_tokens", "knockout", "models", "batching", "generation"),
+        code=code(
+            "pathways", "exact_tokens", "knockout", "models", "batching", "generation"
+        ),
     output:
         samples=pw_dir("samples.parquet"),
         dropped=pw_dir("dropped.parquet"),
         resid_clean=pw_dir("resid_clean.npy"),
         resid_ko=pw_dir("resid_ko.npy"),
-    params:
-        chat=lambda w: model_spec(w.model)["chat"],
-        dtype=lambda w: model_spec(w.model)["dtype"],
-        extractor=PW["exact_tokens"]["extractor"],
-        knockout=PW["knockout"],
+    log:
+        res("logs", "extract_pathways", "{model}", "{dataset}.log"),
+    benchmark:
+        res("benchmarks", "extract_pathways", "{model}", "{dataset}.tsv")
+    conda:
+        "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
     resources:
         gpu=lambda w: gpu_resources(w.model)["gpu"],
         mem_mb=lambda w: gpu_resources(w.model)["mem_mb"],
         runtime=lambda w: gpu_resources(w.model)["runtime"],
         batch_size=lambda w: model_spec(w.model)["batch_size"],
-    log:
-        res("logs", "extract_pathways", "{model}", "{dataset}.log"),
-    benchmark:
-        res("benchmarks", "extract_pathways", "{model}", "{dataset}.tsv")
+    params:
+        chat=lambda w: model_spec(w.model)["chat"],
+        dtype=lambda w: model_spec(w.model)["dtype"],
+        extractor=config["pathways"]["exact_tokens"]["extractor"],
+        knockout=config["pathways"]["knockout"],
     script:
         "../scripts/extract_pathways.py"
 
@@ -45,16 +42,17 @@ rule probe_deltap:
         auc=pw_dir("probe_auc.parquet"),
         deltap=pw_dir("deltap.parquet"),
         summary=pw_dir("summary.parquet"),
-    params:
-        cfg={k: PW[k] for k in ("probe", "anchor_split", "fixed_layer", "bootstrap")},
     log:
         res("logs", "probe_deltap", "{model}", "{dataset}.log"),
+    conda:
+        "../../envs/truthflow.yaml"
+    params:
+        cfg={
+            k: config["pathways"][k]
+            for k in ("probe", "anchor_split", "fixed_layer", "bootstrap")
+        },
     script:
         "../scripts/probe_deltap.py"
-
-
-def pw_inputs(name):
-    return [res("pathways", m, d, name) for m in PW["models"] for d in PW["datasets"]]
 
 
 rule pathways_tables:
@@ -66,10 +64,21 @@ rule pathways_tables:
     output:
         summary=res("tables", "pathways_summary.parquet"),
         auc=res("tables", "probe_auc.parquet"),
-        dropped=res("tables", "dropped_samples.tsv"),
+        auc_tsv=report(
+            res("tables", "probe_auc.tsv"),
+            category="Pathways",
+            caption="../report/probe_auc_table.rst",
+        ),
+        dropped=report(
+            res("tables", "dropped_samples.tsv"),
+            category="Pathways",
+            caption="../report/dropped.rst",
+        ),
     log:
         res("logs", "pathways_tables.log"),
     localrule: True
+    conda:
+        "../../envs/truthflow.yaml"
     script:
         "../scripts/pathways_tables.py"
 
@@ -92,12 +101,16 @@ rule plot_pathways:
             caption="../report/probe_auc.rst",
         ),
         auc_pdf=res("figures", "probe_auc_{pair}.pdf"),
-    params:
-        models=lambda w: pair_models(w.pair),
-        titles=lambda w: {m: model_spec(m).get("display_name", m) for m in pair_models(w.pair)},
-        caption=pathways_caption,
     log:
         res("logs", "plot_pathways", "{pair}.log"),
     localrule: True
+    conda:
+        "../../envs/truthflow.yaml"
+    params:
+        models=lambda w: pair_models(w.pair),
+        titles=lambda w: {
+            m: model_spec(m).get("display_name", m) for m in pair_models(w.pair)
+        },
+        caption=pathways_caption,
     script:
         "../scripts/plot_pathways.py"

@@ -17,7 +17,9 @@ def main(sm):
     if nodes.height:
         check_graph(nodes, questions)
     mink = pl.concat([pl.read_parquet(p) for p in sm.input.mink], how="diagonal_relaxed")
-    scores = pl.concat([pl.read_parquet(p).select("model", "qid", "score", "reason") for p in sm.input.scores])
+    scores = pl.concat(
+        [pl.read_parquet(p).select("model", "qid", "score", "reason") for p in sm.input.scores]
+    )
     per_question = mink.join(scores, on=["model", "qid"], how="left")
     k = sm.params.k_plot
     depthwise = depthwise_average(per_question, nodes, k)
@@ -25,8 +27,10 @@ def main(sm):
     m = sm.params.memorization
     subsets = memorization_split(gaps, d3_mink_by_group(depthwise), m["lower_quantile"], m["upper_quantile"])
     pooled = pooled_by_depth(per_question, k)
-    print(f"{nodes['group'].n_unique() if nodes.height else 0} groups; {excluded} excluded from the score gap",
-          flush=True)
+    print(
+        f"{nodes['group'].n_unique() if nodes.height else 0} groups; {excluded} excluded from the score gap",
+        flush=True,
+    )
     if excluded:
         print(gaps.filter(pl.col("excluded").is_not_null()).group_by("excluded").len(), flush=True)
     print(pooled, flush=True)

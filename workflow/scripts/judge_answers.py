@@ -6,13 +6,20 @@ from truthflow.judge import judge_all
 
 def main(sm):
     answers = pl.read_parquet(sm.input.answers)
-    questions = pl.read_parquet(sm.input.data).select(pl.col("id").alias("qid"), "question", "reference_answer")
-    rows = answers.join(questions, on="qid").select(
-        "qid", "question", "answer", pl.col("reference_answer").alias("reference")).to_dicts()
+    questions = pl.read_parquet(sm.input.data).select(
+        pl.col("id").alias("qid"), "question", "reference_answer"
+    )
+    rows = (
+        answers.join(questions, on="qid")
+        .select("qid", "question", "answer", pl.col("reference_answer").alias("reference"))
+        .to_dicts()
+    )
     scores = judge_all(rows, sm.params.judge, sm.params.cache)
     missing = scores.filter(pl.col("score").is_null())
-    print(f"{scores.height} verdicts ({int(scores['cached'].sum())} from cache), {missing.height} missing",
-          flush=True)
+    print(
+        f"{scores.height} verdicts ({int(scores['cached'].sum())} from cache), {missing.height} missing",
+        flush=True,
+    )
     if missing.height:
         print(missing.group_by("reason").len(), flush=True)
     out = scores.join(answers.select("qid", "depth"), on="qid", how="left")

@@ -7,17 +7,37 @@ def main(sm):
     summary = pl.concat([pl.read_parquet(p) for p in sm.input.summary], how="diagonal_relaxed")
     auc = pl.concat([pl.read_parquet(p) for p in sm.input.auc], how="diagonal_relaxed")
     dropped = pl.concat([pl.read_parquet(p) for p in sm.input.dropped], how="diagonal_relaxed")
-    kept = pl.concat([pl.read_parquet(p, columns=["id"]).with_columns(pl.lit(p).alias("path"))
-                      for p in sm.input.samples], how="diagonal_relaxed")
+    kept = pl.concat(
+        [pl.read_parquet(p, columns=["id"]).with_columns(pl.lit(p).alias("path")) for p in sm.input.samples],
+        how="diagonal_relaxed",
+    )
     # one row per (model, dataset, reason), with the kept count as reason "kept" so nothing is silent
     counts = dropped.group_by(["model", "dataset", "reason"]).len("n") if dropped.height else None
-    kept_counts = kept.group_by("path").len("n").with_columns(
-        pl.col("path").str.split("/").list.get(-3).alias("model"),
-        pl.col("path").str.split("/").list.get(-2).alias("dataset"),
-        pl.lit("kept").alias("reason")).select("model", "dataset", "reason", "n")
+    kept_counts = (
+        kept.group_by("path")
+        .len("n")
+        .with_columns(
+            pl.col("path").str.split("/").list.get(-3).alias("model"),
+            pl.col("path").str.split("/").list.get(-2).alias("dataset"),
+            pl.lit("kept").alias("reason"),
+        )
+        .select("model", "dataset", "reason", "n")
+    )
     table = pl.concat([kept_counts] + ([counts.select(kept_counts.columns)] if counts is not None else []))
     runlog.write_parquet(summary, sm.output.summary)
     runlog.write_parquet(auc, sm.output.auc)
+    by_layer = (
+        auc.group_by(["model", "dataset", "layer", "status"], maintain_order=True)
+        .agg(
+            pl.col("auc").mean().alias("mean_auc"),
+            pl.col("auc").min().alias("min_auc"),
+            pl.col("auc").max().alias("max_auc"),
+            pl.col("seed").n_unique().alias("n_seeds"),
+            pl.col("n_test").first(),
+        )
+        .sort(["model", "dataset", "layer"], nulls_last=True)
+    )
+    runlog.write_tsv(by_layer, sm.output.auc_tsv)
     runlog.write_tsv(table.sort(["model", "dataset", "reason"]), sm.output.dropped)
 
 

@@ -11,11 +11,18 @@ def main(sm):
     questions = pl.read_parquet(sm.input.data)
     lm = load_model(sm.input.model, sm.params.dtype, gpus=sm.resources.gpu, threads=sm.threads)
     t0 = time.perf_counter()
-    scores = score_texts(lm, questions["question"].to_list(), sm.params.k_grid, sm.resources.batch_size,
-                         desc=f"min-k% {sm.wildcards.model}")
+    scores = score_texts(
+        lm,
+        questions["question"].to_list(),
+        sm.params.k_grid,
+        sm.resources.batch_size,
+        desc=f"min-k% {sm.wildcards.model}",
+    )
     dt = time.perf_counter() - t0
     print(f"{questions.height} questions in {dt:.1f} s ({questions.height / dt:.1f} questions/s)", flush=True)
-    out = pl.concat([questions.select(pl.col("id").alias("qid"), "depth"), scores.drop("index")], how="horizontal")
+    out = pl.concat(
+        [questions.select(pl.col("id").alias("qid"), "depth"), scores.drop("index")], how="horizontal"
+    )
     runlog.write_parquet(out.with_columns(pl.lit(sm.wildcards.model).alias("model")), sm.output[0])
 
 

@@ -1,0 +1,102 @@
+"""Long-run robustness on real models: OOM back-off gives identical results, and a job killed with SIGKILL
+leaves nothing Snakemake would take for a finished output."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import polars as pl
+import pytest
+from conftest import REPO, new_workdir, small_config, snakemake
+
+from truthflow.batching import FAKE_OOM_ENV
+from truthflow.generation import build_prompt, generate_answers
+from truthflow.knockout import resid_sweep
+
+pytestmark = pytest.mark.slow
+QUESTIONS = [
+    "What is the capital of France?",
+    "Who wrote Hamlet?",
+    "How many legs does a spider have?",
+    "What colour is the sky?",
+    "Who painted the Mona Lisa?",
+    "What is the largest planet?",
+    "What is the currency of Japan?",
+    "What is H2O?",
+    "Who was the first US president?",
+]
+
+
+def test_oom_halves_batch_with_identical_results(gemma, monkeypatch):
+    prompts = [build_prompt(gemma.tokenizer, q, chat=False) for q in QUESTIONS]
+    reference = generate_answers(
+        gemma, prompts, batch_size=2, max_new_tokens=8, stop_at_newline=True, chat=False
+    )
+    monkeypatch.setenv(FAKE_OOM_ENV, "2")  # every batch above 2 raises CUDA OOM at the real call site
+    backed_off = generate_answers(
+        gemma, prompts, batch_size=8, max_new_tokens=8, stop_at_newline=True, chat=False
+    )
+    assert backed_off == reference
+
+    seqs = [p["prompt_ids"] + p["answer_ids"] for p in reference]
+    probe = [len(s) - 1 for s in seqs]
+    blocks = [[1, 2]] * len(seqs)
+    monkeypatch.delenv(FAKE_OOM_ENV)
+    clean_ref, ko_ref = resid_sweep(gemma, seqs, probe, blocks, batch_size=2, out_dtype=np.float32)
+    monkeypatch.setenv(FAKE_OOM_ENV, "2")
+    clean, ko = resid_sweep(gemma, seqs, probe, blocks, batch_size=8, out_dtype=np.float32)
+    assert np.array_equal(clean, clean_ref) and np.array_equal(ko, ko_ref)
+
+
+def test_oom_at_batch_one_is_raised(gemma, monkeypatch):
+    monkeypatch.setenv(FAKE_OOM_ENV, "0")
+    with pytest.raises(Exception, match="out of memory"):
+        generate_answers(
+            gemma, ["Q: hi\nA:"], batch_size=4, max_new_tokens=2, stop_at_newline=True, chat=False
+        )
+
+
+def test_sigkill_mid_job_then_rerun_completes(tmp_path, demo_models_root):
+    cfg = small_config()
+    cfg["datasets"]["nq"]["n"] = 100
+    cfg["models"]["gemma3-270m"]["batch_size"] = 4  # many batches: time to kill it in the middle
+    workdir = new_workdir(tmp_path, demo_models_root, cfg)
+    target = "results/demo/answers/gemma3-270m/nq.parquet"
+    log = workdir / "results/demo/logs/generate_answers/gemma3-270m/nq.log"
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(workdir),
+        "--configfile",
+        str(workdir / "config.yaml"),
+        "--cores",
+        "2",
+        target,
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 600
+    while time.time() < deadline:  # wait until the job is generating
+        if log.exists() and "generate gemma3-270m/nq:" in log.read_text() and "8/100" in log.read_text():
+            break
+        if proc.poll() is not None:
+            pytest.fail("the job ended before it could be killed")
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)  # snakemake and its job, mid-generation
+    proc.wait(timeout=30)
+    assert not (workdir / target).exists()
+    dry = snakemake(workdir, "-n", target)
+    assert "generate_answers" in dry.stdout + dry.stderr  # the rerun plans the job again
+    done = snakemake(workdir, target)
+    assert done.returncode == 0, done.stderr[-3000:]
+    answers = pl.read_parquet(workdir / target)
+    assert answers.height == 100 and answers["answer"].null_count() == 0
+    assert "Nothing to be done" in (lambda p: p.stdout + p.stderr)(snakemake(workdir, "-n", target))

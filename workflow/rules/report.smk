@@ -1,0 +1,38 @@
+rule benchmark_table:
+    input:
+        all_benchmarks,
+    output:
+        report(
+            res("tables", "benchmarks.tsv"),
+            category="Benchmarks",
+            caption="../report/benchmarks.rst",
+        ),
+    log:
+        res("logs", "benchmark_table.log"),
+    localrule: True
+    conda:
+        "../../envs/truthflow.yaml"
+    script:
+        "../scripts/benchmark_table.py"
+
+
+rule compare_published:
+    input:
+        published=workflow.source_path("../report/published.tsv"),
+        pathways=optional_input("pathways", res("tables", "pathways_summary.parquet")),
+        depthwise=optional_input("depth", res("tables", "depth_depthwise.parquet")),
+        pooled=optional_input("depth", res("tables", "depth_pooled_by_depth.tsv")),
+        code=code("compare"),
+    output:
+        report(
+            res("tables", "published_vs_reproduced.tsv"),
+            category="Published vs reproduced",
+            caption="../report/compare.rst",
+        ),
+    log:
+        res("logs", "compare_published.log"),
+    localrule: True
+    conda:
+        "../../envs/truthflow.yaml"
+    script:
+        "../scripts/compare_published.py"
