@@ -61,13 +61,7 @@ def test_oom_at_batch_one_is_raised(gemma, monkeypatch):
         )
 
 
-def test_sigkill_mid_job_then_rerun_completes(tmp_path, demo_models_root):
-    cfg = small_config()
-    cfg["datasets"]["nq"]["n"] = 100
-    cfg["models"]["gemma3-270m"]["batch_size"] = 4  # many batches: time to kill it in the middle
-    workdir = new_workdir(tmp_path, demo_models_root, cfg)
-    target = "results/demo/answers/gemma3-270m/nq.parquet"
-    log = workdir / "results/demo/logs/generate_answers/gemma3-270m/nq.log"
+def _start_and_wait_for_generation(workdir, target, log):
     cmd = [
         sys.executable,
         "-m",
@@ -84,19 +78,48 @@ def test_sigkill_mid_job_then_rerun_completes(tmp_path, demo_models_root):
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 600
-    while time.time() < deadline:  # wait until the job is generating
-        if log.exists() and "generate gemma3-270m/nq:" in log.read_text() and "8/100" in log.read_text():
-            break
+    while time.time() < deadline:  # wait until the job is generating, batches already written
+        if log.exists() and "8/100" in log.read_text():
+            return proc
         if proc.poll() is not None:
             pytest.fail("the job ended before it could be killed")
-        time.sleep(0.5)
-    os.killpg(proc.pid, signal.SIGKILL)  # snakemake and its job, mid-generation
-    proc.wait(timeout=30)
+        time.sleep(0.3)
+    pytest.fail("the job never started generating")
+
+
+def _job_pids(session: int) -> list[int]:
+    out = subprocess.run(
+        ["pgrep", "-s", str(session), "-f", "generate_answers.py"], capture_output=True, text=True
+    )
+    return [int(p) for p in out.stdout.split()]
+
+
+@pytest.mark.parametrize("victim", ["job", "snakemake and job"])
+def test_sigkill_mid_job_then_rerun_completes(tmp_path, demo_models_root, victim):
+    cfg = small_config()
+    cfg["datasets"]["nq"]["n"] = 100
+    cfg["models"]["gemma3-270m"]["batch_size"] = 4  # many batches: time to kill it in the middle
+    workdir = new_workdir(tmp_path, demo_models_root, cfg)
+    target = "results/demo/answers/gemma3-270m/nq.parquet"
+    log = workdir / "results/demo/logs/generate_answers/gemma3-270m/nq.log"
+    proc = _start_and_wait_for_generation(workdir, target, log)
+    if victim == "job":  # the job alone dies (OOM killer, scheduler): snakemake sees the failure
+        pids = _job_pids(proc.pid)
+        assert pids
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        assert proc.wait(timeout=120) != 0
+    else:  # everything dies at once: snakemake's lock stays, --unlock clears it
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert snakemake(workdir, "--unlock").returncode == 0
     assert not (workdir / target).exists()
+    assert not list((workdir / "results/demo/answers/gemma3-270m").glob("nq.parquet*"))
     dry = snakemake(workdir, "-n", target)
     assert "generate_answers" in dry.stdout + dry.stderr  # the rerun plans the job again
     done = snakemake(workdir, target)
     assert done.returncode == 0, done.stderr[-3000:]
     answers = pl.read_parquet(workdir / target)
     assert answers.height == 100 and answers["answer"].null_count() == 0
-    assert "Nothing to be done" in (lambda p: p.stdout + p.stderr)(snakemake(workdir, "-n", target))
+    again = snakemake(workdir, "-n", target)
+    assert "Nothing to be done" in again.stdout + again.stderr
