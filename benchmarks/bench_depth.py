@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import sys
 import time
 from pathlib import Path
@@ -16,16 +15,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import polars as pl  # noqa: E402
 import torch  # noqa: E402
+from common import peak_mb  # noqa: E402
 
 import truthflow.generation as generation  # noqa: E402
 import truthflow.mink as mink  # noqa: E402
 from truthflow.models import load_model  # noqa: E402
-
-
-def peak_mb() -> float:
-    if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def bench(lm, label, texts, prompts, batch, max_new, chat):

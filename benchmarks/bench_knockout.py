@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import sys
 import time
 from pathlib import Path
@@ -19,20 +18,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from common import peak_mb, sync  # noqa: E402
 
 from truthflow.knockout import LayerMasks, ResidCapture, decoder_layers, knockout_mask, resid_sweep  # noqa: E402
 from truthflow.models import load_model  # noqa: E402
-
-
-def peak_mb() -> float:
-    if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def sync():
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
 
 
 def make_case(n: int, length: int, vocab: int, seed: int = 0):

@@ -58,3 +58,40 @@ def test_locate_maps_spans_to_tokens(smollm):
     assert all(i in qpos for i in eq)
     *_, reason = locate(tok, prompt, prompt_ids, True, question, [], answer_ids, (s, s + 5))
     assert reason == "eq_not_found"
+
+
+def test_random_control_positions_are_seeded_and_outside_eq():
+    from truthflow.pathways import control_positions
+
+    a = control_positions("s1", [3, 4], list(range(10)), seed=0)
+    assert a == control_positions("s1", [3, 4], list(range(10)), seed=0)
+    assert len(a) == 2 and not set(a) & {3, 4} and set(a) <= set(range(10))
+    assert control_positions("s1", [1, 2, 3], [1, 2, 3, 4], seed=0) == [4]  # fewer left than E_Q has
+
+
+@pytest.mark.slow
+def test_llm_extractor_runs_on_a_real_model(gemma):
+    import polars as pl
+
+    from truthflow.generation import generate_answers
+    from truthflow.pathways import locate_all
+
+    questions = ["What is the capital of France?", "Who wrote Hamlet?"]
+    prompts = [build_prompt(gemma.tokenizer, q, chat=False) for q in questions]
+    out = generate_answers(gemma, prompts, 2, 8, stop_at_newline=True, chat=False)
+    table = pl.DataFrame(
+        {
+            "id": ["a", "b"],
+            "question": questions,
+            "prompt": prompts,
+            "answer": [o["answer"] for o in out],
+            "prompt_ids": [o["prompt_ids"] for o in out],
+            "answer_ids": [o["answer_ids"] for o in out],
+            "correct": [False, False],
+            "refusal": [False, False],
+            "match_start": [None, None],
+            "match_end": [None, None],
+        }
+    )
+    kept, dropped = locate_all(gemma, False, "triviaqa", table, extractor="llm", batch_size=2)
+    assert (0 if kept is None else kept.height) + dropped.height == 2
