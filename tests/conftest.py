@@ -112,8 +112,8 @@ def small_config(**over) -> dict:
     return cfg
 
 
-def snakemake(workdir: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
-    cmd = [
+def snakemake_cmd(workdir: Path, *args: str) -> list[str]:
+    return [
         sys.executable,
         "-m",
         "snakemake",
@@ -127,8 +127,13 @@ def snakemake(workdir: Path, *args: str, timeout: int = 1800) -> subprocess.Comp
         "2",
         *args,
     ]
+
+
+def snakemake(workdir: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        snakemake_cmd(workdir, *args), capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 def write_config(workdir: Path, cfg: dict) -> None:

@@ -6,13 +6,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
 import polars as pl
 import pytest
-from conftest import REPO, new_workdir, small_config, snakemake
+from conftest import new_workdir, small_config, snakemake, snakemake_cmd
 
 from truthflow.batching import FAKE_OOM_ENV
 from truthflow.generation import build_prompt, generate_answers
@@ -62,20 +61,7 @@ def test_oom_at_batch_one_is_raised(gemma, monkeypatch):
 
 
 def _start_and_wait_for_generation(workdir, target, log):
-    cmd = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        str(REPO / "Snakefile"),
-        "-d",
-        str(workdir),
-        "--configfile",
-        str(workdir / "config.yaml"),
-        "--cores",
-        "2",
-        target,
-    ]
+    cmd = snakemake_cmd(workdir, target)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 600
     while time.time() < deadline:  # wait until the job is generating, batches already written

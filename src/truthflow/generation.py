@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import time
+
 from .batching import run_batched
 from .models import LoadedModel
 
@@ -101,3 +104,29 @@ def generate_answers(
 
     run_batched(order, batch_size, step, desc=desc)
     return results  # type: ignore[return-value]
+
+
+def answer_questions(
+    lm: LoadedModel,
+    questions: list[str],
+    chat: bool,
+    instruction: str,
+    batch_size: int,
+    max_new_tokens: int,
+    desc: str,
+) -> tuple[list[str], list[dict]]:
+    """Prompt (A1: chat template or `Q:/A:` with a newline stop), generate greedily, report new tokens/s."""
+    prompts = [build_prompt(lm.tokenizer, q, chat, instruction) for q in questions]
+    t0 = time.perf_counter()
+    out = generate_answers(
+        lm, prompts, batch_size, max_new_tokens, stop_at_newline=not chat, chat=chat, desc=desc
+    )
+    dt = time.perf_counter() - t0
+    n_tok = sum(o["n_new_tokens"] for o in out)
+    rate = n_tok / max(dt, 1e-9)
+    print(
+        f"{desc}: {len(out)} answers, {n_tok} new tokens in {dt:.1f} s ({rate:.1f} tokens/s) on {lm.device}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return prompts, out

@@ -43,6 +43,14 @@ def _save(fig: Figure, lines: list[str], png, pdf) -> None:
         fig.savefig(out, dpi=DPI)
 
 
+def _notes(ax, notes: list[str]) -> None:
+    """Why a dataset has no curve in this panel (probe undefined, no rows), written in the panel."""
+    if notes:
+        ax.text(
+            0.02, 0.02, "\n".join(notes), transform=ax.transAxes, fontsize=7, color="firebrick", va="bottom"
+        )
+
+
 def plot_pathways(
     summary: pl.DataFrame,
     auc: pl.DataFrame,
@@ -85,16 +93,7 @@ def plot_pathways(
             ax.set_xticks([])
             if not notes:
                 notes.append("no ΔP rows")
-        if notes:
-            ax.text(
-                0.02,
-                0.02,
-                "\n".join(notes),
-                transform=ax.transAxes,
-                fontsize=7,
-                color="firebrick",
-                va="bottom",
-            )
+        _notes(ax, notes)
     axes[0].set_ylabel("ΔP")
     handles, labels = [], []
     for ds, label in DATASETS.items():
@@ -148,16 +147,7 @@ def plot_probe_auc(
             ax.fill_between(
                 x, agg["lo"].to_numpy(), agg["hi"].to_numpy(), color=COLOURS[ds], alpha=0.15, lw=0
             )
-        if notes:
-            ax.text(
-                0.02,
-                0.02,
-                "\n".join(notes),
-                transform=ax.transAxes,
-                fontsize=7,
-                color="firebrick",
-                va="bottom",
-            )
+        _notes(ax, notes)
     axes[0].set_ylabel("Probe test AUC")
     handles = [Line2D([], [], color=COLOURS[d], lw=1.6) for d in DATASETS]
     fig.legend(
