@@ -7,6 +7,9 @@ set -euo pipefail
 STATE=/tmp/truthflow-slurm
 case "${1:-}" in
 start)
+  # leftovers of an earlier cluster on this machine would make the daemons refuse to start
+  for d in slurmd slurmctld munged; do pkill -x "$d" 2>/dev/null || true; done
+  sleep 1
   rm -rf "$STATE"; mkdir -p "$STATE"; chmod 755 "$STATE"
   H=$(hostname -s)
   MEM=$(( $(awk '/MemTotal/{print int($2/1024)}' /proc/meminfo) * 85 / 100 ))

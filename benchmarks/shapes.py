@@ -46,13 +46,14 @@ SHAPES = {
 }
 
 
-def random_model(shape: str, dtype: str = "bfloat16", device: str = "cuda"):
+def random_model(shape: str, dtype: str = "bfloat16", device: str | None = None):
     """A LoadedModel with random weights of the named shape and a stand-in tokenizer (ids only)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from truthflow.models import LoadedModel
 
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     model_type, kwargs = SHAPES[shape]
     config = AutoConfig.for_model(model_type, **kwargs)
     config._attn_implementation = "sdpa"
