@@ -60,6 +60,3 @@ def check_names(config: dict) -> None:
     ps = config["pathways"]
     if ps["anchor_split"] == "fixed_layer" and ps.get("fixed_layer") is None:
         raise TruthflowError("config key 'pathways.fixed_layer' must be set when anchor_split is fixed_layer")
-    ex = ps["exact_tokens"].get("extractor_model")
-    if ex is not None:
-        need([ex], models, "pathways.exact_tokens.extractor_model", "model")
