@@ -61,6 +61,8 @@ stop)
     [ -s "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
   done
   sleep 1
+  # a slurm.conf without its controller makes every later snakemake start probe port 6817 for ~10 s
+  rm -f /etc/slurm/slurm.conf /etc/slurm/gres.conf
   ;;
 *)
   echo "usage: $0 start|stop" >&2; exit 2;;
