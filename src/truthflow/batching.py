@@ -52,3 +52,18 @@ def run_batched(
             i += len(idx)
             bar.update(len(idx))
     return size
+
+
+def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int, side: str = "right"):
+    """Token-id lists -> (input_ids [B, T] long, real-token mask [B, T] bool). Right padding keeps each row's
+    positions 0..n-1 (teacher-forced passes); left padding lines up the last tokens (generation)."""
+    import torch
+
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    valid = torch.zeros((len(seqs), width), dtype=torch.bool)
+    for row, seq in enumerate(seqs):
+        cols = slice(0, len(seq)) if side == "right" else slice(width - len(seq), width)
+        ids[row, cols] = torch.tensor(list(seq), dtype=torch.long)
+        valid[row, cols] = True
+    return ids, valid

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from .batching import run_batched
+from .batching import pad_batch, run_batched
 from .models import LoadedModel
 
 BASE_TEMPLATE = "Q: {question}\nA:"
@@ -50,7 +50,7 @@ def generate_answers(
 
     tok, model = lm.tokenizer, lm.model
     encoded = [encode_prompt(tok, p, chat) for p in prompts]
-    stop_ids = set(filter(lambda x: x is not None, [tok.eos_token_id]))
+    stop_ids = {tok.eos_token_id} - {None}
     extra_eos = getattr(model.generation_config, "eos_token_id", None)
     if isinstance(extra_eos, int):
         stop_ids.add(extra_eos)
@@ -65,13 +65,9 @@ def generate_answers(
     device = next(model.parameters()).device
 
     def step(idx: list[int]) -> None:
-        width = max(len(encoded[i]) for i in idx)
-        input_ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
-        attention = torch.zeros((len(idx), width), dtype=torch.long)
-        for row, i in enumerate(idx):  # left padding for decoder-only generation
-            ids = encoded[i]
-            input_ids[row, width - len(ids) :] = torch.tensor(ids)
-            attention[row, width - len(ids) :] = 1
+        input_ids, valid = pad_batch([encoded[i] for i in idx], pad_id, side="left")
+        width = input_ids.shape[1]
+        attention = valid.long()
         kwargs = {}
         if device.type == "cuda":
             kwargs["cache_implementation"] = "static"

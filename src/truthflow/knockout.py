@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .batching import run_batched
+from .batching import pad_batch, run_batched
 from .models import LoadedModel
 
 
@@ -94,12 +94,7 @@ class LayerMasks:
 
 
 def _batch_tensors(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    valid = torch.zeros((len(seqs), width), dtype=torch.bool)
-    for r, s in enumerate(seqs):  # right padding: positions 0..n-1 stay the model's own
-        ids[r, : len(s)] = torch.tensor(s)
-        valid[r, : len(s)] = True
+    ids, valid = pad_batch(seqs, pad_id, side="right")  # right padding: positions 0..n-1 stay the model's own
     return ids.to(device), valid.to(device)
 
 

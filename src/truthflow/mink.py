@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from .batching import run_batched
+from .batching import pad_batch, run_batched
 from .errors import TruthflowError
 from .models import LoadedModel
 
@@ -110,13 +110,8 @@ def score_texts(
     order = sorted(range(len(texts)), key=lambda i: -len(encoded[i]))
 
     def step(idx: list[int]) -> None:
-        width = max(len(encoded[i]) for i in idx)
-        input_ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
-        attention = torch.zeros((len(idx), width), dtype=torch.long)
-        for row, i in enumerate(idx):  # right padding: real tokens keep positions 0..n-1
-            input_ids[row, : len(encoded[i])] = torch.tensor(encoded[i])
-            attention[row, : len(encoded[i])] = 1
-        input_ids = input_ids.to(device)
+        input_ids, valid = pad_batch([encoded[i] for i in idx], pad_id, side="right")
+        input_ids, attention = input_ids.to(device), valid.long()
         with torch.inference_mode():
             # the one [B, T, V] tensor of the batch (model dtype); the float32 work below is per text
             logits = model(input_ids=input_ids, attention_mask=attention.to(device), use_cache=False).logits

@@ -231,8 +231,8 @@ def load_model(
         torch.set_num_threads(max(1, min(int(threads), os.cpu_count() or 1)))
     info = read_info(model_dir)
     device = pick_device()
-    kwargs: dict = {"dtype": torch_dtype(dtype) if device == "cuda" or dtype != "auto" else torch.float32}
-    if device == "cpu" and kwargs["dtype"] in (torch.float16,):
+    kwargs: dict = {"dtype": torch_dtype(dtype)}  # auto: bf16 on a GPU, fp32 on a CPU
+    if device == "cpu" and kwargs["dtype"] == torch.float16:
         kwargs["dtype"] = torch.float32  # fp16 matmuls are slow or missing on CPUs
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation

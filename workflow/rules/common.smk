@@ -155,13 +155,12 @@ def optional_input(part, path):
 
 def all_benchmarks(wildcards=None):
     """Benchmark files of every GPU job in the DAG."""
-    paths = []
-    pw = config["pathways"]
-    for m, d in qa_pairs():
-        paths.append(res("benchmarks", "generate_answers", m, f"{d}.tsv"))
-    for m in pw["models"]:
-        for d in pw["datasets"]:
-            paths.append(res("benchmarks", "extract_pathways", m, f"{d}.tsv"))
+    paths = [
+        res("benchmarks", "generate_answers", m, f"{d}.tsv") for m, d in qa_pairs()
+    ]
+    paths += [
+        res("benchmarks", "extract_pathways", m, f"{d}.tsv") for m, d in pw_pairs()
+    ]
     for m in config["depth"]["models"]:
         paths += [
             res("benchmarks", "score_mink", f"{m}.tsv"),
@@ -174,12 +173,14 @@ def pw_dir(*parts):
     return res("pathways", "{model}", "{dataset}", *parts)
 
 
+def pw_pairs():
+    """(model, dataset) pairs of the pathways analysis, in one order for every aggregate."""
+    pw = config["pathways"]
+    return [(m, d) for m in pw["models"] for d in pw["datasets"]]
+
+
 def pw_inputs(name):
-    return [
-        res("pathways", m, d, name)
-        for m in config["pathways"]["models"]
-        for d in config["pathways"]["datasets"]
-    ]
+    return [res("pathways", m, d, name) for m, d in pw_pairs()]
 
 
 def depth_dir(*parts):

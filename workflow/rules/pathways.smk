@@ -79,6 +79,8 @@ rule pathways_tables:
     localrule: True
     conda:
         "../../envs/truthflow.yaml"
+    params:
+        pairs=pw_pairs(),
     script:
         "../scripts/pathways_tables.py"
 

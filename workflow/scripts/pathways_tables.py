@@ -7,23 +7,20 @@ def main(sm):
     summary = pl.concat([pl.read_parquet(p) for p in sm.input.summary], how="diagonal_relaxed")
     auc = pl.concat([pl.read_parquet(p) for p in sm.input.auc], how="diagonal_relaxed")
     dropped = pl.concat([pl.read_parquet(p) for p in sm.input.dropped], how="diagonal_relaxed")
-    kept = pl.concat(
-        [pl.read_parquet(p, columns=["id"]).with_columns(pl.lit(p).alias("path")) for p in sm.input.samples],
-        how="diagonal_relaxed",
-    )
     # one row per (model, dataset, reason), with the kept count as reason "kept" so nothing is silent
-    counts = dropped.group_by(["model", "dataset", "reason"]).len("n") if dropped.height else None
-    kept_counts = (
-        kept.group_by("path")
-        .len("n")
-        .with_columns(
-            pl.col("path").str.split("/").list.get(-3).alias("model"),
-            pl.col("path").str.split("/").list.get(-2).alias("dataset"),
-            pl.lit("kept").alias("reason"),
-        )
-        .select("model", "dataset", "reason", "n")
+    kept = pl.DataFrame(
+        [
+            {
+                "model": m,
+                "dataset": d,
+                "reason": "kept",
+                "n": pl.scan_parquet(p).select(pl.len()).collect().item(),
+            }
+            for (m, d), p in zip(sm.params.pairs, sm.input.samples, strict=True)
+        ],
+        schema={"model": pl.String, "dataset": pl.String, "reason": pl.String, "n": pl.UInt32},
     )
-    table = pl.concat([kept_counts] + ([counts.select(kept_counts.columns)] if counts is not None else []))
+    table = pl.concat([kept, dropped.group_by(["model", "dataset", "reason"]).len("n").select(kept.columns)])
     runlog.write_parquet(summary, sm.output.summary)
     runlog.write_parquet(auc, sm.output.auc)
     by_layer = (
