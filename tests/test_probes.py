@@ -11,14 +11,15 @@ def test_delta_p_hand_case():
 
 
 def test_anchor_split_per_layer_and_fixed():
-    flipped = np.array([[False, True, True], [False, False, True]])
-    assert anchors(flipped).tolist() == [
+    # flip rates over seeds: Q-Anchored only where more than half of the seeds flip
+    flip_rate = np.array([[0.0, 2 / 3, 1.0], [1 / 3, 0.5, 1.0]])
+    assert anchors(flip_rate).tolist() == [
         ["A-Anchored", "Q-Anchored", "Q-Anchored"],
         ["A-Anchored", "A-Anchored", "Q-Anchored"],
     ]
-    assert anchors(flipped, "fixed_layer", 2).tolist() == [["Q-Anchored"] * 3, ["A-Anchored"] * 3]
+    assert anchors(flip_rate, "fixed_layer", 2).tolist() == [["Q-Anchored"] * 3, ["A-Anchored"] * 3]
     with pytest.raises(ValueError):
-        anchors(flipped, "fixed_layer", 4)
+        anchors(flip_rate, "fixed_layer", 4)
 
 
 def test_bootstrap_is_seeded_and_sane():
@@ -26,20 +27,32 @@ def test_bootstrap_is_seeded_and_sane():
     a, b = bootstrap_ci(vals, 500, 7), bootstrap_ci(vals, 500, 7)
     assert a == b and a[0] < vals.mean() < a[1]
     assert bootstrap_ci(vals, 500, 8) != a
-    assert bootstrap_ci(np.array([3.0]), 100, 0) == (3.0, 3.0)
+    # one value has no CI: never a zero-width band
+    assert all(np.isnan(bootstrap_ci(np.array([3.0]), 100, 0)))
 
 
-def test_summarize_hand_case():
+def test_summarize_hand_case_counts_distinct_samples():
     df = pl.DataFrame(
         {
-            "anchor": ["Q-Anchored", "Q-Anchored", "A-Anchored"],
-            "layer": [1, 1, 1],
-            "delta_p": [-10.0, -30.0, 2.0],
+            "id": ["a", "b", "c", "a", "b", "c"],
+            "knockout": ["target"] * 3 + ["control"] * 3,
+            "matched": [True, True, False] * 2,
+            "anchor": ["Q-Anchored", "Q-Anchored", "A-Anchored"] * 2,
+            "layer": [1] * 6,
+            "delta_p": [-10.0, -30.0, 2.0, -1.0, 1.0, 5.0],
+            "flip_rate": [1.0, 1.0, 0.0, 0.0, 0.0, 0.0],
         }
     )
     s = summarize(df, n_boot=200, seed=0)
-    q = s.filter(pl.col("anchor") == "Q-Anchored").row(0, named=True)
+    row = {(r["knockout"], r["anchor"]): r for r in s.iter_rows(named=True)}
+    q = row[("target", "Q-Anchored")]
     assert q["n"] == 2 and q["mean_delta_p"] == -20.0 and -30.0 <= q["ci_low"] <= q["ci_high"] <= -10.0
+    assert q["flip_rate"] == 1.0
+    # the unmatched sample c is in the target split but not in the control or the unsplit rows
+    assert row[("target", "A-Anchored")]["n"] == 1 and np.isnan(row[("target", "A-Anchored")]["ci_low"])
+    assert ("control", "A-Anchored") not in row
+    assert row[("target", "all")]["n"] == 2 and row[("target", "all")]["mean_delta_p"] == -20.0
+    assert row[("control", "all")]["mean_delta_p"] == 0.0
 
 
 def test_probes_on_separable_data_and_knockout():
@@ -50,11 +63,19 @@ def test_probes_on_separable_data_and_knockout():
     clean[:, :, 0] += labels[:, None] * 6 - 3  # class signal in feature 0
     ko = clean.copy()
     ko[:, 2, 0] = 0.0  # the knockout erases the signal at layer 3 only
-    auc, samples = run_probes(clean, ko, labels, [f"s{i}" for i in range(n)], seeds=[0, 1], test_size=0.25)
-    assert auc.height == 2 * layers and (auc["auc"] > 0.95).all()
-    assert samples.height == 2 * 15 * layers
-    by_layer = samples.group_by("layer").agg(pl.col("delta_p").mean()).sort("layer")["delta_p"].to_list()
+    control = clean.copy()  # a control that changes nothing
+    auc, samples = run_probes(
+        clean, [ko, control], labels, [f"s{i}" for i in range(n)], seeds=[0, 1], test_size=0.25
+    )
+    assert auc.height == 2 * layers and (auc["auc"] > 0.95).all() and (auc["n_folds"] == 4).all()
+    # cross-fitted: every sample once per layer and knockout condition, seeds averaged
+    assert samples.height == 2 * n * layers and (samples["n_seeds"] == 2).all()
+    assert samples.filter(pl.col("knockout") == "target")["id"].n_unique() == n
+    target = samples.filter(pl.col("knockout") == "target")
+    by_layer = target.group_by("layer").agg(pl.col("delta_p").mean()).sort("layer")["delta_p"].to_list()
     assert abs(by_layer[0]) < 1e-6 and by_layer[2] < -10
+    ctrl = samples.filter(pl.col("knockout") == "control")
+    assert ctrl["delta_p"].abs().max() < 1e-9 and ctrl["flip_rate"].max() == 0.0
 
 
 def test_one_class_labels_give_probe_undefined_row():
@@ -62,7 +83,7 @@ def test_one_class_labels_give_probe_undefined_row():
     assert "too few" in probe_undefined_reason(np.array([1] * 9 + [0]), 0.2)
     auc, samples = run_probes(
         np.zeros((10, 2, 3)),
-        np.zeros((10, 2, 3)),
+        [np.zeros((10, 2, 3))],
         np.ones(10, dtype=int),
         [str(i) for i in range(10)],
         seeds=[0],

@@ -1,6 +1,6 @@
 """Published vs reproduced: the values read off the papers' figures (workflow/report/published.tsv) next to
-this run's, and, for models the papers did not run, the qualitative checks (Q-Anchored ΔP below A-Anchored;
-MIN-K% rising with depth), each stated as holds / does not hold."""
+this run's, and, for every model, the qualitative checks (E_Q knockout beats the matched random control;
+MIN-K% rising with depth), each stated as holds / does not hold / inconclusive."""
 
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ def quantitative(published: pl.DataFrame, pathways: pl.DataFrame, depthwise: pl.
         rng = f"[{p['low']:g}, {p['high']:g}]"
         if p["kind"] == "delta_p":
             sub = pathways.filter(
-                (pl.col("model") == p["model"])
+                (pl.col("knockout") == "target")
+                & (pl.col("model") == p["model"])
                 & (pl.col("anchor") == p["anchor"])
                 & (pl.col("layer") == int(p["layer"]))
             )
@@ -69,28 +70,35 @@ def quantitative(published: pl.DataFrame, pathways: pl.DataFrame, depthwise: pl.
     return rows
 
 
-def qualitative_pathways(pathways: pl.DataFrame) -> list[dict]:
+def qualitative_pathways(check: pl.DataFrame) -> list[dict]:
+    """One row per (model, dataset) from the falsification check (truthflow.pathway_check): E_Q knockout
+    against the matched random control. Q-Anchored below A-Anchored is not a check: it follows from the
+    split (METHOD A9)."""
     rows = []
-    for (model, dataset), grp in pathways.group_by(["model", "dataset"], maintain_order=True):
-        n_layers = int(grp["layer"].max())
-        upper = grp.filter(pl.col("layer") > n_layers // 2)
-        q = upper.filter(pl.col("anchor") == "Q-Anchored")["mean_delta_p"].mean()
-        a = upper.filter(pl.col("anchor") == "A-Anchored")["mean_delta_p"].mean()
-        if q is None or a is None:
-            verdict, value = "undefined (an anchor group is empty)", None
+    for r in check.iter_rows(named=True):
+        if r["flip_target"] is None or r["flip_control"] is None:
+            detail = f"n = {r['n_samples']} matched samples: {r['reason']}"
+            value = None
         else:
-            verdict, value = ("holds" if q < a else "does not hold"), float(q - a)
+            detail = (
+                f"flip rate E_Q {r['flip_target']:.1f}% [{r['flip_target_low']:.1f}, "
+                f"{r['flip_target_high']:.1f}] vs control {r['flip_control']:.1f}% "
+                f"[{r['flip_control_low']:.1f}, "
+                f"{r['flip_control_high']:.1f}]; ΔP E_Q {r['delta_p_target']:.1f} vs control "
+                f"{r['delta_p_control']:.1f}; n = {r['n_samples']} samples; {r['reason']} "
+                "(reproduced = flip-rate difference, points)"
+            )
+            value = float(r["flip_diff"])
         rows.append(
             _row(
-                "Q-Anchored ΔP below A-Anchored",
-                model,
-                dataset,
-                f"mean over layers {n_layers // 2 + 1}-{n_layers}: Q {q if q is None else round(q, 1)}, "
-                f"A {a if a is None else round(a, 1)} (reproduced = Q - A)",
+                "E_Q knockout beats random control",
+                r["model"],
+                r["dataset"],
+                detail,
                 None,
                 "",
                 value,
-                verdict,
+                r["verdict"],
             )
         )
     return rows
@@ -126,6 +134,7 @@ def compare(
     pathways: pl.DataFrame | None,
     depthwise: pl.DataFrame | None,
     pooled: pl.DataFrame | None,
+    check: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     pathways = (
         pathways
@@ -134,6 +143,7 @@ def compare(
             schema={
                 "model": pl.String,
                 "dataset": pl.String,
+                "knockout": pl.String,
                 "anchor": pl.String,
                 "layer": pl.Int64,
                 "mean_delta_p": pl.Float64,
@@ -146,7 +156,9 @@ def compare(
         else pl.DataFrame(schema={"model": pl.String, "depth": pl.Int64, "mink": pl.Float64})
     )
     # qualitative checks are stated for every model; paper models also get their published values
-    rows = quantitative(published, pathways, depthwise) + qualitative_pathways(pathways)
+    rows = quantitative(published, pathways, depthwise)
+    if check is not None:
+        rows += qualitative_pathways(check)
     if pooled is not None:
         rows += qualitative_depth(depthwise, pooled)
     return pl.DataFrame(rows, schema=SCHEMA)

@@ -44,11 +44,14 @@ class _Stop(Exception):
 
 class ResidCapture:
     """Forward hooks that keep the residual stream after each decoder layer (hook_resid_post) at one
-    position per row only, so a batch never holds all positions of all layers."""
+    position per row only, so a batch never holds all positions of all layers. The rows stay on the model's
+    device: `stacked()` copies them to the host once per pass, never once per layer (a per-layer `.cpu()`
+    synchronises the GPU at every layer)."""
 
     def __init__(self, layers: Sequence[torch.nn.Module], stop_after: int | None = None):
         self.layers = layers
         self.positions: torch.Tensor | None = None
+        self._rows: torch.Tensor | None = None
         self.resid_post: list[torch.Tensor | None] = [None] * len(layers)
         self.stop_after = stop_after
         self.handles = [layer.register_forward_hook(self._hook(i)) for i, layer in enumerate(layers)]
@@ -56,15 +59,23 @@ class ResidCapture:
     def _hook(self, i: int):
         def hook(_mod, _args, output):
             hidden = output[0] if isinstance(output, tuple) else output  # [B, T, D]
-            rows = torch.arange(hidden.shape[0], device=hidden.device)
-            self.resid_post[i] = hidden[rows, self.positions.to(hidden.device)].float().cpu()
+            if self._rows is None or self._rows.device != hidden.device:
+                self._rows = torch.arange(hidden.shape[0], device=hidden.device)
+                self.positions = self.positions.to(hidden.device)
+            self.resid_post[i] = hidden[self._rows, self.positions]  # [B, D], on the device
             if self.stop_after is not None and i == self.stop_after:
                 raise _Stop
 
         return hook
 
-    def stacked(self) -> torch.Tensor:  # [B, L, D]
-        return torch.stack([r for r in self.resid_post if r is not None], dim=1)
+    def set_positions(self, positions: list[int]) -> None:
+        self.positions = torch.tensor(positions)
+        self._rows = None
+
+    def stacked(self) -> torch.Tensor:  # [B, L, D] float32 on the host: one device-to-host copy
+        rows = [r for r in self.resid_post if r is not None]
+        dev = rows[0].device
+        return torch.stack([r.to(dev) for r in rows], dim=1).float().cpu()
 
     def remove(self) -> None:
         for h in self.handles:
@@ -106,7 +117,6 @@ def _block_tensor(blocks: list[list[int]], shape, device) -> torch.Tensor:
     return block.to(device)
 
 
-@torch.inference_mode()
 def resid_sweep(
     lm: LoadedModel,
     seqs: list[list[int]],
@@ -119,12 +129,34 @@ def resid_sweep(
     out_dtype=np.float16,
     out: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Residual stream after every layer at probe_pos, clean and knocked out. Returns two float16 arrays
-    [N, L, D] (float16 on disk): resid_clean and resid_ko (cumulative: one pass, block in all layers;
-    window: Geva's
-    window of `window` layers centred on k, of which layers <= k matter, one truncated pass per k).
-    `out` may pass two preallocated arrays, e.g. np.lib.format.open_memmap files, so that a dataset of any
-    size streams to disk batch by batch with bounded memory."""
+    """Residual stream after every layer at probe_pos, clean and knocked out (one knockout condition).
+    Returns (resid_clean, resid_ko), each [N, L, D]; see `resid_sweep_multi`."""
+    out_multi = None if out is None else (out[0], [out[1]])
+    clean, kos = resid_sweep_multi(
+        lm, seqs, probe_pos, [blocks], batch_size, mode, window, desc, out_dtype, out_multi
+    )
+    return clean, kos[0]
+
+
+@torch.inference_mode()
+def resid_sweep_multi(
+    lm: LoadedModel,
+    seqs: list[list[int]],
+    probe_pos: list[int],
+    block_sets: list[list[list[int]]],
+    batch_size: int,
+    mode: str = "cumulative",
+    window: int = 9,
+    desc: str = "knockout",
+    out_dtype=np.float16,
+    out: tuple[np.ndarray, list[np.ndarray]] | None = None,
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Residual stream after every layer at probe_pos: clean, and under each knockout condition of
+    `block_sets` (condition c blocks block_sets[c][i] in sample i; e.g. E_Q, then random-control draws).
+    cumulative: one pass per condition with the block in every layer; window: Geva's window of `window`
+    layers centred on k, of which layers <= k matter, one truncated pass per k. Returns (resid_clean
+    [N, L, D], [resid_ko [N, L, D] per condition]). `out` may pass preallocated arrays (e.g.
+    np.lib.format.open_memmap files), so that a dataset of any size streams to disk batch by batch."""
     model = lm.model
     layers = decoder_layers(model)
     n_layers = len(layers)
@@ -133,39 +165,41 @@ def resid_sweep(
     dtype = next(model.parameters()).dtype
     pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
     hidden = model.config.get_text_config().hidden_size
+    shape = (len(seqs), n_layers, hidden)
     if out is None:
-        clean = np.zeros((len(seqs), n_layers, hidden), dtype=out_dtype)
-        ko = np.zeros_like(clean)
+        clean = np.zeros(shape, dtype=out_dtype)
+        kos = [np.zeros_like(clean) for _ in block_sets]
     else:
-        clean, ko = out
-        if clean.shape != (len(seqs), n_layers, hidden) or ko.shape != clean.shape:
-            raise ValueError(f"out arrays must have shape {(len(seqs), n_layers, hidden)}")
+        clean, kos = out
+        if clean.shape != shape or len(kos) != len(block_sets) or any(k.shape != shape for k in kos):
+            raise ValueError(f"out arrays must have shape {shape}, one per condition")
     # probe position is the last token we need: drop everything after it
     seqs = [s[: p + 1] for s, p in zip(seqs, probe_pos, strict=True)]
     order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
 
     def step(idx: list[int]) -> None:
         ids, valid = _batch_tensors([seqs[i] for i in idx], pad_id, device)
-        block = _block_tensor([blocks[i] for i in idx], ids.shape, device)
-        clean_mask = knockout_mask(valid, torch.zeros_like(block), dtype)
-        ko_mask = knockout_mask(valid, block, dtype)
+        clean_mask = knockout_mask(valid, torch.zeros_like(valid), dtype)
         cap = ResidCapture(layers)
-        cap.positions = torch.tensor([probe_pos[i] for i in idx])
+        cap.set_positions([probe_pos[i] for i in idx])
         try:
             base(input_ids=ids, attention_mask=clean_mask, use_cache=False)
             clean[idx] = cap.stacked().numpy().astype(clean.dtype)
-            if mode == "cumulative":
-                base(input_ids=ids, attention_mask=ko_mask, use_cache=False)
-                ko[idx] = cap.stacked().numpy().astype(clean.dtype)
-            else:
-                ko[idx] = _window_passes(base, layers, cap, ids, clean_mask, ko_mask, window).astype(
-                    clean.dtype
-                )
+            for blocks, ko in zip(block_sets, kos, strict=True):
+                block = _block_tensor([blocks[i] for i in idx], ids.shape, device)
+                ko_mask = knockout_mask(valid, block, dtype)
+                if mode == "cumulative":
+                    base(input_ids=ids, attention_mask=ko_mask, use_cache=False)
+                    ko[idx] = cap.stacked().numpy().astype(ko.dtype)
+                else:
+                    ko[idx] = _window_passes(base, layers, cap, ids, clean_mask, ko_mask, window).astype(
+                        ko.dtype
+                    )
         finally:
             cap.remove()
 
     run_batched(order, batch_size, step, desc=desc)
-    return clean, ko
+    return clean, kos
 
 
 def window_layers(k: int, window: int, n_layers: int) -> range:
@@ -190,7 +224,7 @@ def _window_passes(base, layers, cap: ResidCapture, ids, clean_mask, ko_mask, wi
                 base(input_ids=ids, attention_mask=clean_mask, use_cache=False)
             except _Stop:
                 pass
-            out.append(cap.resid_post[k])
+            out.append(cap.resid_post[k].float().cpu())
     finally:
         cap.stop_after = None
         per_layer.remove()
@@ -214,7 +248,7 @@ def per_layer_reference(
     clean_mask = knockout_mask(valid, torch.zeros_like(block_t), dtype)
     ko_mask = knockout_mask(valid, block_t, dtype)
     cap = ResidCapture(layers)
-    cap.positions = torch.tensor([probe])
+    cap.set_positions([probe])
     per_layer = LayerMasks(layers)
     n_layers = len(layers)
     try:
@@ -225,7 +259,7 @@ def per_layer_reference(
             chosen = range(k + 1) if mode == "cumulative" else window_layers(k, window, n_layers)
             per_layer.masks = {j: (ko_mask if j in chosen else clean_mask) for j in range(n_layers)}
             base(input_ids=ids, attention_mask=clean_mask, use_cache=False)
-            ko.append(cap.resid_post[k][0])
+            ko.append(cap.resid_post[k][0].float().cpu())
         return clean, torch.stack(ko).numpy()
     finally:
         cap.remove()

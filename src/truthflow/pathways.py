@@ -11,7 +11,7 @@ import polars as pl
 
 from . import exact_tokens as et
 from .generation import build_prompt, generate_answers
-from .knockout import resid_sweep
+from .knockout import resid_sweep_multi
 from .models import LoadedModel
 
 EA_PROMPT = (
@@ -129,11 +129,53 @@ def locate_all(
     return kept_df, dropped_df
 
 
-def control_positions(sample_id: str, eq: list[int], question: list[int], seed: int) -> list[int]:
-    """The random control: as many non-E_Q question tokens as E_Q has, chosen with a per-sample seed."""
+def control_positions(
+    sample_id: str, eq: list[int], question: list[int], seed: int, draw: int = 0
+) -> list[int] | None:
+    """One draw of the random control (METHOD A7): exactly |E_Q| question tokens outside E_Q, chosen with a
+    seed of (seed, draw, sample id). None when the question has fewer non-E_Q tokens than E_Q has: such a
+    sample cannot be matched and is counted, never blocked with a shorter set."""
     pool = sorted(set(question) - set(eq))
-    rng = random.Random(seed * 1_000_003 + zlib.crc32(sample_id.encode()))
-    return sorted(rng.sample(pool, min(len(eq), len(pool))))
+    if len(pool) < len(eq):
+        return None
+    rng = random.Random(f"{seed}:{draw}:{zlib.crc32(sample_id.encode())}")
+    return sorted(rng.sample(pool, len(eq)))
+
+
+# the draw index of a `target: random` knockout: never one of the control draws (0..control_draws-1)
+TARGET_RANDOM_DRAW = 1_000
+
+
+def knockout_blocks(
+    kept: pl.DataFrame, target: str, control_draws: int, control_seed: int
+) -> tuple[list[list[int]], list[list[list[int]]], list[bool]]:
+    """Blocked positions per sample: the target condition (E_Q, or one random draw for the negative
+    control run `target: random`) and `control_draws` matched random-control draws. A sample whose question
+    has too few non-E_Q tokens gets matched=False (its control rows then block nothing and are left out of
+    every E_Q-vs-control comparison)."""
+    ids = kept["id"].to_list()
+    eqs = kept["eq_positions"].to_list()
+    qs = kept["question_positions"].to_list()
+    matched = [True] * len(ids)
+
+    def draw(d: int) -> list[list[int]]:
+        out = []
+        for i, (sid, eq, q) in enumerate(zip(ids, eqs, qs, strict=True)):
+            pos = control_positions(sid, eq, q, control_seed, d)
+            if pos is None:
+                matched[i] = False
+                pos = []
+            out.append(pos)
+        return out
+
+    if target == "exact_question":
+        target_blocks = [list(e) for e in eqs]
+    elif target == "random":
+        target_blocks = draw(TARGET_RANDOM_DRAW)
+    else:
+        raise ValueError(f"unknown knockout target '{target}' (exact_question | random)")
+    controls = [draw(d) for d in range(control_draws)]
+    return target_blocks, controls, matched
 
 
 def extract(
@@ -142,21 +184,18 @@ def extract(
     batch_size: int,
     mode: str,
     window: int,
-    control: str,
+    target: str,
+    control_draws: int,
     control_seed: int,
     desc: str,
-    out: tuple[np.ndarray, np.ndarray] | None = None,
-) -> tuple[np.ndarray, np.ndarray, list[list[int]]]:
+    out: tuple[np.ndarray, list[np.ndarray]] | None = None,
+) -> tuple[np.ndarray, list[np.ndarray], list[list[int]], list[list[list[int]]], list[bool]]:
+    """Clean pass + the target knockout + each control draw. Returns (resid_clean, [resid_ko target,
+    resid_ko control draw 0, ...], target blocks, control blocks per draw, matched)."""
     seqs = kept["seq"].to_list()
     probe = kept["probe_position"].to_list()
-    if control == "random":
-        blocks = [
-            control_positions(i, eq, q, control_seed)
-            for i, eq, q in zip(
-                kept["id"], kept["eq_positions"].to_list(), kept["question_positions"].to_list(), strict=True
-            )
-        ]
-    else:
-        blocks = kept["eq_positions"].to_list()
-    clean, ko = resid_sweep(lm, seqs, probe, blocks, batch_size, mode=mode, window=window, desc=desc, out=out)
-    return clean, ko, blocks
+    target_blocks, controls, matched = knockout_blocks(kept, target, control_draws, control_seed)
+    clean, kos = resid_sweep_multi(
+        lm, seqs, probe, [target_blocks, *controls], batch_size, mode=mode, window=window, desc=desc, out=out
+    )
+    return clean, kos, target_blocks, controls, matched

@@ -1,46 +1,97 @@
-"""The Two Pathways line figure (A11, seeds 000-002, 004) and the probe-AUC figure, one panel per model.
-Each function draws from one table and recomputes nothing."""
+"""The Two Pathways figures, one panel per model of a pair (seeds 000-002, 004): the line figure (A11), its
+random-control companion in the same layout, the falsification figure (E_Q vs control, unsplit) and the
+probe-AUC figure. Each function draws from one table and recomputes nothing.
+
+Honest drawing: a group with fewer than MIN_LINE_N distinct samples at a layer is a point without a band,
+never a line with a zero-width band; a line never crosses a layer without rows; legends list only what is
+drawn."""
 
 from __future__ import annotations
 
 import textwrap
 from pathlib import Path
 
+import matplotlib
+import numpy as np
 import polars as pl
 import seaborn as sns
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
+# TrueType (Type 42) fonts in PDFs: many venues reject Type 3
+matplotlib.rcParams["pdf.fonttype"] = 42
+matplotlib.rcParams["ps.fonttype"] = 42
+
 DATASETS = {"popqa": "PopQA", "triviaqa": "TriviaQA", "hotpotqa": "HotpotQA", "nq": "NQ"}
 COLOURS = dict(zip(DATASETS, sns.color_palette("tab10", 4).as_hex(), strict=True))
 STYLES = {"Q-Anchored": "-", "A-Anchored": "--"}
+KNOCKOUT_STYLES = {"target": "-", "control": ":"}
 DPI = 200
+MIN_LINE_N = 5
 
 
-def _figure(n: int, caption: str, legend_rows: int):
-    width = 4.6 * max(1, n)
-    lines = textwrap.wrap(caption, width=int(width * 16)) if caption else []
-    extra = 0.22 * legend_rows + 0.14 * len(lines) + 0.2
-    height = 3.4 + extra
-    fig = Figure(figsize=(width, height), dpi=DPI)
-    axes = fig.subplots(1, max(1, n), squeeze=False)[0]
+def label(ds: str) -> str:
+    return DATASETS.get(ds, ds)
+
+
+def colour(ds: str) -> str:
+    if ds not in COLOURS:
+        extra = sns.color_palette("tab10", 10).as_hex()
+        COLOURS[ds] = extra[len(COLOURS) % 10]
+    return COLOURS[ds]
+
+
+def datasets_in(table: pl.DataFrame) -> list[str]:
+    present = set(table["dataset"].unique().to_list()) if table.height else set()
+    return [d for d in DATASETS if d in present] + sorted(present - set(DATASETS))
+
+
+def _figure(n_cols: int, n_rows: int = 1, height: float = 3.2) -> tuple[Figure, np.ndarray]:
+    width = 4.6 * max(1, n_cols)
+    fig = Figure(figsize=(width, height * n_rows), dpi=DPI)
+    axes = fig.subplots(n_rows, max(1, n_cols), squeeze=False)
     fig.subplots_adjust(
         left=0.75 / width,
         right=1 - 0.15 / width,
-        top=1 - 0.35 / height,
-        bottom=(0.5 + extra) / height,
+        top=1 - 0.35 / (height * n_rows),
+        bottom=0.5 / (height * n_rows),
         wspace=0.22,
+        hspace=0.35,
     )
-    return fig, list(axes), lines, extra, height
+    return fig, axes
 
 
-def _save(fig: Figure, lines: list[str], png, pdf) -> None:
-    if lines:
-        fig.text(0.01, 0.015, "\n".join(lines), ha="left", va="bottom", fontsize=7, color="0.3")
+def _finish(fig: Figure, handles, labels, caption: str, png, pdf, ncol: int = 4) -> None:
+    """One legend below all panels, the caption below the legend, both placed after measuring what is
+    drawn (nothing overlaps), and a 'tight' bounding box on save (nothing is clipped)."""
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    to_fig = fig.transFigure.inverted()
+    axes_bottom = min(
+        ax.get_tightbbox(canvas.get_renderer()).transformed(to_fig).y0 for ax in fig.axes if ax.get_visible()
+    )
+    bottom = axes_bottom - 0.01
+    if handles:
+        legend = fig.legend(
+            handles,
+            labels,
+            loc="upper center",
+            bbox_to_anchor=(0.5, bottom),
+            ncol=min(ncol, len(handles)),
+            frameon=False,
+            fontsize=8,
+        )
+        canvas.draw()
+        bottom = legend.get_window_extent().transformed(to_fig).y0 - 0.01
+    if caption:
+        width_chars = int(fig.get_figwidth() * 15)
+        text = "\n".join(textwrap.wrap(caption, width=width_chars))
+        fig.text(0.01, bottom, text, ha="left", va="top", fontsize=7, color="0.3")
     for out in (png, pdf):
         Path(out).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, dpi=DPI)
+        fig.savefig(out, dpi=DPI, bbox_inches="tight", pad_inches=0.08)
 
 
 def _notes(ax, notes: list[str]) -> None:
@@ -51,7 +102,53 @@ def _notes(ax, notes: list[str]) -> None:
         )
 
 
-def plot_pathways(
+def _blank_if_empty(ax, notes: list[str]) -> None:
+    """Only the zero line drawn: an empty scale would suggest values that are not there."""
+    if len(ax.lines) <= 1:
+        ax.set_yticks([])
+        ax.set_xticks([])
+        if not notes:
+            notes.append("no ΔP rows")
+
+
+def _layer_axis(ax) -> None:
+    ax.set_xlabel("Layer")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+
+
+def draw_series(ax, rows: pl.DataFrame, n_layers: int, col: str, style: str, y: str = "mean_delta_p") -> bool:
+    """One series over layers 1..n_layers: a line with its CI band where n >= MIN_LINE_N, points where
+    0 < n < MIN_LINE_N, nothing (a break) where a layer has no rows. Returns whether anything was drawn."""
+    if rows.height == 0:
+        return False
+    x = np.arange(1, n_layers + 1)
+    full = pl.DataFrame({"layer": x}).join(rows, on="layer", how="left")
+    n = full["n"].fill_null(0).to_numpy()
+    mean = full[y].cast(pl.Float64).to_numpy()
+    big, small = n >= MIN_LINE_N, (n > 0) & (n < MIN_LINE_N)
+    ax.plot(x, np.where(big, mean, np.nan), style, color=col, lw=1.6)
+    if "ci_low" in full.columns and y == "mean_delta_p":
+        lo = full["ci_low"].cast(pl.Float64).to_numpy()
+        hi = full["ci_high"].cast(pl.Float64).to_numpy()
+        ok = big & np.isfinite(lo) & np.isfinite(hi)
+        ax.fill_between(x, np.where(ok, lo, np.nan), np.where(ok, hi, np.nan), color=col, alpha=0.13, lw=0)
+    if small.any():
+        ax.plot(x[small], mean[small], "o", color=col, ms=3.5, mfc="none" if style != "-" else col, ls="none")
+    return True
+
+
+def _status_notes(auc: pl.DataFrame, model: str, ds: str) -> str | None:
+    bad = auc.filter((pl.col("model") == model) & (pl.col("dataset") == ds) & (pl.col("status") != "ok"))
+    return f"{label(ds)}: {bad['status'][0]}" if bad.height else None
+
+
+def _n_layers(table: pl.DataFrame, model: str) -> int:
+    sub = table.filter(pl.col("model") == model)
+    return int(sub["layer"].max()) if sub.height and sub["layer"].max() is not None else 0
+
+
+def plot_anchored(
     summary: pl.DataFrame,
     auc: pl.DataFrame,
     models: list[str],
@@ -59,80 +156,142 @@ def plot_pathways(
     out_png,
     out_pdf,
     caption: str = "",
+    knockout: str = "target",
 ) -> None:
-    """Per-layer mean ΔP with its 95% CI: colour = dataset, solid = Q-Anchored, dashed = A-Anchored."""
-    fig, axes, lines, extra, height = _figure(len(models), caption, legend_rows=2)
-    shown = []
-    for ax, model in zip(axes, models, strict=False):
+    """Per-layer mean ΔP with its 95% CI, split Q-/A-Anchored: colour = dataset, solid = Q-Anchored, dashed
+    = A-Anchored (the seeds' layout). knockout='control' draws the same for the matched random control."""
+    summary = summary.filter(pl.col("knockout") == knockout) if "knockout" in summary.columns else summary
+    fig, axes = _figure(len(models))
+    drawn: list[tuple[str, str]] = []
+    small_points = False
+    for ax, model in zip(axes[0], models, strict=False):
         ax.set_title(titles.get(model, model), fontsize=11)
-        ax.set_xlabel("Layer")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        _layer_axis(ax)
         ax.axhline(0, color="0.6", lw=0.8, zorder=0)
-        ax.grid(alpha=0.3)
+        n_layers = _n_layers(summary, model)
         notes = []
-        for ds, label in DATASETS.items():
-            sub = summary.filter((pl.col("model") == model) & (pl.col("dataset") == ds))
-            status = auc.filter(
-                (pl.col("model") == model) & (pl.col("dataset") == ds) & (pl.col("status") != "ok")
-            )
-            if status.height:
-                notes.append(f"{label}: {status['status'][0]}")
+        for ds in datasets_in(summary.filter(pl.col("model") == model)) or datasets_in(
+            auc.filter(pl.col("model") == model)
+        ):
+            note = _status_notes(auc, model, ds)
+            if note:
+                notes.append(note)
                 continue
+            sub = summary.filter((pl.col("model") == model) & (pl.col("dataset") == ds))
             for anchor, style in STYLES.items():
-                s = sub.filter(pl.col("anchor") == anchor).sort("layer")
-                if s.height == 0:
-                    continue
-                x = s["layer"].to_numpy()
-                ax.plot(x, s["mean_delta_p"].to_numpy(), style, color=COLOURS[ds], lw=1.6)
-                ax.fill_between(
-                    x, s["ci_low"].to_numpy(), s["ci_high"].to_numpy(), color=COLOURS[ds], alpha=0.13, lw=0
-                )
-                shown.append((anchor, ds))
-        if not ax.lines[1:]:  # only the zero line: an empty scale would suggest values that are not there
-            ax.set_yticks([])
-            ax.set_xticks([])
-            if not notes:
-                notes.append("no ΔP rows")
+                s = sub.filter(pl.col("anchor") == anchor)
+                if draw_series(ax, s, n_layers, colour(ds), style):
+                    drawn.append((anchor, ds))
+                    small_points |= bool(((s["n"] > 0) & (s["n"] < MIN_LINE_N)).any())
+        _blank_if_empty(ax, notes)
         _notes(ax, notes)
-    axes[0].set_ylabel("ΔP")
+    axes[0][0].set_ylabel("ΔP" if knockout == "target" else "ΔP (random-token control)")
     handles, labels = [], []
-    for ds, label in DATASETS.items():
+    for ds in DATASETS | {d: d for _, d in drawn}:
         for anchor, style in STYLES.items():
-            handles.append(Line2D([], [], color=COLOURS[ds], ls=style, lw=1.6))
-            labels.append(f"{anchor} ({label})")
-    fig.legend(
-        handles,
-        labels,
-        loc="lower center",
-        ncol=4,
-        frameon=False,
-        fontsize=8,
-        bbox_to_anchor=(0.5, (0.05 + 0.14 * len(lines)) / height),
-    )
-    _save(fig, lines, out_png, out_pdf)
+            if (anchor, ds) in drawn:
+                handles.append(Line2D([], [], color=colour(ds), ls=style, lw=1.6))
+                labels.append(f"{anchor} ({label(ds)})")
+    if small_points:
+        handles.append(Line2D([], [], color="0.3", marker="o", ls="none", ms=3.5))
+        labels.append(f"point: n < {MIN_LINE_N} samples at that layer")
+    _finish(fig, handles, labels, caption, out_png, out_pdf)
+
+
+def plot_pathways(summary, auc, models, titles, out_png, out_pdf, caption: str = "") -> None:
+    """The seeds' figure: E_Q knockout, Q-/A-Anchored."""
+    plot_anchored(summary, auc, models, titles, out_png, out_pdf, caption, knockout="target")
+
+
+def plot_check(
+    summary: pl.DataFrame,
+    check: pl.DataFrame,
+    auc: pl.DataFrame,
+    models: list[str],
+    titles: dict[str, str],
+    out_png,
+    out_pdf,
+    caption: str = "",
+) -> None:
+    """The falsification test: unsplit mean ΔP (top) and flip rate (bottom) per layer, E_Q knockout (solid)
+    against the matched random control (dotted), over the same samples; each panel lists the verdicts."""
+    unsplit = summary.filter(pl.col("anchor") == "all")
+    fig, axes = _figure(len(models), n_rows=2, height=2.9)
+    drawn: set[tuple[str, str]] = set()
+    for col, model in enumerate(models):
+        top, bottom = axes[0][col], axes[1][col]
+        top.set_title(titles.get(model, model), fontsize=11)
+        for ax in (top, bottom):
+            _layer_axis(ax)
+            ax.axhline(0, color="0.6", lw=0.8, zorder=0)
+        n_layers = _n_layers(unsplit, model)
+        notes, verdicts = [], []
+        for ds in datasets_in(unsplit.filter(pl.col("model") == model)) or datasets_in(
+            auc.filter(pl.col("model") == model)
+        ):
+            note = _status_notes(auc, model, ds)
+            if note:
+                notes.append(note)
+                continue
+            sub = unsplit.filter((pl.col("model") == model) & (pl.col("dataset") == ds))
+            for knockout, style in KNOCKOUT_STYLES.items():
+                s = sub.filter(pl.col("knockout") == knockout)
+                if draw_series(top, s, n_layers, colour(ds), style):
+                    drawn.add((knockout, ds))
+                    draw_series(
+                        bottom,
+                        s.with_columns(pl.col("flip_rate") * 100),
+                        n_layers,
+                        colour(ds),
+                        style,
+                        "flip_rate",
+                    )
+            c = check.filter((pl.col("model") == model) & (pl.col("dataset") == ds))
+            if c.height:
+                verdicts.append(f"{label(ds)}: {c['verdict'][0]} (n={c['n_samples'][0]})")
+        _blank_if_empty(top, notes)
+        _blank_if_empty(bottom, [])
+        if verdicts:
+            bottom.text(
+                0.02,
+                0.97,
+                "\n".join(verdicts),
+                transform=bottom.transAxes,
+                fontsize=7,
+                va="top",
+                color="0.15",
+            )
+        _notes(top, notes)
+    axes[0][0].set_ylabel("ΔP, all samples")
+    axes[1][0].set_ylabel("Flip rate (%)")
+    handles, labels = [], []
+    names = {"target": "E_Q knockout", "control": "random-token control"}
+    for ds in DATASETS | {d: d for _, d in drawn}:
+        for knockout, style in KNOCKOUT_STYLES.items():
+            if (knockout, ds) in drawn:
+                handles.append(Line2D([], [], color=colour(ds), ls=style, lw=1.6))
+                labels.append(f"{names[knockout]} ({label(ds)})")
+    _finish(fig, handles, labels, caption, out_png, out_pdf)
 
 
 def plot_probe_auc(
     auc: pl.DataFrame, models: list[str], titles: dict[str, str], out_png, out_pdf, caption: str = ""
 ) -> None:
-    """Test AUC of the correctness probe by layer: mean over seeds, band = min..max over seeds."""
-    fig, axes, lines, extra, height = _figure(len(models), caption, legend_rows=1)
-    for ax, model in zip(axes, models, strict=False):
+    """Cross-fitted test AUC of the correctness probe by layer: mean over seeds, band = min..max."""
+    fig, axes = _figure(len(models))
+    drawn: set[str] = set()
+    for ax, model in zip(axes[0], models, strict=False):
         ax.set_title(titles.get(model, model), fontsize=11)
-        ax.set_xlabel("Layer")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        _layer_axis(ax)
         ax.axhline(0.5, color="0.6", lw=0.8, ls=":", zorder=0)
         ax.set_ylim(0.3, 1.02)
-        ax.grid(alpha=0.3)
         notes = []
-        for ds, label in DATASETS.items():
+        for ds in datasets_in(auc.filter(pl.col("model") == model)):
+            note = _status_notes(auc, model, ds)
+            if note:
+                notes.append(note)
+                continue
             sub = auc.filter((pl.col("model") == model) & (pl.col("dataset") == ds))
-            bad = sub.filter(pl.col("status") != "ok")
-            if bad.height:
-                notes.append(f"{label}: {bad['status'][0]}")
-                continue
-            if sub.height == 0:
-                continue
             agg = (
                 sub.group_by("layer")
                 .agg(
@@ -143,20 +302,11 @@ def plot_probe_auc(
                 .sort("layer")
             )
             x = agg["layer"].to_numpy()
-            ax.plot(x, agg["m"].to_numpy(), color=COLOURS[ds], lw=1.6)
-            ax.fill_between(
-                x, agg["lo"].to_numpy(), agg["hi"].to_numpy(), color=COLOURS[ds], alpha=0.15, lw=0
-            )
+            ax.plot(x, agg["m"].to_numpy(), color=colour(ds), lw=1.6)
+            ax.fill_between(x, agg["lo"].to_numpy(), agg["hi"].to_numpy(), color=colour(ds), alpha=0.15, lw=0)
+            drawn.add(ds)
         _notes(ax, notes)
-    axes[0].set_ylabel("Probe test AUC")
-    handles = [Line2D([], [], color=COLOURS[d], lw=1.6) for d in DATASETS]
-    fig.legend(
-        handles,
-        list(DATASETS.values()),
-        loc="lower center",
-        ncol=4,
-        frameon=False,
-        fontsize=8,
-        bbox_to_anchor=(0.5, (0.05 + 0.14 * len(lines)) / height),
-    )
-    _save(fig, lines, out_png, out_pdf)
+    axes[0][0].set_ylabel("Probe test AUC")
+    order = [d for d in DATASETS if d in drawn] + sorted(drawn - set(DATASETS))
+    handles = [Line2D([], [], color=colour(d), lw=1.6) for d in order]
+    _finish(fig, handles, [label(d) for d in order], caption, out_png, out_pdf)

@@ -1,5 +1,11 @@
 """Per-layer correctness probes (METHOD A6), ΔP under knockout (A8), the Q-/A-Anchored split (A9) and the
-seeded bootstrap summary (A10)."""
+seeded bootstrap summary over distinct samples (A10).
+
+Probes are cross-fitted: for each seed, a stratified K-fold split with K = round(1 / test_size) (0.2 -> five
+80/20 splits) gives every sample exactly one out-of-fold prediction per seed, from a probe that never saw
+it. Per sample and layer, the seeds are then averaged (ΔP: mean; flip: the fraction of seeds in which the
+prediction flips), so every table counts n as distinct samples, not (seed, sample) rows.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +13,56 @@ import numpy as np
 import polars as pl
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
-from sklearn.model_selection import train_test_split
+from sklearn.model_selection import StratifiedKFold
 from sklearn.preprocessing import StandardScaler
 
-Q_ANCHORED, A_ANCHORED = "Q-Anchored", "A-Anchored"
+Q_ANCHORED, A_ANCHORED, ALL = "Q-Anchored", "A-Anchored", "all"
+TARGET, CONTROL = "target", "control"
+
+AUC_SCHEMA = {
+    "seed": pl.Int64,
+    "layer": pl.Int64,
+    "auc": pl.Float64,
+    "n_train": pl.Int64,
+    "n_test": pl.Int64,
+    "n_folds": pl.Int64,
+    "status": pl.String,
+}
+SAMPLES_SCHEMA = {
+    "id": pl.String,
+    "layer": pl.Int64,
+    "knockout": pl.String,
+    "label": pl.Boolean,
+    "matched": pl.Boolean,
+    "n_seeds": pl.Int64,
+    "p": pl.Float64,
+    "delta_p": pl.Float64,
+    "flip_rate": pl.Float64,
+    "anchor": pl.String,
+}
+SUMMARY_SCHEMA = {
+    "knockout": pl.String,
+    "anchor": pl.String,
+    "layer": pl.Int64,
+    "n": pl.Int64,
+    "mean_delta_p": pl.Float64,
+    "ci_low": pl.Float64,
+    "ci_high": pl.Float64,
+    "flip_rate": pl.Float64,
+}
+
+
+def n_folds(test_size: float) -> int:
+    return max(2, round(1 / test_size))
 
 
 def probe_undefined_reason(labels: np.ndarray, test_size: float) -> str | None:
-    """Why a stratified split + probe cannot be made (one class, too few of a class), or None."""
-    n_pos = int(labels.sum())
+    """Why the cross-fitted probe cannot be made (one class, too few of a class), or None."""
+    n_pos = int(np.sum(labels))
     n_neg = len(labels) - n_pos
     if n_pos == 0 or n_neg == 0:
         return f"one class only ({n_pos} correct, {n_neg} wrong)"
-    n_test = int(np.ceil(test_size * len(labels)))
-    if min(n_pos, n_neg) < 2 or n_test < 2 or len(labels) - n_test < 2:
+    if min(n_pos, n_neg) < 2:
         return f"too few samples per class for a stratified split ({n_pos} correct, {n_neg} wrong)"
     return None
 
@@ -31,9 +73,11 @@ def delta_p(p_clean: np.ndarray, p_ko_same_class: np.ndarray) -> np.ndarray:
     return 100.0 * (p_ko_same_class - p_clean) / p_clean
 
 
-def anchors(flipped: np.ndarray, split: str = "per_layer", fixed_layer: int | None = None) -> np.ndarray:
-    """flipped: [N, L] bool. per_layer: Q-Anchored where the prediction flips at that layer; fixed_layer K
-    (1-based): the group assigned at layer K holds for every layer."""
+def anchors(flip_rate: np.ndarray, split: str = "per_layer", fixed_layer: int | None = None) -> np.ndarray:
+    """flip_rate: [N, L] in [0, 1] (bool works too). A sample is Q-Anchored at a layer where its prediction
+    flips in more than half of its seeds (per_layer); fixed_layer K (1-based): the group assigned at layer
+    K holds for every layer."""
+    flipped = np.asarray(flip_rate, dtype=float) > 0.5
     if split == "per_layer":
         q = flipped
     elif split == "fixed_layer":
@@ -45,9 +89,66 @@ def anchors(flipped: np.ndarray, split: str = "per_layer", fixed_layer: int | No
     return np.where(q, Q_ANCHORED, A_ANCHORED)
 
 
+def _fit_predict(x_train, y_train, tests: list[np.ndarray], C: float, max_iter: int) -> list[np.ndarray]:
+    scaler = StandardScaler().fit(x_train)
+    clf = LogisticRegression(C=C, max_iter=max_iter)
+    clf.fit(scaler.transform(x_train), y_train)
+    return [clf.predict_proba(scaler.transform(x))[:, 1] for x in tests]
+
+
+def crossfit_probs(
+    resid_clean: np.ndarray,
+    resid_kos: list[np.ndarray],
+    labels: np.ndarray,
+    seeds: list[int],
+    test_size: float = 0.2,
+    C: float = 1.0,
+    max_iter: int = 2000,
+) -> tuple[np.ndarray, np.ndarray, list[dict]]:
+    """Out-of-fold probe probabilities of 'correct'. Returns (prob_clean [S, N, L], prob_ko [C, S, N, L],
+    auc rows), S = seeds, C = knockout conditions."""
+    n, n_layers, _ = resid_clean.shape
+    k = n_folds(test_size)
+    prob = np.zeros((len(seeds), n, n_layers))
+    prob_ko = np.zeros((len(resid_kos), len(seeds), n, n_layers))
+    auc_rows = []
+    for s, seed in enumerate(seeds):
+        folds = list(StratifiedKFold(n_splits=k, shuffle=True, random_state=seed).split(np.zeros(n), labels))
+        for layer in range(n_layers):
+            # read one layer of each (memory-mapped) array at a time: memory stays bounded in n and L
+            x = np.asarray(resid_clean[:, layer], dtype=np.float32)
+            x_ko = [np.asarray(r[:, layer], dtype=np.float32) for r in resid_kos]
+            for train, test in folds:
+                out = _fit_predict(x[train], labels[train], [x[test]] + [r[test] for r in x_ko], C, max_iter)
+                prob[s, test, layer] = out[0]
+                for c in range(len(resid_kos)):
+                    prob_ko[c, s, test, layer] = out[1 + c]
+            auc_rows.append(
+                {
+                    "seed": seed,
+                    "layer": layer + 1,
+                    "auc": float(roc_auc_score(labels, prob[s, :, layer])),
+                    "n_train": n - n // k,
+                    "n_test": n,
+                    "n_folds": k,
+                    "status": "ok",
+                }
+            )
+    return prob, prob_ko, auc_rows
+
+
+def knockout_effect(prob: np.ndarray, prob_ko: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """prob, prob_ko: [..., N, L] probabilities of 'correct'. Returns (p, delta_p, flipped) with p the
+    probability of the class predicted on the clean state, ΔP (A8) and whether the prediction flips."""
+    pred = prob >= 0.5
+    p = np.where(pred, prob, 1 - prob)
+    p_ko = np.where(pred, prob_ko, 1 - prob_ko)
+    return p, delta_p(p, p_ko), pred != (prob_ko >= 0.5)
+
+
 def run_probes(
     resid_clean: np.ndarray,
-    resid_ko: np.ndarray,
+    resid_kos: list[np.ndarray],
     labels: np.ndarray,
     ids: list[str],
     seeds: list[int],
@@ -56,106 +157,53 @@ def run_probes(
     max_iter: int = 2000,
     anchor_split: str = "per_layer",
     fixed_layer: int | None = None,
+    matched: np.ndarray | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Probe every layer for every seed. Returns (auc table: seed, layer, auc, n_train, n_test, status;
-    per test sample × layer table: seed, id, layer, label, pred, p, p_ko, delta_p, flipped, anchor)."""
+    """Probe every layer for every seed, cross-fitted. resid_kos[0] is the target knockout, resid_kos[1:]
+    the random-control draws. Returns (auc table: seed, layer, auc, n_train, n_test, n_folds, status;
+    per sample × layer × knockout table, seeds (and control draws) averaged per sample: id, layer,
+    knockout ('target' | 'control'), label, matched, n_seeds, p, delta_p, flip_rate, anchor)."""
     n, n_layers, _ = resid_clean.shape
     reason = probe_undefined_reason(labels, test_size)
     if reason:
         auc = pl.DataFrame(
-            {
-                "seed": [None],
-                "layer": [None],
-                "auc": [None],
-                "n_train": [0],
-                "n_test": [0],
-                "status": [f"probe undefined: {reason}"],
-            },
-            schema={
-                "seed": pl.Int64,
-                "layer": pl.Int64,
-                "auc": pl.Float64,
-                "n_train": pl.Int64,
-                "n_test": pl.Int64,
-                "status": pl.String,
-            },
+            [{"n_train": 0, "n_test": 0, "n_folds": 0, "status": f"probe undefined: {reason}"}],
+            schema=AUC_SCHEMA,
         )
-        return auc, empty_samples()
-    auc_rows, sample_frames = [], []
-    idx = np.arange(n)
-    for seed in seeds:
-        train, test = train_test_split(idx, test_size=test_size, random_state=seed, stratify=labels)
-        p = np.zeros((len(test), n_layers))
-        p_ko = np.zeros_like(p)
-        pred = np.zeros((len(test), n_layers), dtype=bool)
-        pred_ko = np.zeros_like(pred)
-        for layer in range(n_layers):
-            x_train = resid_clean[train, layer].astype(np.float32)
-            scaler = StandardScaler().fit(x_train)
-            clf = LogisticRegression(C=C, max_iter=max_iter)
-            clf.fit(scaler.transform(x_train), labels[train])
-            prob = clf.predict_proba(scaler.transform(resid_clean[test, layer].astype(np.float32)))[:, 1]
-            prob_ko = clf.predict_proba(scaler.transform(resid_ko[test, layer].astype(np.float32)))[:, 1]
-            auc_rows.append(
-                {
-                    "seed": seed,
-                    "layer": layer + 1,
-                    "auc": float(roc_auc_score(labels[test], prob)),
-                    "n_train": len(train),
-                    "n_test": len(test),
-                    "status": "ok",
-                }
-            )
-            pred[:, layer] = prob >= 0.5
-            pred_ko[:, layer] = prob_ko >= 0.5
-            # probability of the class predicted on the clean state, before and after the knockout
-            p[:, layer] = np.where(pred[:, layer], prob, 1 - prob)
-            p_ko[:, layer] = np.where(pred[:, layer], prob_ko, 1 - prob_ko)
-        flipped = pred != pred_ko
-        anchor = anchors(flipped, anchor_split, fixed_layer)
-        sample_frames.append(
+        return auc, pl.DataFrame(schema=SAMPLES_SCHEMA)
+    matched = np.ones(n, dtype=bool) if matched is None else np.asarray(matched, dtype=bool)
+    prob, prob_ko, auc_rows = crossfit_probs(resid_clean, resid_kos, labels, seeds, test_size, C, max_iter)
+    frames = []
+    groups = [(TARGET, prob_ko[:1])] + ([(CONTROL, prob_ko[1:])] if len(resid_kos) > 1 else [])
+    for name, pk in groups:
+        p, dp, flipped = knockout_effect(prob[None], pk)  # [draws, S, N, L]
+        flip_rate = flipped.mean(axis=(0, 1))
+        frames.append(
             pl.DataFrame(
                 {
-                    "seed": np.full(len(test) * n_layers, seed),
-                    "id": np.repeat(np.asarray(ids, dtype=object)[test], n_layers).tolist(),
-                    "layer": np.tile(np.arange(1, n_layers + 1), len(test)),
-                    "label": np.repeat(labels[test].astype(bool), n_layers),
-                    "pred": pred.ravel(),
-                    "p": p.ravel(),
-                    "p_ko": p_ko.ravel(),
-                    "delta_p": delta_p(p, p_ko).ravel(),
-                    "flipped": flipped.ravel(),
-                    "anchor": anchor.ravel(),
-                }
+                    "id": np.repeat(np.asarray(ids, dtype=object), n_layers).tolist(),
+                    "layer": np.tile(np.arange(1, n_layers + 1), n),
+                    "knockout": [name] * (n * n_layers),
+                    "label": np.repeat(labels.astype(bool), n_layers),
+                    "matched": np.repeat(matched, n_layers),
+                    "n_seeds": np.full(n * n_layers, len(seeds)),
+                    "p": p.mean(axis=(0, 1)).ravel(),
+                    "delta_p": dp.mean(axis=(0, 1)).ravel(),
+                    "flip_rate": flip_rate.ravel(),
+                    "anchor": anchors(flip_rate, anchor_split, fixed_layer).ravel(),
+                },
+                schema=SAMPLES_SCHEMA,
             )
         )
-    return pl.DataFrame(auc_rows), pl.concat(sample_frames)
-
-
-def empty_samples() -> pl.DataFrame:
-    return pl.DataFrame(
-        schema={
-            "seed": pl.Int64,
-            "id": pl.String,
-            "layer": pl.Int64,
-            "label": pl.Boolean,
-            "pred": pl.Boolean,
-            "p": pl.Float64,
-            "p_ko": pl.Float64,
-            "delta_p": pl.Float64,
-            "flipped": pl.Boolean,
-            "anchor": pl.String,
-        }
-    )
+    return pl.DataFrame(auc_rows, schema=AUC_SCHEMA), pl.concat(frames)
 
 
 def bootstrap_ci(values: np.ndarray, n_boot: int, seed: int, alpha: float = 0.05) -> tuple[float, float]:
-    """Percentile bootstrap CI of the mean, resampling samples with a seeded generator."""
+    """Percentile bootstrap CI of the mean, resampling samples with a seeded generator. Fewer than two
+    values have no CI (NaN), never a zero-width one."""
     values = np.asarray(values, dtype=float)
-    if len(values) == 0:
+    if len(values) < 2:
         return float("nan"), float("nan")
-    if len(values) == 1:
-        return float(values[0]), float(values[0])
     rng = np.random.default_rng(seed)
     means = values[rng.integers(0, len(values), size=(n_boot, len(values)))].mean(axis=1)
     lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
@@ -163,27 +211,32 @@ def bootstrap_ci(values: np.ndarray, n_boot: int, seed: int, alpha: float = 0.05
 
 
 def summarize(samples: pl.DataFrame, n_boot: int = 1000, seed: int = 0) -> pl.DataFrame:
-    """Per (anchor, layer): n, mean ΔP and its seeded bootstrap 95% CI."""
+    """Per (knockout, anchor, layer): n distinct samples, mean ΔP, its seeded bootstrap 95% CI and the mean
+    flip rate; anchor 'all' is the unsplit mean over the matched samples (those with a control of exactly
+    |E_Q| tokens), the same set for the target and the control. Control rows are matched samples only."""
+    if "knockout" not in samples.columns:  # a table of one knockout condition
+        samples = samples.with_columns(pl.lit(TARGET).alias("knockout"))
+    if "matched" not in samples.columns:
+        samples = samples.with_columns(pl.lit(True).alias("matched"))
+    if "flip_rate" not in samples.columns:
+        samples = samples.with_columns(pl.lit(None, dtype=pl.Float64).alias("flip_rate"))
+    split = samples.filter((pl.col("knockout") == TARGET) | pl.col("matched"))
+    unsplit = samples.filter(pl.col("matched")).with_columns(pl.lit(ALL).alias("anchor"))
     rows = []
-    for (anchor, layer), grp in samples.group_by(["anchor", "layer"], maintain_order=True):
-        vals = grp["delta_p"].to_numpy()
-        lo, hi = bootstrap_ci(vals, n_boot, seed + int(layer))
-        rows.append(
-            {
-                "anchor": anchor,
-                "layer": int(layer),
-                "n": len(vals),
-                "mean_delta_p": float(vals.mean()),
-                "ci_low": lo,
-                "ci_high": hi,
-            }
-        )
-    schema = {
-        "anchor": pl.String,
-        "layer": pl.Int64,
-        "n": pl.Int64,
-        "mean_delta_p": pl.Float64,
-        "ci_low": pl.Float64,
-        "ci_high": pl.Float64,
-    }
-    return pl.DataFrame(rows, schema=schema).sort(["anchor", "layer"])
+    for frame in (split, unsplit):
+        for (knockout, anchor, layer), grp in frame.group_by(["knockout", "anchor", "layer"]):
+            vals = grp["delta_p"].to_numpy()
+            lo, hi = bootstrap_ci(vals, n_boot, seed + int(layer))
+            rows.append(
+                {
+                    "knockout": knockout,
+                    "anchor": anchor,
+                    "layer": int(layer),
+                    "n": grp["id"].n_unique() if "id" in grp.columns else len(vals),
+                    "mean_delta_p": float(vals.mean()),
+                    "ci_low": lo,
+                    "ci_high": hi,
+                    "flip_rate": grp["flip_rate"].mean(),
+                }
+            )
+    return pl.DataFrame(rows, schema=SUMMARY_SCHEMA).sort(["knockout", "anchor", "layer"])

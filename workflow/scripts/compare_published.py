@@ -9,7 +9,8 @@ def main(sm):
     pathways = pl.read_parquet(sm.input.pathways) if sm.input.pathways else None
     depthwise = pl.read_parquet(sm.input.depthwise) if sm.input.depthwise else None
     pooled = pl.read_csv(sm.input.pooled, separator="\t") if sm.input.pooled else None
-    table = compare(published, pathways, depthwise, pooled)
+    check = pl.read_parquet(sm.input.check) if sm.input.check else None
+    table = compare(published, pathways, depthwise, pooled, check)
     with pl.Config(tbl_rows=100, tbl_width_chars=200, fmt_str_lengths=80):
         print(table.select("check", "model", "dataset", "reproduced", "verdict"), flush=True)
     runlog.write_tsv(table, sm.output[0])

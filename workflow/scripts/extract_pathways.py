@@ -22,39 +22,61 @@ def main(sm):
     if dropped.height:
         print(dropped.group_by("reason").len(), flush=True)
     shape = (n_kept, lm.info["n_layers"], lm.info["hidden_size"])
+    cfg = sm.params.knockout
+    draws = cfg["control_draws"]
     # residual streams go straight to memory-mapped .npy files, batch by batch: memory stays bounded for
     # datasets of any size; the files appear under their final names only when complete
-    with runlog.atomic(sm.output.resid_clean) as tmp_clean, runlog.atomic(sm.output.resid_ko) as tmp_ko:
+    with (
+        runlog.atomic(sm.output.resid_clean) as tmp_clean,
+        runlog.atomic(sm.output.resid_ko) as tmp_ko,
+        runlog.atomic(sm.output.resid_control) as tmp_ctrl,
+    ):
         clean = np.lib.format.open_memmap(tmp_clean, mode="w+", dtype=np.float16, shape=shape)
         ko = np.lib.format.open_memmap(tmp_ko, mode="w+", dtype=np.float16, shape=shape)
+        ctrl = np.lib.format.open_memmap(tmp_ctrl, mode="w+", dtype=np.float16, shape=(draws, *shape))
         if n_kept:
             t0 = time.perf_counter()
-            cfg = sm.params.knockout
-            _, _, blocks = extract(
+            _, _, target_blocks, controls, matched = extract(
                 lm,
                 kept,
                 sm.resources.batch_size,
                 cfg["mode"],
                 cfg["window"],
-                cfg["control"],
+                cfg["target"],
+                draws,
                 cfg["control_seed"],
                 desc=f"knockout {name}",
-                out=(clean, ko),
+                out=(clean, [ko, *(ctrl[d] for d in range(draws))]),
             )
             dt = time.perf_counter() - t0
             print(
-                f"{name}: clean + knockout sweep of {n_kept} samples in {dt:.1f} s "
+                f"{name}: clean + {1 + draws} knockout passes over {n_kept} samples in {dt:.1f} s "
                 f"({n_kept / dt:.1f} samples/s)",
                 flush=True,
             )
-            kept = kept.with_columns(pl.Series("blocked_positions", blocks, dtype=pl.List(pl.Int64))).drop(
-                "seq"
-            )
+            n_unmatched = len(matched) - sum(matched)
+            if n_unmatched:
+                print(
+                    f"{name}: {n_unmatched} samples have fewer non-E_Q question tokens than |E_Q|: no matched"
+                    " random control; they are left out of the E_Q-vs-control check (counted there)",
+                    flush=True,
+                )
+            kept = kept.with_columns(
+                pl.Series("blocked_positions", target_blocks, dtype=pl.List(pl.Int64)),
+                pl.Series(
+                    "control_positions",
+                    [list(c) for c in zip(*controls, strict=True)] if draws else [[] for _ in matched],
+                    dtype=pl.List(pl.List(pl.Int64)),
+                ),
+                pl.Series("control_matched", matched, dtype=pl.Boolean),
+                pl.Series("n_eq", [len(e) for e in kept["eq_positions"].to_list()], dtype=pl.Int64),
+                pl.Series("n_ea", [len(e) for e in kept["ea_positions"].to_list()], dtype=pl.Int64),
+            ).drop("seq")
         else:
             kept = pl.DataFrame(schema={"id": pl.String, "correct": pl.Boolean})
-        clean.flush()
-        ko.flush()
-        del clean, ko
+        for arr in (clean, ko, ctrl):
+            arr.flush()
+        del clean, ko, ctrl
     runlog.write_parquet(kept, sm.output.samples)
     runlog.write_parquet(
         dropped.with_columns(

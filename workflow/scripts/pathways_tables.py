@@ -3,10 +3,54 @@ import polars as pl
 from truthflow import runlog
 
 
+def _concat(paths) -> pl.DataFrame:
+    return pl.concat([pl.read_parquet(p) for p in paths], how="diagonal_relaxed")
+
+
+def exact_token_table(pairs, sample_paths) -> pl.DataFrame:
+    """Per (model, dataset, class): n, mean |E_A| and |E_Q| in tokens, the E_Q share of the question tokens,
+    and the samples without a matched random control. |E_A| must be comparable across classes (A3)."""
+    frames = []
+    for (model, dataset), path in zip(pairs, sample_paths, strict=True):
+        s = pl.read_parquet(path)
+        if s.height == 0 or "n_ea" not in s.columns:
+            continue
+        frames.append(
+            s.group_by(
+                pl.when(pl.col("correct")).then(pl.lit("correct")).otherwise(pl.lit("wrong")).alias("class")
+            )
+            .agg(
+                pl.len().alias("n"),
+                pl.col("n_ea").mean().round(2).alias("mean_ea_tokens"),
+                pl.col("n_eq").mean().round(2).alias("mean_eq_tokens"),
+                (pl.col("n_eq") / pl.col("question_positions").list.len())
+                .median()
+                .round(3)
+                .alias("median_eq_share"),
+                (~pl.col("control_matched")).sum().alias("n_no_matched_control"),
+            )
+            .select(pl.lit(model).alias("model"), pl.lit(dataset).alias("dataset"), pl.all())
+        )
+    schema = {
+        "model": pl.String,
+        "dataset": pl.String,
+        "class": pl.String,
+        "n": pl.UInt32,
+        "mean_ea_tokens": pl.Float64,
+        "mean_eq_tokens": pl.Float64,
+        "median_eq_share": pl.Float64,
+        "n_no_matched_control": pl.UInt32,
+    }
+    if not frames:
+        return pl.DataFrame(schema=schema)
+    return pl.concat(frames, how="diagonal_relaxed").cast(schema).sort(["model", "dataset", "class"])
+
+
 def main(sm):
-    summary = pl.concat([pl.read_parquet(p) for p in sm.input.summary], how="diagonal_relaxed")
-    auc = pl.concat([pl.read_parquet(p) for p in sm.input.auc], how="diagonal_relaxed")
-    dropped = pl.concat([pl.read_parquet(p) for p in sm.input.dropped], how="diagonal_relaxed")
+    summary = _concat(sm.input.summary)
+    auc = _concat(sm.input.auc)
+    dropped = _concat(sm.input.dropped)
+    check = _concat(sm.input.check)
     # one row per (model, dataset, reason), with the kept count as reason "kept" so nothing is silent
     kept = pl.DataFrame(
         [
@@ -23,12 +67,13 @@ def main(sm):
     table = pl.concat([kept, dropped.group_by(["model", "dataset", "reason"]).len("n").select(kept.columns)])
     runlog.write_parquet(summary, sm.output.summary)
     runlog.write_parquet(auc, sm.output.auc)
+    runlog.write_parquet(check, sm.output.check)
     by_layer = (
         auc.group_by(["model", "dataset", "layer", "status"], maintain_order=True)
         .agg(
-            pl.col("auc").mean().alias("mean_auc"),
-            pl.col("auc").min().alias("min_auc"),
-            pl.col("auc").max().alias("max_auc"),
+            pl.col("auc").mean().round(3).alias("mean_auc"),
+            pl.col("auc").min().round(3).alias("min_auc"),
+            pl.col("auc").max().round(3).alias("max_auc"),
             pl.col("seed").n_unique().alias("n_seeds"),
             pl.col("n_test").first(),
         )
@@ -36,6 +81,10 @@ def main(sm):
     )
     runlog.write_tsv(by_layer, sm.output.auc_tsv)
     runlog.write_tsv(table.sort(["model", "dataset", "reason"]), sm.output.dropped)
+    runlog.write_tsv(check.with_columns(pl.selectors.float().round(2)), sm.output.check_tsv)
+    runlog.write_tsv(exact_token_table(sm.params.pairs, sm.input.samples), sm.output.exact_tokens)
+    for r in check.iter_rows(named=True):
+        print(f"{r['model']}/{r['dataset']}: {r['verdict']} ({r['reason']})", flush=True)
 
 
 runlog.run(snakemake, main)  # noqa: F821

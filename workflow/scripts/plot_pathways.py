@@ -1,22 +1,55 @@
 import polars as pl
 
 from truthflow import runlog
-from truthflow.plots_pathways import plot_pathways, plot_probe_auc
+from truthflow.plots_pathways import plot_anchored, plot_check, plot_pathways, plot_probe_auc
 
 
 def main(sm):
     summary = pl.read_parquet(sm.input.summary)
     auc = pl.read_parquet(sm.input.auc)
+    check = pl.read_parquet(sm.input.check)
     p = sm.params
-    plot_pathways(summary, auc, p.models, p.titles, sm.output.png, sm.output.pdf, caption=p.caption)
+    cap = p.caption if p.show_caption else ""
+
+    def caption(text: str) -> str:
+        return f"{text} {cap}" if p.show_caption else ""
+
+    plot_pathways(summary, auc, p.models, p.titles, sm.output.png, sm.output.pdf, caption=cap)
+    plot_anchored(
+        summary,
+        auc,
+        p.models,
+        p.titles,
+        sm.output.control_png,
+        sm.output.control_pdf,
+        caption=caption(
+            "Random-token control: |E_Q| random non-E_Q question tokens knocked out instead of E_Q."
+        ),
+        knockout="control",
+    )
+    plot_check(
+        summary,
+        check,
+        auc,
+        p.models,
+        p.titles,
+        sm.output.check_png,
+        sm.output.check_pdf,
+        caption=caption(
+            "Falsification test: unsplit mean ΔP and flip rate over the same matched samples, E_Q knockout"
+            " vs random-token control; verdict 'holds' only when both CIs are apart."
+        ),
+    )
     plot_probe_auc(
         auc,
         p.models,
         p.titles,
         sm.output.auc_png,
         sm.output.auc_pdf,
-        caption="Probe: logistic regression on standardized residual stream at the last exact answer "
-        "token; line = mean test AUC over seeds, band = min..max. " + p.caption,
+        caption=caption(
+            "Probe: logistic regression on the standardized residual stream at the last exact answer token, "
+            "cross-fitted; line = mean out-of-fold AUC over seeds, band = min..max."
+        ),
     )
 
 

@@ -2,6 +2,7 @@ import numpy as np
 import polars as pl
 
 from truthflow import runlog
+from truthflow.pathway_check import check, check_frame
 from truthflow.probes import run_probes, summarize
 
 
@@ -9,11 +10,13 @@ def main(sm):
     samples = pl.read_parquet(sm.input.samples)
     clean = np.load(sm.input.resid_clean, mmap_mode="r")  # layer slices are read as needed
     ko = np.load(sm.input.resid_ko, mmap_mode="r")
+    control = np.load(sm.input.resid_control, mmap_mode="r")
     cfg = sm.params.cfg
     labels = samples["correct"].to_numpy().astype(int) if samples.height else np.zeros(0, dtype=int)
+    matched = samples["control_matched"].to_numpy() if "control_matched" in samples.columns else None
     auc, per_sample = run_probes(
         clean,
-        ko,
+        [ko, *(control[d] for d in range(control.shape[0]))],
         labels,
         samples["id"].to_list(),
         cfg["probe"]["seeds"],
@@ -22,15 +25,20 @@ def main(sm):
         cfg["probe"]["max_iter"],
         cfg["anchor_split"],
         cfg["fixed_layer"],
+        matched=matched,
     )
-    summary = summarize(per_sample, cfg["bootstrap"]["n"], cfg["bootstrap"]["seed"])
-    keys = [pl.lit(sm.wildcards.model).alias("model"), pl.lit(sm.wildcards.dataset).alias("dataset")]
+    boot = cfg["bootstrap"]
+    summary = summarize(per_sample, boot["n"], boot["seed"])
+    status = auc["status"][0] if auc.height and auc["status"][0] != "ok" else None
+    row = check(per_sample, cfg["check"]["min_samples"], boot["n"], boot["seed"], probe_status=status)
+    model, dataset = sm.wildcards.model, sm.wildcards.dataset
     print(auc.group_by("status").len(), flush=True)
-    runlog.write_parquet(auc.with_columns(keys).select("model", "dataset", *auc.columns), sm.output.auc)
-    runlog.write_parquet(per_sample.with_columns(keys), sm.output.deltap)
-    runlog.write_parquet(
-        summary.with_columns(keys).select("model", "dataset", *summary.columns), sm.output.summary
-    )
+    print(f"{model}/{dataset}: E_Q vs random control: {row['verdict']} ({row['reason']})", flush=True)
+    keys = [pl.lit(model).alias("model"), pl.lit(dataset).alias("dataset")]
+    runlog.write_parquet(auc.select(*keys, pl.all()), sm.output.auc)
+    runlog.write_parquet(per_sample.select(*keys, pl.all()), sm.output.deltap)
+    runlog.write_parquet(summary.select(*keys, pl.all()), sm.output.summary)
+    runlog.write_parquet(check_frame(row, model, dataset), sm.output.check)
 
 
 runlog.run(snakemake, main)  # noqa: F821
