@@ -12,7 +12,7 @@ def main(sm):
         p.titles,
         sm.output.boxes_png,
         sm.output.boxes_pdf,
-        caption=p.caption,
+        caption=p.caption if p.show_caption else "",
     )
     plot_score_gap_density(
         pl.read_parquet(sm.input.subsets),
@@ -20,7 +20,7 @@ def main(sm):
         p.titles,
         sm.output.gap_png,
         sm.output.gap_pdf,
-        caption=p.caption,
+        caption=p.caption if p.show_caption else "",
     )
 
 
