@@ -84,6 +84,31 @@ def token_statistics(logits_row, targets) -> tuple[np.ndarray, np.ndarray, np.nd
     return tuple(t.double().cpu().numpy() for t in (token_logp, mu, sigma))  # type: ignore[return-value]
 
 
+def batch_token_statistics(logits, targets, lengths: list[int], max_elements: int = 2**28) -> list:
+    """token_statistics for a right-padded batch: logits [B, T, V] predicting targets [B, T], row r's first
+    lengths[r] positions real. Rows are processed in chunks of at most `max_elements` float32 logits (bounded
+    memory), and each chunk's results reach the host in one copy (no per-row device sync)."""
+    import torch
+
+    b, t, v = logits.shape
+    per_chunk = max(1, max_elements // max(1, t * v))
+    out = []
+    for start in range(0, b, per_chunk):
+        rows = slice(start, min(b, start + per_chunk))
+        logp = torch.log_softmax(logits[rows].float(), dim=-1)  # [b', T, V]
+        token_logp = logp.gather(-1, targets[rows].to(logp.device)[..., None]).squeeze(-1)
+        p = logp.exp()
+        live = p > 0
+        mu = torch.where(live, p * logp, 0.0).sum(-1)
+        centred = torch.where(live, logp - mu[..., None], 0.0)
+        sigma = (p * centred * centred).sum(-1).clamp_min(0.0).sqrt()
+        del logp, p, live, centred
+        host = torch.stack([token_logp, mu, sigma]).double().cpu().numpy()  # [3, b', T]: one copy
+        for r, n in enumerate(lengths[rows]):
+            out.append((host[0, r, :n], host[1, r, :n], host[2, r, :n]))
+    return out
+
+
 def score_texts(
     lm: LoadedModel, texts: Sequence[str], k_grid: Sequence[float], batch_size: int, desc: str = "min-k%"
 ) -> pl.DataFrame:
@@ -115,9 +140,11 @@ def score_texts(
         with torch.inference_mode():
             # the one [B, T, V] tensor of the batch (model dtype); the float32 work below is per text
             logits = model(input_ids=input_ids, attention_mask=attention.to(device), use_cache=False).logits
-            for row, i in enumerate(idx):
-                n = len(encoded[i])
-                stats[i] = token_statistics(logits[row, : n - 1], input_ids[row, 1:n])
+            lengths = [len(encoded[i]) - 1 for i in idx]
+            for i, st in zip(
+                idx, batch_token_statistics(logits[:, :-1], input_ids[:, 1:], lengths), strict=True
+            ):
+                stats[i] = st
         del logits
 
     run_batched(order, batch_size, step, desc=desc, unit="text")
