@@ -1,31 +1,68 @@
 """Dataset loading: hub (datasets.load_dataset) or local files in each set's published layout,
-normalized to one schema (id, dataset, question, answers) plus the set's own useful fields."""
+normalized to one schema (id, dataset, question, answers) plus the set's own useful fields.
+
+Ids are the source's own (PopQA `id`, TriviaQA `question_id`, HotpotQA `_id`) or, where it has none, a
+short hash of the normalized question text: a question keeps its id whatever `n` and `seed` pick. Rows
+that cannot be used (a repeated id, no question, no gold answer) are dropped before sampling and listed
+in a dropped table (dataset, id, reason, detail), as is a requested `n` larger than what is left."""
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
+import logging
+import os
 import random
-import time
 from pathlib import Path
 
 import polars as pl
 
 from .errors import TruthflowError
 
+log = logging.getLogger("truthflow.data")
+
 QA_DATASETS = ("popqa", "triviaqa", "hotpotqa", "nq")
 ALL_DATASETS = (*QA_DATASETS, "depthqa")
 DEPTHQA_CONFIGS = ("questions", "nodes", "node_to_q")
+DROPPED_SCHEMA = {"dataset": pl.String, "id": pl.String, "reason": pl.String, "detail": pl.String}
+# hub loads: attempts and wait between them (exponential); only transient errors are retried
+HUB_ATTEMPTS = 4
+HUB_WAIT = None  # None: tenacity.wait_exponential(multiplier=2, max=60); tests set tenacity.wait_none()
 
 
 # ---------------------------------------------------------------- raw records
+def _json_lines(path: Path, text: str) -> list[dict]:
+    out = []  # split on "\n" only: str.splitlines() also breaks at U+2028 inside JSON strings
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TruthflowError(
+                f"{path} line {lineno}: not valid JSON ({exc.msg}, column {exc.colno})"
+            ) from None
+        if not isinstance(rec, dict):
+            raise TruthflowError(f"{path} line {lineno}: expected a JSON object, got {type(rec).__name__}")
+        out.append(rec)
+    return out
+
+
 def _read_json_records(path: Path, field: str | None) -> list[dict]:
     text = path.read_text(encoding="utf-8")
     try:
         obj = json.loads(text)
-    except json.JSONDecodeError:
+    except json.JSONDecodeError as exc:
         # some published ".json" files are JSON Lines (HotpotQA's AMOR copy)
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+        first = next((line for line in text.split("\n") if line.strip()), "")
+        try:
+            json.loads(first)
+        except json.JSONDecodeError:
+            raise TruthflowError(
+                f"{path} line {exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno})"
+            ) from None
+        return _json_lines(path, text)
     if isinstance(obj, dict):
         if field:
             if field not in obj:
@@ -39,54 +76,164 @@ def _read_json_records(path: Path, field: str | None) -> list[dict]:
             obj = obj["data"]
     if not isinstance(obj, list):
         raise TruthflowError(f"{path}: expected a JSON list of records (set `field:` for nested lists)")
+    bad = next((i for i, r in enumerate(obj) if not isinstance(r, dict)), None)
+    if bad is not None:
+        raise TruthflowError(f"{path}: record {bad} is a {type(obj[bad]).__name__}, not a JSON object")
     return obj
+
+
+def _read_delimited(path: Path, delimiter: str) -> list[dict]:
+    """TSV/CSV with standard quoting ("a<TAB>b" is one field, "" an escaped quote). A row whose field
+    count differs from the header's (an unquoted tab or comma inside a field) is an error naming the line."""
+    kind = "tab" if delimiter == "\t" else "comma"
+    records: list[dict] = []
+    with path.open(encoding="utf-8", newline="") as fh:
+        reader = csv.reader(fh, delimiter=delimiter, strict=True)
+        header: list[str] | None = None
+        start = 1
+        try:
+            for row in reader:
+                lineno, start = start, reader.line_num + 1
+                if not row or (len(row) == 1 and not row[0].strip()):
+                    continue
+                if header is None:
+                    header = [h.strip() for h in row]
+                    dup = sorted({h for h in header if header.count(h) > 1})
+                    if dup:
+                        raise TruthflowError(f"{path} line {lineno}: header repeats column(s) {dup}")
+                    continue
+                if len(row) != len(header):
+                    raise TruthflowError(
+                        f"{path} line {lineno}: {len(row)} fields, but the header has {len(header)} "
+                        f"(a {kind} inside an unquoted field? quote such fields)"
+                    )
+                records.append(dict(zip(header, row, strict=True)))
+        except csv.Error as exc:
+            raise TruthflowError(f"{path} line {start}: malformed {kind}-separated row ({exc})") from None
+    return records
+
+
+def _blank(path: Path) -> bool:
+    size = path.stat().st_size
+    if size == 0:
+        return True
+    if size > 4096 or path.suffix.lower() == ".parquet":
+        return False
+    return not path.read_bytes().strip()
 
 
 def read_local_records(path: str | Path, fmt: str = "auto", field: str | None = None) -> list[dict]:
     path = Path(path)
     if not path.exists():
         raise TruthflowError(f"local file '{path}' does not exist")
+    if path.is_dir():
+        raise TruthflowError(f"'{path}' is a directory, not a data file")
+    if _blank(path):
+        raise TruthflowError(f"local file '{path}' is empty")
     if fmt == "auto":
         fmt = {".jsonl": "jsonl", ".json": "json", ".tsv": "tsv", ".csv": "csv", ".parquet": "parquet"}.get(
             path.suffix.lower(), ""
         )
         if not fmt:
             raise TruthflowError(f"'{path}': cannot tell the format from the suffix; set `format:`")
-    if fmt == "jsonl":
-        with path.open(encoding="utf-8") as fh:
-            return [json.loads(line) for line in fh if line.strip()]
-    if fmt == "json":
-        return _read_json_records(path, field)
-    if fmt in ("tsv", "csv"):
-        with path.open(encoding="utf-8", newline="") as fh:
-            return list(csv.DictReader(fh, delimiter="\t" if fmt == "tsv" else ","))
-    if fmt == "parquet":
-        return pl.read_parquet(path).to_dicts()
+    try:
+        if fmt == "jsonl":
+            return _json_lines(path, path.read_text(encoding="utf-8"))
+        if fmt == "json":
+            return _read_json_records(path, field)
+        if fmt in ("tsv", "csv"):
+            return _read_delimited(path, "\t" if fmt == "tsv" else ",")
+        if fmt == "parquet":
+            try:
+                return pl.read_parquet(path).to_dicts()
+            except (pl.exceptions.PolarsError, OSError) as exc:
+                raise TruthflowError(f"'{path}': not a readable parquet file ({str(exc)[:200]})") from None
+    except UnicodeDecodeError as exc:
+        raise TruthflowError(
+            f"'{path}': not UTF-8 text (byte {exc.start}); is format '{fmt}' right?"
+        ) from None
     raise TruthflowError(f"'{path}': unknown format '{fmt}'")
 
 
-def load_hub_records(
-    hub: str, config: str | None, split: str, revision: str | None, n: int | None, seed: int, label: str
-) -> list[dict]:
-    import datasets
+# ---------------------------------------------------------------- hub
+_TRANSIENT_NAMES = {
+    "ConnectionError",  # builtin, requests
+    "ConnectTimeout",
+    "ReadTimeout",
+    "Timeout",
+    "TimeoutError",
+    "TimeoutException",
+    "TransportError",  # httpx: network, protocol, proxy, timeouts
+    "NetworkError",
+    "RemoteProtocolError",
+    "ChunkedEncodingError",
+    "IncompleteRead",
+    "ProtocolError",
+}
 
-    last: Exception | None = None
-    for attempt in range(4):
-        try:
-            ds = datasets.load_dataset(hub, config, split=split, revision=revision)
-            break
-        except (ConnectionError, TimeoutError) as exc:  # network hiccups: retry with backoff
-            last = exc
-            time.sleep(2**attempt)
-        except Exception as exc:  # noqa: BLE001 - DatasetNotFoundError, ValueError(bad split/config), ...
-            raise TruthflowError(
-                f"dataset '{label}': cannot load '{hub}' (config {config!r}, split {split!r}, "
-                f"revision {revision!r}) from the hub: {type(exc).__name__}: {str(exc)[:300]}"
-            ) from None
-    else:
-        raise TruthflowError(f"dataset '{label}': hub download of '{hub}' failed 4 times: {last}")
-    if n is not None and n < len(ds):
-        ds = ds.select(sample_indices(len(ds), n, seed))
+
+def _offline() -> bool:
+    return any(
+        os.environ.get(v, "").lower() in ("1", "true", "yes", "on")
+        for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A network error or an HTTP 429/5xx (anywhere in the exception chain); never in offline mode."""
+    if _offline():
+        return False
+    seen = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        names = {c.__name__ for c in type(cur).__mro__}
+        if "OfflineModeIsEnabled" in names:
+            return False
+        status = getattr(getattr(cur, "response", None), "status_code", None)
+        if isinstance(status, int):
+            return status == 429 or status >= 500
+        if names & _TRANSIENT_NAMES:
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+def load_hub_records(
+    hub: str, config: str | None, split: str, revision: str | None, label: str
+) -> list[dict]:
+    """Every record of one hub split. Transient failures are retried (HUB_ATTEMPTS, exponential wait);
+    anything else (unknown id/config/split, bad files) fails at once with one line."""
+    import datasets
+    import tenacity
+
+    def before_sleep(state: tenacity.RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        log.warning(
+            "dataset '%s': hub load of '%s' failed (attempt %d/%d, transient: %s: %s); retrying",
+            label,
+            hub,
+            state.attempt_number,
+            HUB_ATTEMPTS,
+            type(exc).__name__,
+            str(exc)[:200],
+        )
+
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception(is_transient),
+        stop=tenacity.stop_after_attempt(HUB_ATTEMPTS),
+        wait=HUB_WAIT if HUB_WAIT is not None else tenacity.wait_exponential(multiplier=2, max=60),
+        before_sleep=before_sleep,
+        reraise=True,
+    )
+    what = f"'{hub}' (config {config!r}, split {split!r}, revision {revision!r})"
+    try:
+        ds = retrying(datasets.load_dataset, hub, config, split=split, revision=revision)
+    except Exception as exc:  # noqa: BLE001 - DatasetNotFoundError, ValueError(bad split/config), ...
+        tried = f"failed {HUB_ATTEMPTS} times (transient)" if is_transient(exc) else "failed"
+        raise TruthflowError(
+            f"dataset '{label}': hub load of {what} {tried}: {type(exc).__name__}: {str(exc)[:300]}"
+        ) from None
     return ds.to_list()
 
 
@@ -142,6 +289,19 @@ def _unwrap_question(q: str) -> str:
     return q.strip()
 
 
+def question_id(name: str, question: str) -> str:
+    """Stable id from the question text (lowercased, whitespace folded): '{name}-' + 12 hex of its sha1."""
+    key = " ".join(question.lower().split())
+    return f"{name}-{hashlib.sha1(key.encode('utf-8')).hexdigest()[:12]}"
+
+
+def _own_id(*values) -> str | None:
+    for v in values:
+        if v is not None and str(v).strip():
+            return str(v).strip()
+    return None
+
+
 REQUIRED = {
     "popqa": ("question", "possible_answers"),
     "triviaqa": ("question", "answer"),
@@ -172,133 +332,150 @@ def _check_columns(name: str, records: list[dict], origin: str) -> None:
         )
 
 
-def normalize(name: str, records: list[dict]) -> list[dict]:
-    rows = []
-    for i, rec in enumerate(records):
-        if name == "popqa":
-            row = {
-                "id": str(rec.get("id", i)),
-                "question": str(rec["question"]).strip(),
-                "answers": _dedup(_as_list(rec["possible_answers"])),
-                "subj": rec.get("subj"),
-                "prop": rec.get("prop"),
-                "obj": rec.get("obj"),
-                "s_pop": int(rec["s_pop"]) if rec.get("s_pop") not in (None, "") else None,
-            }
-        elif name == "triviaqa":
-            ans = rec.get("answer") if rec.get("answer") is not None else rec.get("Answer")
-            if isinstance(ans, dict):
-                aliases = _as_list(ans.get("aliases") or ans.get("Aliases")) + _as_list(
-                    ans.get("normalized_aliases") or ans.get("NormalizedAliases")
-                )
-                value = ans.get("value") or ans.get("Value")
-            else:  # flat copies: answer = value, aliases in their own column
-                aliases, value = _as_list(rec.get("aliases")), ans
-            q = rec.get("question") or rec.get("Question")
-            row = {
-                "id": str(rec.get("question_id") or rec.get("QuestionId") or f"triviaqa-{i}"),
-                "question": _unwrap_question(str(q)),
-                "answers": _dedup(_as_list(value) + aliases),
-            }
-        elif name == "hotpotqa":
-            row = {
-                "id": str(rec.get("_id") or rec.get("id") or f"hotpotqa-{i}"),
-                "question": str(rec["question"]).strip(),
-                "answers": _dedup(
-                    _as_list(rec["answer"]) if not isinstance(rec["answer"], str) else [rec["answer"]]
-                ),
-                "type": rec.get("type"),
-                "level": rec.get("level"),
-            }
-        elif name == "nq":
-            row = {
-                "id": str(rec.get("id") or f"nq-{i}"),
-                "question": str(rec["question"]).strip(),
-                "answers": _dedup(
-                    _as_list(rec["answer"]) if not isinstance(rec["answer"], str) else [rec["answer"]]
-                ),
-            }
-        else:
-            raise TruthflowError(f"unknown QA dataset '{name}' (known: {', '.join(QA_DATASETS)})")
-        if not row["question"] or not row["answers"]:
-            continue  # no gold answer: cannot be labelled (counted by the caller)
+def _int_or_none(value, name: str, field: str, rid: str) -> int | None:
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise TruthflowError(
+            f"dataset '{name}': sample '{rid}' has {field}={str(value)[:60]!r}, not an integer"
+        ) from None
+
+
+def _answers(value) -> list[str]:
+    return _dedup(_as_list(value) if not isinstance(value, str) else [value])
+
+
+def normalize_record(name: str, rec: dict) -> dict:
+    """One source record in the common schema; `answers` may be empty (the caller drops such rows)."""
+    if name == "popqa":
+        q = str(rec.get("question") or "").strip()
+        rid = _own_id(rec.get("id")) or question_id(name, q)
+        return {
+            "id": rid,
+            "question": q,
+            "answers": _dedup(_as_list(rec.get("possible_answers"))),
+            "subj": rec.get("subj"),
+            "prop": rec.get("prop"),
+            "obj": rec.get("obj"),
+            "s_pop": _int_or_none(rec.get("s_pop"), name, "s_pop", rid),
+        }
+    if name == "triviaqa":
+        ans = rec.get("answer") if rec.get("answer") is not None else rec.get("Answer")
+        if isinstance(ans, dict):
+            aliases = _as_list(ans.get("aliases") or ans.get("Aliases")) + _as_list(
+                ans.get("normalized_aliases") or ans.get("NormalizedAliases")
+            )
+            value = ans.get("value") or ans.get("Value")
+        else:  # flat copies: answer = value, aliases in their own column
+            aliases, value = _as_list(rec.get("aliases")), ans
+        q = _unwrap_question(str(rec.get("question") or rec.get("Question") or ""))
+        return {
+            "id": _own_id(rec.get("question_id"), rec.get("QuestionId")) or question_id(name, q),
+            "question": q,
+            "answers": _dedup(_as_list(value) + aliases),
+        }
+    if name == "hotpotqa":
+        q = str(rec.get("question") or "").strip()
+        return {
+            "id": _own_id(rec.get("_id"), rec.get("id")) or question_id(name, q),
+            "question": q,
+            "answers": _answers(rec.get("answer")),
+            "type": rec.get("type"),
+            "level": rec.get("level"),
+        }
+    if name == "nq":
+        q = str(rec.get("question") or "").strip()
+        return {
+            "id": _own_id(rec.get("id")) or question_id(name, q),
+            "question": q,
+            "answers": _answers(rec.get("answer")),
+        }
+    raise TruthflowError(f"unknown QA dataset '{name}' (known: {', '.join(QA_DATASETS)})")
+
+
+def normalize(name: str, records: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(kept rows, dropped rows {id, reason}): no question, no gold answer, or an id seen before."""
+    rows, dropped, seen = [], [], set()
+    for rec in records:
+        row = normalize_record(name, rec)
+        reason = None
+        if not row["question"]:
+            reason = "no_question"
+        elif not row["answers"]:
+            reason = "no_gold_answer"
+        elif row["id"] in seen:
+            reason = "duplicate_id"
+        if reason:
+            dropped.append({"id": row["id"], "reason": reason, "detail": None})
+            continue
+        seen.add(row["id"])
         rows.append(row)
-    return rows
+    return rows, dropped
 
 
-def _unique_ids(rows: list[dict]) -> None:
-    seen: dict[str, int] = {}
-    for row in rows:
-        base = row["id"]
-        if base in seen:
-            seen[base] += 1
-            row["id"] = f"{base}#{seen[base]}"
-        else:
-            seen[base] = 0
+def _dropped_frame(name: str, dropped: list[dict]) -> pl.DataFrame:
+    return pl.DataFrame([{"dataset": name, **d} for d in dropped], schema=DROPPED_SCHEMA)
+
+
+def _shortfall(name: str, n: int | None, usable: int, unit: str, origin: str, dropped: list[dict]) -> None:
+    if n is not None and n > usable:
+        detail = f"n={n} requested but only {usable} usable {unit} in '{origin}'"
+        log.warning("dataset '%s': %s; using all %d", name, detail, usable)
+        dropped.append({"id": None, "reason": "n_exceeds_rows", "detail": detail})
 
 
 def load_qa(name: str, spec: dict) -> tuple[pl.DataFrame, dict]:
-    """Load, normalize and subsample one QA dataset; returns the table and a small report."""
+    """Load, normalize and subsample one QA dataset; returns the table and a report whose 'dropped' is the
+    dropped table (dataset, id, reason, detail). Unusable rows are dropped before the n-sample is drawn."""
     src = spec["source"]
     n, seed = spec.get("n"), int(spec.get("seed", 0))
     if "local" in src:
         origin = str(src["local"])
         if not Path(origin).exists():
             raise TruthflowError(f"dataset '{name}': local file '{origin}' does not exist")
-        records = read_local_records(origin, src.get("format", "auto"), src.get("field"))
-        records = [_apply_columns(r, src.get("columns") or {}) for r in records]
-        _check_columns(name, records, origin)
-        total = len(records)
-        records = [records[i] for i in sample_indices(total, n, seed)]
+        try:
+            records = read_local_records(origin, src.get("format", "auto"), src.get("field"))
+        except TruthflowError as exc:
+            raise TruthflowError(f"dataset '{name}': {exc}") from None
     elif "hub" in src:
         origin = src["hub"]
         records = load_hub_records(
-            src["hub"], src.get("config"), src.get("split", "validation"), src.get("revision"), n, seed, name
+            src["hub"], src.get("config"), src.get("split", "validation"), src.get("revision"), name
         )
-        records = [_apply_columns(r, src.get("columns") or {}) for r in records]
-        _check_columns(name, records, origin)
-        total = len(records)
     else:
         raise TruthflowError(f"dataset '{name}': source needs 'hub' or 'local'")
-    rows = normalize(name, records)
-    _unique_ids(rows)
+    records = [_apply_columns(r, src.get("columns") or {}) for r in records]
+    _check_columns(name, records, origin)
+    rows, dropped = normalize(name, records)
+    _shortfall(name, n, len(rows), "rows", origin, dropped)
+    rows = [rows[i] for i in sample_indices(len(rows), n, seed)]
+    if not rows:
+        raise TruthflowError(
+            f"dataset '{name}': no usable row in '{origin}' (every row lacks a question or answer)"
+        )
     for row in rows:
         row["dataset"] = name
     df = pl.DataFrame(rows)
     first = ["id", "dataset", "question", "answers"]
     df = df.select(first + [c for c in df.columns if c not in first])
+    reasons = [d["reason"] for d in dropped]
     report = {
         "dataset": name,
         "origin": origin,
-        "available": total,
+        "available": len(records),
+        "n": n,
         "kept": df.height,
-        "no_gold_answer": len(records) - len(rows),
+        "no_gold_answer": reasons.count("no_gold_answer"),
+        "no_question": reasons.count("no_question"),
+        "duplicate_id": reasons.count("duplicate_id"),
+        "dropped": _dropped_frame(name, dropped),
     }
     return df, report
 
 
 # ---------------------------------------------------------------- DepthQA
-def _depthqa_questions(records: list[dict]) -> pl.DataFrame:
-    rows = []
-    for rec in records:
-        qid = rec.get("qid") or rec.get("_key")
-        if qid is None or "question" not in rec:
-            raise TruthflowError(f"DepthQA questions need 'qid' and 'question' (got {sorted(rec)[:8]})")
-        ref = str(rec.get("answer") or "")
-        rows.append(
-            {
-                "id": str(qid),
-                "dataset": "depthqa",
-                "question": str(rec["question"]).strip(),
-                "answers": [ref] if ref else [],
-                "depth": int(rec["depth"]),
-                "reference_answer": ref,
-                "domain": rec.get("domain"),
-            }
-        )
-    return pl.DataFrame(rows, schema_overrides={"answers": pl.List(pl.String), "domain": pl.String})
-
-
 NODES_SCHEMA = {
     "nodeid": pl.String,
     "group": pl.String,
@@ -307,6 +484,101 @@ NODES_SCHEMA = {
     "direct_successors": pl.List(pl.String),
     "qid": pl.String,
 }
+
+
+def _depthqa_questions(records: list[dict], where: str) -> tuple[pl.DataFrame, list[dict]]:
+    rows, dropped, seen = [], [], set()
+    for i, rec in enumerate(records):
+        qid = rec.get("qid") or rec.get("_key")
+        if qid is None or "question" not in rec:
+            raise TruthflowError(
+                f"DepthQA questions ({where}, record {i}): need 'qid' and 'question' (got {sorted(rec)[:8]})"
+            )
+        qid = str(qid)
+        if qid in seen:
+            dropped.append({"id": qid, "reason": "duplicate_id", "detail": None})
+            continue
+        seen.add(qid)
+        try:
+            depth = int(rec["depth"])
+        except (KeyError, TypeError, ValueError):
+            raise TruthflowError(
+                f"DepthQA questions ({where}): question '{qid}' has no integer 'depth'"
+            ) from None
+        ref = str(rec.get("answer") or "")
+        rows.append(
+            {
+                "id": qid,
+                "dataset": "depthqa",
+                "question": str(rec["question"]).strip(),
+                "answers": [ref] if ref else [],
+                "depth": depth,
+                "reference_answer": ref,
+                "domain": rec.get("domain"),
+            }
+        )
+    df = pl.DataFrame(rows, schema_overrides={"answers": pl.List(pl.String), "domain": pl.String})
+    return df, dropped
+
+
+def check_depthqa_graph(
+    questions: list[dict], nodes: list[dict], node_to_q: list[dict], where: dict[str, str]
+) -> None:
+    """The graph must be closed: every node named (as a predecessor, a successor, in node_to_q) exists,
+    every node maps to one question that exists. Messages name the file and the node."""
+    wn, wm = where.get("nodes", "nodes"), where.get("node_to_q", "node_to_q")
+    if not nodes and not node_to_q:
+        return
+    if not nodes or not node_to_q:
+        have, lack = ("nodes", "node_to_q") if nodes else ("node_to_q", "nodes")
+        raise TruthflowError(
+            f"DepthQA graph: {where.get(have, have)} is given but the {lack} file is missing or empty"
+        )
+    known: dict[str, dict] = {}
+    for i, rec in enumerate(nodes):
+        if rec.get("nodeid") in (None, ""):
+            raise TruthflowError(f"DepthQA graph: {wn}, record {i}: has no 'nodeid'")
+        nid = str(rec["nodeid"])
+        if nid in known:
+            raise TruthflowError(f"DepthQA graph: {wn}: node '{nid}' appears twice")
+        if rec.get("depth") not in (1, 2, 3, "1", "2", "3"):
+            raise TruthflowError(
+                f"DepthQA graph: {wn}: node '{nid}' has depth {rec.get('depth')!r}, not 1, 2 or 3"
+            )
+        known[nid] = rec
+    for nid, rec in known.items():
+        for field, role in (("direct_predecessors", "predecessor"), ("direct_successors", "successor")):
+            for other in rec.get(field) or []:
+                if str(other) not in known:
+                    raise TruthflowError(
+                        f"DepthQA graph: {wn}: node '{nid}' names {role} '{other}', which is not a node"
+                    )
+    qids = {str(r.get("qid") or r.get("_key")) for r in questions}
+    mapped: dict[str, str] = {}
+    for i, rec in enumerate(node_to_q):
+        nid, qid = rec.get("nodeid"), rec.get("qid")
+        if nid is None or qid is None:
+            raise TruthflowError(
+                f"DepthQA graph: {wm}, record {i}: needs 'nodeid' and 'qid' (got {sorted(rec)[:6]})"
+            )
+        nid, qid = str(nid), str(qid)
+        if nid not in known:
+            raise TruthflowError(f"DepthQA graph: {wm}: maps node '{nid}', which is not in {wn}")
+        if nid in mapped and mapped[nid] != qid:
+            raise TruthflowError(
+                f"DepthQA graph: {wm}: node '{nid}' maps to two questions, '{mapped[nid]}' and '{qid}'"
+            )
+        if qid not in qids:
+            raise TruthflowError(
+                f"DepthQA graph: {wm}: node '{nid}' maps to question '{qid}', "
+                f"which is not in {where.get('questions', 'questions')}"
+            )
+        mapped[nid] = qid
+    unmapped = [nid for nid in known if nid not in mapped]
+    if unmapped:
+        raise TruthflowError(
+            f"DepthQA graph: {wn}: node '{unmapped[0]}' has no question in {wm} ({len(unmapped)} such)"
+        )
 
 
 def _depthqa_nodes(nodes: list[dict], node_to_q: list[dict]) -> pl.DataFrame:
@@ -327,55 +599,90 @@ def _depthqa_nodes(nodes: list[dict], node_to_q: list[dict]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=NODES_SCHEMA)
 
 
+def read_depthqa_local(src: dict) -> tuple[dict[str, list[dict]], dict[str, str]]:
+    """The three parts of a local DepthQA source and the file each came from."""
+    path = Path(str(src["local"]))
+    if not path.exists():
+        raise TruthflowError(f"dataset 'depthqa': local source '{path}' does not exist")
+    if not path.is_dir():
+        parts = {
+            "questions": read_local_records(path, src.get("format", "auto"), src.get("field")),
+            "nodes": [],
+            "node_to_q": [],
+        }
+        return parts, {"questions": str(path)}
+    parts, where = {}, {}
+    for c in DEPTHQA_CONFIGS:
+        found = [p for p in sorted(path.glob(f"{c}.*")) if p.suffix in (".jsonl", ".json", ".parquet")]
+        parts[c] = read_local_records(found[0]) if found else []
+        where[c] = str(found[0]) if found else str(path / f"{c}.jsonl")
+    if not parts["questions"]:
+        raise TruthflowError(f"dataset 'depthqa': '{path}' has no questions.jsonl/.json/.parquet")
+    return parts, where
+
+
 def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
     """DepthQA questions + graph. A local source is a directory with questions/nodes/node_to_q files
-    (jsonl/json/parquet) or one questions file (e.g. an outputs/*.json dict keyed by qid: no graph)."""
+    (jsonl/json/parquet) or one questions file (e.g. an outputs/*.json dict keyed by qid: no graph).
+    The report's 'dropped' is the dropped table (repeated qids; n larger than the groups there are)."""
     src = spec["source"]
     n, seed = spec.get("n"), int(spec.get("seed", 0))
     if "hub" in src:
+        origin = src["hub"]
         parts = {
-            c: load_hub_records(
-                src["hub"], c, src.get("split", "test"), src.get("revision"), None, seed, "depthqa"
-            )
+            c: load_hub_records(src["hub"], c, src.get("split", "test"), src.get("revision"), "depthqa")
             for c in DEPTHQA_CONFIGS
         }
-        origin = src["hub"]
+        where = {c: f"{origin} ({c})" for c in DEPTHQA_CONFIGS}
     elif "local" in src:
         origin = str(src["local"])
-        path = Path(origin)
-        if not path.exists():
-            raise TruthflowError(f"dataset 'depthqa': local source '{path}' does not exist")
-        parts = {}
-        if path.is_dir():
-            for c in DEPTHQA_CONFIGS:
-                found = [
-                    p for p in sorted(path.glob(f"{c}.*")) if p.suffix in (".jsonl", ".json", ".parquet")
-                ]
-                parts[c] = read_local_records(found[0]) if found else []
-            if not parts["questions"]:
-                raise TruthflowError(f"dataset 'depthqa': '{path}' has no questions.jsonl/.json/.parquet")
-        else:
-            parts = {
-                "questions": read_local_records(path, src.get("format", "auto"), src.get("field")),
-                "nodes": [],
-                "node_to_q": [],
-            }
+        parts, where = read_depthqa_local(src)
     else:
         raise TruthflowError("dataset 'depthqa': source needs 'hub' or 'local'")
-    questions = _depthqa_questions(parts["questions"])
+    check_depthqa_graph(parts["questions"], parts["nodes"], parts["node_to_q"], where)
+    questions, dropped = _depthqa_questions(parts["questions"], where.get("questions", origin))
     nodes = _depthqa_nodes(parts["nodes"], parts["node_to_q"])
-    if n is not None and nodes.height:  # sample whole groups so each keeps its D3/D2/D1 structure
+    if nodes.height:  # sample whole groups so each keeps its D3/D2/D1 structure
         groups = sorted(nodes["group"].unique().to_list(), key=lambda g: (len(g), g))
+        _shortfall("depthqa", n, len(groups), "groups", origin, dropped)
         keep = [groups[i] for i in sample_indices(len(groups), n, seed)]
         nodes = nodes.filter(pl.col("group").is_in(keep))
         questions = questions.filter(pl.col("id").is_in(nodes["qid"].drop_nulls().unique().to_list()))
-    elif n is not None:
+    else:
+        _shortfall("depthqa", n, questions.height, "questions", origin, dropped)
         questions = questions[sample_indices(questions.height, n, seed)]
     report = {
         "dataset": "depthqa",
         "origin": origin,
+        "n": n,
         "questions": questions.height,
         "nodes": nodes.height,
         "groups": nodes["group"].n_unique() if nodes.height else 0,
+        "duplicate_id": sum(d["reason"] == "duplicate_id" for d in dropped),
+        "dropped": _dropped_frame("depthqa", dropped),
     }
     return questions, nodes, report
+
+
+# ---------------------------------------------------------------- parse-time checks
+def check_local_sources(config: dict) -> None:
+    """Before any job: each local dataset file exists and is not empty, and a local DepthQA graph is closed.
+    Messages name the config key and the file."""
+    for name, spec in (config.get("datasets") or {}).items():
+        src = spec.get("source") or {}
+        if "local" not in src:
+            continue
+        key = f"dataset '{name}' (config key 'datasets.{name}.source.local')"
+        path = Path(str(src["local"]))
+        if not path.exists():
+            raise TruthflowError(f"{key}: '{path}' does not exist")
+        if path.is_dir() and name != "depthqa":
+            raise TruthflowError(f"{key}: '{path}' is a directory; give the data file")
+        if path.is_file() and _blank(path):
+            raise TruthflowError(f"{key}: '{path}' is empty")
+        if name == "depthqa":
+            try:
+                parts, where = read_depthqa_local(src)
+                check_depthqa_graph(parts["questions"], parts["nodes"], parts["node_to_q"], where)
+            except TruthflowError as exc:
+                raise TruthflowError(f"{key}: {exc}") from None

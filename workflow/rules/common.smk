@@ -12,11 +12,14 @@ os.environ.update(
 )
 
 from truthflow.config import check_names, fill_entries  # noqa: E402
+from truthflow.data import check_local_sources  # noqa: E402
 from truthflow.errors import TruthflowError  # noqa: E402
 
 fill_entries(config)
 try:
     check_names(config)
+    # before any job: local dataset files exist and are not empty, a local DepthQA graph is closed
+    check_local_sources(config)
 except TruthflowError as exc:
     raise WorkflowError(f"invalid config: {exc}")
 

@@ -3,10 +3,11 @@ rule download_dataset:
         local=lambda w: local_source("datasets", w.dataset),
         code=code("data"),
     output:
-        res("data", "{dataset}.parquet"),
+        data=res("data", "{dataset}.parquet"),
+        # rows dropped from the source (duplicate_id, no_question, no_gold_answer) and n_exceeds_rows
+        dropped=res("data", "{dataset}.dropped.parquet"),
     log:
         res("logs", "download_dataset", "{dataset}.log"),
-    retries: 2
     localrule: True
     conda:
         "../../envs/truthflow.yaml"
@@ -23,9 +24,9 @@ rule download_depthqa:
     output:
         questions=res("data", "depthqa.parquet"),
         nodes=res("data", "depthqa_nodes.parquet"),
+        dropped=res("data", "depthqa.dropped.parquet"),
     log:
         res("logs", "download_dataset", "depthqa.log"),
-    retries: 2
     localrule: True
     conda:
         "../../envs/truthflow.yaml"
