@@ -1,6 +1,8 @@
 # truthflow: reproduce the Two Pathways (attention knockout) and DepthQA (MIN-K%) figures end to end.
 # Usage: snakemake --cores 8   (config.yaml: offline demo; configs/paper-*.yaml: the papers)
 import re
+import sys
+from pathlib import Path
 
 from snakemake.utils import min_version, validate
 
@@ -11,6 +13,18 @@ min_version("9.0")
 if not workflow.overwrite_configfiles:
 
     configfile: "config.yaml"
+
+
+# before the schema: a key given twice in a config file, and names that become paths ("..", "/")
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+from truthflow.config import check_config_files, check_path_names  # noqa: E402
+from truthflow.errors import TruthflowError  # noqa: E402
+
+try:
+    check_config_files(workflow.configfiles)
+    check_path_names(config)
+except TruthflowError as exc:
+    raise WorkflowError(f"invalid config: {exc}")
 
 
 validate(config, "workflow/schemas/config.schema.yaml", set_default=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import yaml
@@ -37,9 +38,107 @@ def fill_entries(config: dict, schema_path: Path = SCHEMA) -> dict:
     return config
 
 
+# a name that becomes part of a path (results/{run}/..., resources/models/{model}, {dataset}.parquet)
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def _bad_name(name) -> str | None:
+    if not isinstance(name, str) or not NAME.match(name):
+        return "use letters, digits, '_', '.', '-', starting with a letter or digit"
+    if ".." in name:
+        return "'..' is not allowed"
+    return None
+
+
+def check_path_names(config: dict) -> None:
+    """`run` and every model and dataset name end up in file paths: no '/', no '..', no leading dot."""
+    named = [("run", config.get("run", "demo"))]
+    for kind in ("models", "datasets"):
+        if isinstance(config.get(kind), dict):
+            named += [(f"{kind}.{name}", name) for name in config[kind]]
+    for key, name in named:
+        why = _bad_name(name)
+        if why:
+            raise TruthflowError(f"config key '{key}': {name!r} is not a safe file name ({why})")
+        if key.startswith("models.") and "__" in name:
+            raise TruthflowError(
+                f"config key '{key}': model name {name!r} contains '__', which joins the two models "
+                "of a figure pair in file names"
+            )
+
+
+def _duplicate_keys(node, path: str, found: list) -> None:
+    if isinstance(node, yaml.MappingNode):
+        seen: dict = {}
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            if key is not None and key != "<<":
+                dotted = f"{path}.{key}" if path else key
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    found.append((dotted, seen[key], line))
+                else:
+                    seen[key] = line
+            _duplicate_keys(value_node, f"{path}.{key}" if path else str(key), found)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _duplicate_keys(item, f"{path}[{i}]", found)
+
+
+def check_config_files(paths) -> None:
+    """A key given twice in a YAML config file is an error (YAML loaders keep the last one silently).
+    `paths`: the files Snakemake loaded (workflow.configfiles)."""
+    for path in paths:
+        path = Path(path)
+        if not path.is_file():
+            continue
+        try:
+            root = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+        except (yaml.YAMLError, UnicodeDecodeError):
+            continue  # Snakemake has read it (JSON, YTE); nothing more to check here
+        found: list = []
+        _duplicate_keys(root, "", found)
+        if found:
+            key, first, again = found[0]
+            more = f" (and {len(found) - 1} more repeated key(s))" if len(found) > 1 else ""
+            raise TruthflowError(
+                f"config file '{path}': key '{key}' is given twice, on lines {first} and {again}; "
+                f"YAML would silently keep the last one{more}"
+            )
+
+
+def _repeated(names) -> str | None:
+    seen = set()
+    for name in names:
+        key = tuple(name) if isinstance(name, list) else name
+        if key in seen:
+            return name
+        seen.add(key)
+    return None
+
+
 def check_names(config: dict) -> None:
-    """Every model/dataset named elsewhere in the config must be defined; the message names the key."""
+    """Every model/dataset named elsewhere in the config must be defined (once); the message names the key."""
     models, datasets = set(config["models"]), set(config["datasets"])
+    for key, names in (
+        ("pathways.models", config["pathways"]["models"]),
+        ("pathways.datasets", config["pathways"]["datasets"]),
+        ("depth.models", config["depth"]["models"]),
+        ("figures.depth", config["figures"]["depth"]),
+        ("figures.pathways", config["figures"]["pathways"]),
+    ):
+        dup = _repeated(names)
+        if dup is not None:
+            raise TruthflowError(
+                f"config key '{key}' lists {dup!r} twice; list each once "
+                "(a repeat would duplicate its rows in the summary tables)"
+            )
+    for i, pair in enumerate(config["figures"]["pathways"]):
+        if len(pair) == 2 and pair[0] == pair[1]:
+            raise TruthflowError(
+                f"config key 'figures.pathways[{i}]' pairs model '{pair[0]}' with itself; "
+                "give two different models, or one model alone"
+            )
 
     def need(names, known, key, kind):
         for name in names:
