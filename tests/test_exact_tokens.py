@@ -1,7 +1,21 @@
+import json
+import re
+import statistics
+from pathlib import Path
+
+import polars as pl
 import pytest
 
-from truthflow.exact_tokens import locate, question_spans, short_answer_span
+from truthflow.exact_tokens import (
+    ea_length_table,
+    ea_token_count,
+    locate,
+    question_spans,
+    short_answer_span,
+)
 from truthflow.generation import build_prompt, encode_prompt
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(
@@ -21,6 +35,77 @@ def test_short_answer_span(answer, expected):
 
 def test_short_answer_span_empty():
     assert short_answer_span("...") is None
+    assert short_answer_span("") is None
+
+
+@pytest.mark.parametrize(
+    "answer,question,expected",
+    [
+        # real demo generations (wrong answers) with their questions
+        (
+            "The Moonlight Sonata was written by Franz Liszt.",
+            "What nationality was the composer of the Moonlight Sonata?",
+            "Franz Liszt",
+        ),
+        (
+            "The capital of the country whose national football team is Lionel Messi is Manchester",
+            "What is the capital of the country whose national football team Lionel Messi captains?",
+            "Manchester",
+        ),
+        ("Mars is larger than Jupiter.", "Which planet is larger, Mars or Jupiter?", "Mars"),
+        (
+            "Yes, they are from the same country.",
+            "Are Fela Kuti and Youssou N'Dour from the same country?",
+            "Yes",
+        ),
+        ("The Titanic sank in 1997.", "what year did the titanic sink", "1997"),
+        (
+            "The first President of the United States was John F. Kennedy.",
+            "Who was the first President of the United States?",
+            "John F. Kennedy",
+        ),
+        (
+            "Marie-Louise de la Baume, the first woman to fly solo across the atlantic",
+            "who was the first woman to fly solo across the atlantic",
+            "Marie-Louise de la Baume",
+        ),
+        (
+            "The Eiffel Tower is the most famous tower in Paris. It was built in",
+            "Which French engineer's company built the most famous tower in Paris?",
+            "Eiffel Tower",
+        ),
+        (
+            "The freezing point of water is -20 degrees Celsius.",
+            "what is the freezing point of water in fahrenheit",
+            "-20",
+        ),
+        ('Singer: "Song of the Ancients" by The Anci', "who sang like a virgin", "Song of the Ancients"),
+        (
+            "The answer to this question is: The answer is: 24.",
+            "how many bones are in the adult human body",
+            "24",
+        ),
+        (
+            "Iron is a metal. It is a soft, malleable, and ductile metal.",
+            "what is the chemical symbol for iron",
+            "metal",
+        ),
+        (
+            "It is a type of vegetable that is often used in cooking",
+            "what is the main ingredient in guacamole",
+            "vegetable",
+        ),
+        (
+            "The first emperor of rome was named after the god of war, the god of",
+            "who was the first emperor of rome",
+            "god of war",
+        ),
+        ("Caterpillars turn into caterpillars.", "What do caterpillars turn into?", "Caterpillars"),
+    ],
+)
+def test_short_answer_span_with_question(answer, question, expected):
+    s, e = short_answer_span(answer, question)
+    assert answer[s:e] == expected
 
 
 def test_question_spans_popqa_and_others():
@@ -33,10 +118,65 @@ def test_question_spans_popqa_and_others():
     assert [q[s:e] for s, e in question_spans(q, "hotpotqa")] == ["Carmen"]
     q = "Are the Eiffel Tower and the Statue of Liberty in the same country?"
     assert [q[s:e] for s, e in question_spans(q, "hotpotqa")] == ["Eiffel Tower", "Statue of Liberty"]
-    q = "who wrote the novel pride and prejudice"  # NQ style: no capitals -> content words
+    q = "who wrote the novel pride and prejudice"  # NQ style: no capitals -> subject chunk + property
     assert [q[s:e] for s, e in question_spans(q, "nq")] == ["wrote", "novel", "pride", "prejudice"]
     q = 'In 1969, who said "one small step"?'
-    assert [q[s:e] for s, e in question_spans(q, "triviaqa")] == ["1969", "one small step"]
+    assert [q[s:e] for s, e in question_spans(q, "triviaqa")] == ["1969", "said", "small", "step"]
+    q = 'In 1969, who said "One Small Step"?'
+    assert [q[s:e] for s, e in question_spans(q, "triviaqa")] == ["1969", "One Small Step"]
+
+
+@pytest.mark.parametrize(
+    "question,expected",
+    [
+        ("who sang i will always love you", ["sang", "always", "love"]),
+        ("when did the eagles win their last super bowl", ["eagles", "super", "bowl"]),
+        ("how many episodes in season 2 of the crown", ["episodes", "season", "2", "crown"]),
+        ("what year did the titanic sink", ["titanic", "sink"]),
+        ("who played big enos in smokey and the bandit", ["played", "smokey", "bandit"]),
+        ("when did season 4 of glee come out", ["season", "4", "glee"]),
+        ("who had a baby at 100 in the bible", ["baby", "100", "bible"]),
+        ("how many seasons of vampire diaries r there", ["seasons", "vampire", "diaries"]),
+        # numbers are kept but never alone
+        ("what happened in 1066", ["happened", "1066"]),
+        # mixed case keeps the capitalized entities (TriviaQA, HotpotQA)
+        ("Which Italian composer wrote the opera Aida?", ["Italian", "Aida"]),
+        (
+            "Who captained the England rugby union team 59 times between 1988 and 1996?",
+            ["England", "59", "1988", "1996"],
+        ),
+        ("What type of animal is a dik-dik?", ["animal", "dik-dik"]),  # no capitals past the first word
+        ("What is the square root of 81?", ["square", "root", "81"]),  # only a number -> content words
+    ],
+)
+def test_question_spans_subject_and_property(question, expected):
+    assert [question[s:e] for s, e in question_spans(question, "nq")] == expected
+
+
+def _eq_share(tokenizer, question: str) -> tuple[bool, float]:
+    """(E_Q has a non-numeric word, share of question tokens in E_Q), mapped with offsets as `locate`."""
+    spans = question_spans(question, "nq")
+    offsets = tokenizer(question, return_offsets_mapping=True, add_special_tokens=False)["offset_mapping"]
+    eq = {i for s, e in spans for i, (a, b) in enumerate(offsets) if b > s and a < e and b > a}
+    return any(re.search(r"[^\W\d_]", question[s:e]) for s, e in spans), len(eq) / len(offsets)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_dir", ["smollm_dir", "gemma_dir"])
+def test_nq_open_eq_coverage_and_share(shared_real, model_dir, request):
+    """All 3,610 NQ-open dev questions: >= 95% get a non-numeric content word in E_Q and the median share
+    of question tokens in E_Q is <= 60% (measured: 100% and 0.40 with SmolLM2's tokenizer, 100% and 0.375
+    with Gemma-3's)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(request.getfixturevalue(model_dir))
+    lines = (shared_real / "nq_open" / "NQ-open.dev.jsonl").read_text().splitlines()
+    stats = [_eq_share(tok, json.loads(line)["question"]) for line in lines]
+    assert len(stats) == 3610
+    coverage = sum(c for c, _ in stats) / len(stats)
+    median = statistics.median(s for _, s in stats)
+    assert coverage >= 0.95, coverage
+    assert median <= 0.60, median
 
 
 @pytest.mark.slow
@@ -66,12 +206,11 @@ def test_random_control_positions_are_seeded_and_outside_eq():
     a = control_positions("s1", [3, 4], list(range(10)), seed=0)
     assert a == control_positions("s1", [3, 4], list(range(10)), seed=0)
     assert len(a) == 2 and not set(a) & {3, 4} and set(a) <= set(range(10))
-    assert control_positions("s1", [1, 2, 3], [1, 2, 3, 4], seed=0) == [4]  # fewer left than E_Q has
+    assert control_positions("s1", [1, 2, 3], [1, 2, 3, 4], seed=0) is None  # fewer left than E_Q has
 
 
 @pytest.mark.slow
 def test_llm_extractor_runs_on_a_real_model(gemma):
-    import polars as pl
 
     from truthflow.generation import generate_answers
     from truthflow.pathways import locate_all
@@ -95,3 +234,85 @@ def test_llm_extractor_runs_on_a_real_model(gemma):
     )
     kept, dropped = locate_all(gemma, False, "triviaqa", table, extractor="llm", batch_size=2)
     assert (0 if kept is None else kept.height) + dropped.height == 2
+
+
+class CharTokenizer:
+    """One token per character: token counts of a span are its length (hand-computable)."""
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(chr(i) for i in ids)
+
+
+def _ids(text: str) -> list[int]:
+    return [ord(c) for c in text]
+
+
+def test_ea_token_count_maps_like_locate():
+    tok = CharTokenizer()
+    assert ea_token_count(tok, _ids(" It is Paris."), (6, 11)) == 5  # "Paris" in the stripped answer
+    assert ea_token_count(tok, _ids(" It is Paris."), None) == 0
+
+
+def test_ea_length_table_hand_computed():
+    tok = CharTokenizer()
+    mars = "Which planet is larger, Mars or Jupiter?"
+    labelled = pl.DataFrame(
+        {
+            "id": ["a", "b", "c", "d"],
+            "answer": [
+                "Paris",
+                "It is Rome.",
+                "The capital of France is Lyon.",
+                "Mars is larger than Jupiter.",
+            ],
+            "answer_ids": [
+                _ids(" Paris"),
+                _ids(" It is Rome."),
+                _ids(" The capital of France is Lyon."),
+                _ids(" Mars is larger than Jupiter."),
+            ],
+            "correct": [True, True, False, False],
+            "match_start": [0, 6, None, None],
+            "match_end": [5, 10, None, None],
+        }
+    )
+    questions = pl.DataFrame(
+        {
+            "id": ["a", "b", "c", "d"],
+            "question": ["Capital of France?", "Capital of Italy?", "What is the capital of France?", mars],
+        }
+    )
+    t = ea_length_table(tok, labelled, questions)
+    # correct: "Paris" 5, "Rome" 4 -> 4.5; wrong: "Lyon" 4, "Mars" 4 -> 4.0
+    assert t["mean_ea_correct"].item() == 4.5 and t["mean_ea_wrong"].item() == 4.0
+    assert t["ratio"].item() == pytest.approx(4.0 / 4.5) and t["n_wrong_ea_missing"].item() == 0
+    # without the question the copula rule still finds "Lyon"; "Mars" is the first name
+    assert ea_length_table(tok, labelled, questions, use_question=False)["mean_ea_wrong"].item() == 4.0
+
+
+DEMO_RESULTS = REPO / "results" / "demo"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["smollm2-135m", "gemma3-270m"])
+@pytest.mark.parametrize("dataset", ["popqa", "triviaqa", "hotpotqa", "nq"])
+def test_demo_ea_lengths_comparable(model, dataset):
+    """On the demo's own generations: mean |E_A| of wrong answers (deterministic extractor, with the
+    question) is at most 1.5x that of correct ones (the matched alias span, echo rule on)."""
+    from transformers import AutoTokenizer
+
+    from truthflow.labels import label_frame
+
+    answers = DEMO_RESULTS / "answers" / model / f"{dataset}.parquet"
+    data = DEMO_RESULTS / "data" / f"{dataset}.parquet"
+    model_dir = REPO / "resources" / "models" / model
+    if not (answers.exists() and data.exists() and (model_dir / "tokenizer.json").exists()):
+        pytest.skip("demo answers or model not produced in this checkout")
+    questions = pl.read_parquet(data)
+    labelled = label_frame(pl.read_parquet(answers), questions)
+    t = ea_length_table(
+        AutoTokenizer.from_pretrained(model_dir), labelled, questions.select("id", "question")
+    )
+    if t["n_correct"].item() < 5 or t["n_wrong"].item() < 5:
+        pytest.skip("too few answers of one class")
+    assert t["ratio"].item() <= 1.5, t

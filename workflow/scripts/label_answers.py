@@ -5,9 +5,13 @@ from truthflow.labels import accuracy_table, label_frame
 
 
 def main(sm):
-    labelled = label_frame(pl.read_parquet(sm.input.answers), pl.read_parquet(sm.input.data))
+    questions = pl.read_parquet(sm.input.data)
+    labelled = label_frame(pl.read_parquet(sm.input.answers), questions)
     acc = accuracy_table(labelled, sm.wildcards.model, sm.wildcards.dataset)
     print(acc, flush=True)
+    echoes = labelled.filter(pl.col("echo_rejected")).join(questions.select("id", "question"), on="id")
+    for r in echoes.head(5).iter_rows(named=True):  # the log shows what the echo rule rejected
+        print(f"echo rejected: {r['question']!r} -> {r['answer']!r}", flush=True)
     runlog.write_parquet(labelled, sm.output.labels)
     runlog.write_tsv(acc, sm.output.accuracy)
 
