@@ -195,7 +195,7 @@ def plot_anchored(
     if small_points:
         handles.append(Line2D([], [], color="0.3", marker="o", ls="none", ms=3.5))
         labels.append(f"point: n < {MIN_LINE_N} samples at that layer")
-    _finish(fig, handles, labels, caption, out_png, out_pdf)
+    _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=2 if len(models) == 1 else 4)
 
 
 def plot_pathways(summary, auc, models, titles, out_png, out_pdf, caption: str = "") -> None:
@@ -212,6 +212,7 @@ def plot_check(
     out_png,
     out_pdf,
     caption: str = "",
+    target_label: str = "E_Q knockout",
 ) -> None:
     """The falsification test: unsplit mean ΔP (top) and flip rate (bottom) per layer, E_Q knockout (solid)
     against the matched random control (dotted), over the same samples; each panel lists the verdicts."""
@@ -265,13 +266,13 @@ def plot_check(
     axes[0][0].set_ylabel("ΔP, all samples")
     axes[1][0].set_ylabel("Flip rate (%)")
     handles, labels = [], []
-    names = {"target": "E_Q knockout", "control": "random-token control"}
+    names = {"target": target_label, "control": "random-token control"}
     for ds in DATASETS | {d: d for _, d in drawn}:
         for knockout, style in KNOCKOUT_STYLES.items():
             if (knockout, ds) in drawn:
                 handles.append(Line2D([], [], color=colour(ds), ls=style, lw=1.6))
                 labels.append(f"{names[knockout]} ({label(ds)})")
-    _finish(fig, handles, labels, caption, out_png, out_pdf)
+    _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=2 if len(models) == 1 else 4)
 
 
 def plot_probe_auc(
@@ -309,4 +310,6 @@ def plot_probe_auc(
     axes[0][0].set_ylabel("Probe test AUC")
     order = [d for d in DATASETS if d in drawn] + sorted(drawn - set(DATASETS))
     handles = [Line2D([], [], color=colour(d), lw=1.6) for d in order]
-    _finish(fig, handles, [label(d) for d in order], caption, out_png, out_pdf)
+    _finish(
+        fig, handles, [label(d) for d in order], caption, out_png, out_pdf, ncol=2 if len(models) == 1 else 4
+    )

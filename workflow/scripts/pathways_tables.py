@@ -64,7 +64,25 @@ def main(sm):
         ],
         schema={"model": pl.String, "dataset": pl.String, "reason": pl.String, "n": pl.UInt32},
     )
-    table = pl.concat([kept, dropped.group_by(["model", "dataset", "reason"]).len("n").select(kept.columns)])
+    # drops at loading (repeated ids, no gold answer, n above the usable rows) hold for every model
+    data_dropped = _concat(sm.input.data_dropped) if sm.input.data_dropped else None
+    data_rows = (
+        data_dropped.group_by(["dataset", "reason"])
+        .agg(pl.len().alias("n"), pl.col("detail").drop_nulls().first())
+        .with_columns(pl.lit("(loading, all models)").alias("model"))
+        if data_dropped is not None and data_dropped.height
+        else None
+    )
+    table = pl.concat(
+        [
+            kept.with_columns(pl.lit(None, dtype=pl.String).alias("detail")),
+            dropped.group_by(["model", "dataset", "reason"])
+            .len("n")
+            .with_columns(pl.lit(None, dtype=pl.String).alias("detail")),
+            *([data_rows] if data_rows is not None else []),
+        ],
+        how="diagonal_relaxed",
+    ).select("model", "dataset", "reason", "n", "detail")
     runlog.write_parquet(summary, sm.output.summary)
     runlog.write_parquet(auc, sm.output.auc)
     runlog.write_parquet(check, sm.output.check)

@@ -39,6 +39,9 @@ def main(sm):
             "Falsification test: unsplit mean ΔP and flip rate over the same matched samples, E_Q knockout"
             " vs random-token control; verdict 'holds' only when both CIs are apart."
         ),
+        target_label="E_Q knockout"
+        if p.target == "exact_question"
+        else "random-token target (negative control)",
     )
     plot_probe_auc(
         auc,
