@@ -81,7 +81,7 @@ def locate_all(
         if r["correct"]:
             ea_span = (r["match_start"], r["match_end"])
         else:
-            ea_span = llm_ea[i] or et.short_answer_span(r["answer"])
+            ea_span = llm_ea[i] or et.short_answer_span(r["answer"], question=r["question"])
         eq_spans = llm_eq[i] or et.question_spans(r["question"], dataset, r.get("subj"), r.get("prop"))
         eq, ea, qpos, reason = et.locate(
             lm.tokenizer,
