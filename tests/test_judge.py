@@ -1,20 +1,27 @@
-"""Judges (METHOD B3): token-F1 reference backend by hand, OpenAI backend against a real local server."""
+"""Judges (METHOD B3): token-F1 reference backend by hand, OpenAI backend against a real local server, cache
+keys, the config schema and the parse-time key check."""
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import json
 import re
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import polars as pl
 import pytest
+import yaml
 
+from truthflow import judge
 from truthflow.errors import TruthflowError
 from truthflow.judge import f1_to_score, judge_all, normalize_text, parse_verdict, read_cache, token_f1
 
 KEY_ENV = "TRUTHFLOW_TEST_JUDGE_KEY"
+PARSER_DIGEST = "7562f7a0f139"
 ROW = {"qid": "d1_q1", "question": "What is a thylakoid?", "answer": "A membrane sac.", "reference": "A sac."}
 
 
@@ -94,7 +101,9 @@ class FakeEndpoint:
 
     def __init__(self) -> None:
         self.requests: list[dict] = []
-        self.replies: list[tuple[int, str]] = []
+        self.replies: list[
+            tuple[int, str]
+        ] = []  # status, content; "{headers}" in an error becomes the headers
         self.lock = threading.Lock()
         endpoint = self
 
@@ -102,7 +111,8 @@ class FakeEndpoint:
             def do_POST(self) -> None:  # noqa: N802 - the name http.server calls
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with endpoint.lock:
-                    endpoint.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                    headers = {k.lower(): v for k, v in self.headers.items()}
+                    endpoint.requests.append({"path": self.path, "headers": headers, "body": body})
                     status, content = (
                         endpoint.replies.pop(0) if len(endpoint.replies) > 1 else endpoint.replies[0]
                     )
@@ -112,8 +122,8 @@ class FakeEndpoint:
                         "choices": [{"index": 0, "finish_reason": "stop",
                                      "message": {"role": "assistant", "content": content}}],
                     }  # fmt: skip
-                else:
-                    payload = {"error": {"message": content}}
+                else:  # some proxies echo the request, Authorization header included
+                    payload = {"error": {"message": content.replace("{headers}", str(dict(self.headers)))}}
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -161,7 +171,7 @@ def test_openai_good_verdict(endpoint, key, tmp_path) -> None:
     }  # fmt: skip
     [request] = endpoint.requests
     assert request["path"] == "/v1/chat/completions"
-    assert request["headers"]["Authorization"] == f"Bearer {key}"
+    assert request["headers"]["authorization"] == f"Bearer {key}"
     body = request["body"]
     assert body["model"] == "judge-model" and body["temperature"] == 0 and body["max_tokens"] > 0
     prompt = body["messages"][-1]["content"]
@@ -169,17 +179,33 @@ def test_openai_good_verdict(endpoint, key, tmp_path) -> None:
         assert part in prompt
 
 
-def test_openai_malformed_verdict_is_retried_then_missing(endpoint, key, tmp_path) -> None:
+def test_openai_malformed_verdict_is_reasked_then_missing_and_never_cached(endpoint, key, tmp_path) -> None:
     endpoint.replies = [(200, "I would rather not grade this answer today.")]
     cache = tmp_path / "c.jsonl"
-    table = judge_all([ROW], openai_cfg(endpoint.base_url, max_retries=2), cache, progress=False)
-    assert len(endpoint.requests) == 3  # first try and two retries
+    table = judge_all([ROW], openai_cfg(endpoint.base_url, reasks=2), cache, progress=False)
+    assert len(endpoint.requests) == 3  # first ask and two re-asks
     assert table["score"].to_list() == [None]
     assert table["reason"][0] == "unparseable verdict: I would rather not grade this answer today."
-    # the missing verdict is cached too: a rerun does not ask again
-    again = judge_all([ROW], openai_cfg(endpoint.base_url, max_retries=2), cache, progress=False)
-    assert len(endpoint.requests) == 3
-    assert again["cached"].to_list() == [True] and again["score"].to_list() == [None]
+    assert not cache.exists() or cache.read_text() == ""  # a missing verdict is not cached
+    # so the rerun asks again, and keeps the verdict once there is one
+    endpoint.replies = [(200, "Now fine. [RESULT] 4")]
+    again = judge_all([ROW], openai_cfg(endpoint.base_url, reasks=2), cache, progress=False)
+    assert len(endpoint.requests) == 4
+    assert again["cached"].to_list() == [False] and again["score"].to_list() == [4]
+    third = judge_all([ROW], openai_cfg(endpoint.base_url, reasks=2), cache, progress=False)
+    assert len(endpoint.requests) == 4 and third["cached"].to_list() == [True]
+
+
+def test_failed_verdicts_in_an_old_cache_are_asked_again(endpoint, key, tmp_path) -> None:
+    cache = tmp_path / "c.jsonl"
+    method = judge.judge_method(openai_cfg(endpoint.base_url))
+    stale = judge.cache_key(method, ROW["question"], ROW["answer"], ROW["reference"])
+    cache.write_text(
+        json.dumps({"key": stale, "qid": "d1_q1", "score": None, "reason": "unparseable"}) + "\n"
+    )
+    endpoint.replies = [(200, "[RESULT] 2")]
+    table = judge_all([ROW], openai_cfg(endpoint.base_url), cache, progress=False)
+    assert len(endpoint.requests) == 1 and table["score"].to_list() == [2]
 
 
 def test_openai_rate_limit_is_retried(endpoint, key, tmp_path) -> None:
@@ -192,9 +218,10 @@ def test_openai_rate_limit_is_retried(endpoint, key, tmp_path) -> None:
 def test_openai_persistent_server_error_names_the_url(endpoint, key, tmp_path) -> None:
     endpoint.replies = [(500, "broken")]
     cache = tmp_path / "c.jsonl"
-    with pytest.raises(TruthflowError, match=re.escape(endpoint.base_url + "/chat/completions")):
-        judge_all([ROW], openai_cfg(endpoint.base_url, http_retries=2), cache, progress=False)
+    with pytest.raises(TruthflowError, match=re.escape(endpoint.base_url + "/chat/completions")) as err:
+        judge_all([ROW], openai_cfg(endpoint.base_url, retries=2), cache, progress=False)
     assert len(endpoint.requests) == 3
+    assert "HTTP 500 after 3 tries" in str(err.value)
     assert read_cache(cache) == {}  # an outage is no verdict: nothing cached, the rerun asks again
 
 
@@ -251,3 +278,154 @@ def test_openai_different_judge_model_is_not_a_cache_hit(endpoint, key, tmp_path
     judge_all([ROW], openai_cfg(endpoint.base_url), cache, progress=False)
     judge_all([ROW], openai_cfg(endpoint.base_url, model="other-judge"), cache, progress=False)
     assert [r["body"]["model"] for r in endpoint.requests] == ["judge-model", "other-judge"]
+
+
+@pytest.mark.parametrize(
+    ("status", "content", "hint"),
+    [
+        (401, "Incorrect API key provided. Your request: {headers}", "check the key in $" + KEY_ENV),
+        (400, "max_tokens is too large", ""),
+        (404, "The model `judge-model` does not exist", "check depth.judge.model"),
+    ],
+)
+def test_openai_deterministic_error_fails_at_once_with_one_redacted_line(
+    endpoint, key, tmp_path, status, content, hint
+) -> None:
+    endpoint.replies = [(status, content)]
+    rows = [ROW, {**ROW, "qid": "d1_q2", "answer": "Another answer."}]
+    with pytest.raises(TruthflowError) as err:
+        judge_all(rows, openai_cfg(endpoint.base_url, workers=1), tmp_path / "c.jsonl", progress=False)
+    message = str(err.value)
+    assert len(endpoint.requests) == 1  # not retried, and the next row is not asked
+    assert f"{endpoint.base_url}/chat/completions answered HTTP {status} (not retried)" in message
+    assert hint in message and "\n" not in message
+    assert key not in message
+    if status == 401:  # the echoed header reached the message, masked
+        assert "Bearer ***" in message
+
+
+def test_openai_deterministic_error_stops_every_worker(endpoint, key, tmp_path) -> None:
+    endpoint.replies = [(401, "no")]
+    rows = [{**ROW, "qid": f"q{i}", "answer": f"Answer {i}."} for i in range(40)]
+    with pytest.raises(TruthflowError, match="HTTP 401"):
+        judge_all(rows, openai_cfg(endpoint.base_url, workers=4), tmp_path / "c.jsonl", progress=False)
+    assert len(endpoint.requests) <= 4  # only those in flight when the first failed
+
+
+def test_openai_base_url_from_environment_and_config_overrides_it(
+    endpoint, key, monkeypatch, tmp_path
+) -> None:
+    endpoint.replies = [(200, "[RESULT] 3")]
+    monkeypatch.setenv("OPENAI_BASE_URL", endpoint.base_url)
+    table = judge_all([ROW], openai_cfg(None), tmp_path / "a.jsonl", progress=False)
+    assert table["score"].to_list() == [3] and len(endpoint.requests) == 1
+    # a configured base_url wins over the environment: this one has no listener
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    with pytest.raises(TruthflowError, match=re.escape(dead)):
+        judge_all([ROW], openai_cfg(dead, retries=0), tmp_path / "b.jsonl", progress=False)
+    assert len(endpoint.requests) == 1
+
+
+def test_openai_keyless_endpoint_never_gets_the_openai_key(endpoint, monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-real-openai-key-do-not-send")
+    endpoint.replies = [(200, "[RESULT] 5")]
+    judge_all([ROW], openai_cfg(endpoint.base_url, api_key_env=None), tmp_path / "c.jsonl", progress=False)
+    [request] = endpoint.requests
+    assert "sk-real-openai-key-do-not-send" not in json.dumps(request["headers"])
+
+
+# ---------------------------------------------------------------- cache key, schema, parse-time check
+
+
+def test_cache_key_covers_everything_that_can_change_a_verdict(monkeypatch) -> None:
+    cfg = openai_cfg("http://127.0.0.1:9/v1")
+
+    def key(row: dict = ROW, **settings) -> str:
+        return judge.cache_key(
+            judge.judge_method({**cfg, **settings}), row["question"], row["answer"], row["reference"]
+        )
+
+    base = key()
+    assert key() == base  # stable
+    variants = {
+        "question": key({**ROW, "question": "Other?"}),
+        "answer": key({**ROW, "answer": "Other."}),
+        "reference": key({**ROW, "reference": "Other."}),
+        "judge model": key(model="other-judge"),
+        "backend": key(backend="hf"),
+        "max_new_tokens": key(max_new_tokens=999),
+    }
+    texts = {
+        "RUBRIC": judge.RUBRIC + " ",
+        "PROMPT_TEMPLATE": "x" + judge.PROMPT_TEMPLATE,
+        "SYSTEM_PROMPT": "Be kind.",
+        "PARSER_VERSION": judge.PARSER_VERSION + 1,
+    }
+    for name, value in texts.items():
+        with monkeypatch.context() as m:
+            m.setattr(judge, name, value)
+            variants[name] = key()
+    assert base not in variants.values()
+    assert len(set(variants.values())) == len(variants)
+    # settings that cannot change a verdict keep the key: the endpoint, workers, retries, timeouts
+    assert key(base_url="http://elsewhere/v1", workers=9, retries=0, reasks=0, timeout_s=1) == base
+
+
+def test_parser_change_needs_a_new_parser_version() -> None:
+    # cached verdicts were read by parse_verdict: when this fails, bump judge.PARSER_VERSION (old verdicts are
+    # then asked again) and update both values here
+    source = inspect.getsource(judge.parse_verdict) + judge._RESULT.pattern + judge._INTEGER.pattern
+    assert (judge.PARSER_VERSION, hashlib.sha256(source.encode()).hexdigest()[:12]) == (1, PARSER_DIGEST)
+
+
+def test_judge_settings_agree_with_the_schema() -> None:
+    schema = yaml.safe_load(
+        (Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml").read_text()
+    )
+    section = schema["properties"]["depth"]["properties"]["judge"]
+    assert section["additionalProperties"] is False
+    assert {
+        k: v.get("default", "NO DEFAULT") for k, v in section["properties"].items()
+    } == judge.JUDGE_DEFAULTS
+
+
+def test_judge_code_reads_no_key_outside_the_schema() -> None:
+    # settings reach the backends only through judge_settings (JUDGE_DEFAULTS merged in)
+    source = inspect.getsource(judge)
+    read = set(re.findall(r"settings\[\"(\w+)\"\]", source)) | set(re.findall(r"cfg\.get\(\"(\w+)\"", source))
+    assert read <= set(judge.JUDGE_DEFAULTS), read - set(judge.JUDGE_DEFAULTS)
+
+
+@pytest.mark.parametrize(
+    ("cfg", "environ", "match"),
+    [
+        ({"backend": "openai", "model": "m"}, {}, r"\$OPENAI_API_KEY is not set \(depth\.judge\.api_key_env"),
+        (
+            {"backend": "openai", "model": "m", "api_key_env": "MY_KEY"},
+            {"OPENAI_API_KEY": "x" * 9},
+            r"\$MY_KEY",
+        ),
+        ({"backend": "openai", "model": "m", "api_key_env": "MY_KEY"}, {"MY_KEY": ""}, r"export MY_KEY="),
+        ({"backend": "openai", "api_key_env": "MY_KEY"}, {"MY_KEY": "k"}, r"depth\.judge\.model"),
+        ({"backend": "hf"}, {}, r"depth\.judge\.model"),
+        ({"backend": "gpt"}, {}, r"depth\.judge\.backend 'gpt'"),
+    ],
+)
+def test_check_judge_config_names_the_culprit(cfg, environ, match) -> None:
+    with pytest.raises(TruthflowError, match=match):
+        judge.check_judge_config(cfg, environ)
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        {"backend": "reference"},
+        {"backend": "openai", "model": "m", "api_key_env": "MY_KEY"},
+        {"backend": "openai", "model": "m", "api_key_env": None},  # a local endpoint without a key
+        {"backend": "hf", "model": "some/dir"},
+    ],
+)
+def test_check_judge_config_passes(cfg) -> None:
+    judge.check_judge_config(cfg, {"MY_KEY": "k"})

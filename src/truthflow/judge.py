@@ -3,21 +3,22 @@
 Backends: `reference` (token-F1, offline, deterministic), `openai` (any OpenAI-compatible chat endpoint) and
 `hf` (a local transformers model). The LLM backends share one absolute-grading rubric prompt in the style of
 DepthQA / Prometheus: feedback, then `[RESULT] <1-5>`.
+
+Settings are the `depth.judge` section of the config; `JUDGE_DEFAULTS` lists every key this module reads, with
+the defaults of workflow/schemas/config.schema.yaml (a test keeps the two equal).
 """
 
 from __future__ import annotations
 
 import hashlib
-import http.client
+import inspect
 import json
+import logging
 import math
 import os
 import re
-import time
-import urllib.error
-import urllib.request
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,16 +28,40 @@ from tqdm.auto import tqdm
 
 from .errors import TruthflowError
 from .labels import normalize_text
+from .redact import add_secret, redact
 
 BACKENDS = ("reference", "openai", "hf")
 REFERENCE_MODEL = "token-f1"
+JUDGE_DEFAULTS: dict = {
+    "backend": "reference",
+    "model": None,  # openai: model name; hf: model dir or hub id
+    "base_url": None,  # openai: None = $OPENAI_BASE_URL, else https://api.openai.com/v1
+    "api_key_env": "OPENAI_API_KEY",  # openai: variable holding the key; None = the endpoint takes no key
+    "max_new_tokens": 256,  # both LLM backends
+    "reasks": 2,  # openai: asks again after an unparseable verdict
+    "retries": 5,  # openai: retries after a network error, HTTP 429 or 5xx
+    "backoff_s": 2.0,  # openai: first wait before a retry; doubles each time, up to 60 s
+    "timeout_s": 120.0,  # openai: per request
+    "workers": 4,  # openai: requests in flight
+    "batch_size": 8,  # hf
+    "dtype": "auto",  # hf
+}
+# bump when parse_verdict reads a text differently: cached verdicts of the old parser are then asked again
+PARSER_VERSION = 1
 
 SYSTEM_PROMPT = (
     "You are a fair judge. You give clear, objective feedback on a response and grade it strictly by the "
     "score rubric you are given."
 )
 
-RUBRIC_TEMPLATE = """###Task Description:
+RUBRIC = """[Is the response correct, accurate and factual?]
+Score 1: Mostly wrong or not factual; it misunderstands the question or topic.
+Score 2: Partly right, with serious factual errors or inaccuracies.
+Score 3: Broadly right and factual, with minor errors or missing detail.
+Score 4: Right, accurate and factual, with only small omissions or slips that do not matter much.
+Score 5: Entirely right, accurate and factual, as complete and precise as the reference answer."""
+
+PROMPT_TEMPLATE = """###Task Description:
 You are given an instruction, a response to evaluate, a reference answer that would get a score of 5, and a \
 score rubric with the criterion to grade on.
 1. Write feedback that judges the response strictly by the score rubric, not by general quality.
@@ -54,12 +79,7 @@ score rubric with the criterion to grade on.
 {reference}
 
 ###Score Rubrics:
-[Is the response correct, accurate and factual?]
-Score 1: Mostly wrong or not factual; it misunderstands the question or topic.
-Score 2: Partly right, with serious factual errors or inaccuracies.
-Score 3: Broadly right and factual, with minor errors or missing detail.
-Score 4: Right, accurate and factual, with only small omissions or slips that do not matter much.
-Score 5: Entirely right, accurate and factual, as complete and precise as the reference answer.
+{rubric}
 
 ###Feedback: """
 
@@ -99,7 +119,7 @@ def f1_to_score(f1: float) -> int:
 
 
 def build_rubric_prompt(question: str, answer: str, reference: str) -> str:
-    return RUBRIC_TEMPLATE.format(instruction=question, response=answer, reference=reference)
+    return PROMPT_TEMPLATE.format(instruction=question, response=answer, reference=reference, rubric=RUBRIC)
 
 
 def parse_verdict(text: str | None) -> int | None:
@@ -124,24 +144,46 @@ def _unparseable(text: str | None) -> Verdict:
     return Verdict(None, f"unparseable verdict: {(text or '').strip()[:80]}", text)
 
 
-# ---------------------------------------------------------------- backends
+# ---------------------------------------------------------------- settings and backends
 
 
-def judge_model_name(cfg: dict) -> str:
+def judge_settings(cfg: Mapping) -> dict:
+    """The `depth.judge` section with every default filled in."""
+    return {**JUDGE_DEFAULTS, **cfg}
+
+
+def judge_model_name(cfg: Mapping) -> str:
     backend = cfg.get("backend", "reference")
     if backend not in BACKENDS:
-        raise TruthflowError(f"judge backend '{backend}' is not one of {list(BACKENDS)}")
+        raise TruthflowError(f"depth.judge.backend '{backend}' is not one of {list(BACKENDS)}")
     if backend == "reference":
         return REFERENCE_MODEL
     if not cfg.get("model"):
         raise TruthflowError(
-            f"judge backend '{backend}' needs judge.model (the judge model's name, dir or id)"
+            f"depth.judge.backend '{backend}' needs depth.judge.model (the judge model's name, dir or id)"
         )
     return str(cfg["model"])
 
 
+def _missing_key(key_env: str) -> str:
+    return (
+        f"depth.judge.backend 'openai' needs an API key, but ${key_env} is not set "
+        f"(depth.judge.api_key_env: {key_env}): export {key_env}=<key>, or set depth.judge.api_key_env to "
+        f"the variable that holds it (null for an endpoint that takes no key)"
+    )
+
+
+def check_judge_config(judge_cfg: Mapping, environ: Mapping[str, str]) -> None:
+    """Raise TruthflowError, naming the config key or variable, when the judge cannot run as configured."""
+    settings = judge_settings(judge_cfg)
+    judge_model_name(settings)
+    key_env = settings["api_key_env"]
+    if settings["backend"] == "openai" and key_env and not environ.get(key_env):
+        raise TruthflowError(_missing_key(key_env))
+
+
 class ReferenceJudge:
-    def __init__(self, cfg: dict) -> None:
+    def __init__(self, cfg: Mapping) -> None:
         self.cfg = cfg
 
     def verdicts(self, rows: list[dict]) -> Iterator[tuple[int, Verdict]]:
@@ -150,76 +192,126 @@ class ReferenceJudge:
             yield i, Verdict(f1_to_score(f1), f"token-F1 {f1:.3f}")
 
 
+def _one_line(value: object, limit: int = 300) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return redact(" ".join(str(text).split()))[:limit]
+
+
 class OpenAIJudge:
-    """POST {base_url}/chat/completions with the rubric prompt; temperature 0."""
+    """Chat completions at any OpenAI-compatible endpoint (`openai` SDK), rubric prompt, temperature 0.
 
-    def __init__(self, cfg: dict) -> None:
-        if not cfg.get("base_url"):
-            raise TruthflowError(
-                "judge backend 'openai' needs judge.base_url (e.g. https://api.openai.com/v1)"
-            )
-        self.model = judge_model_name(cfg)
-        self.url = str(cfg["base_url"]).rstrip("/") + "/chat/completions"
-        key_env = cfg.get("api_key_env", "OPENAI_API_KEY")
-        self.key = None
-        if key_env:  # api_key_env: null for local servers that take no key
-            self.key = os.environ.get(key_env)
-            if not self.key:
-                raise TruthflowError(
-                    f"judge backend 'openai' ({self.url}) needs an API key: export {key_env}=<key> "
-                    f"(or set judge.api_key_env to the variable that holds it)"
-                )
-        self.key_env = key_env
-        self.max_tokens = int(cfg.get("max_tokens", 512))
-        self.max_retries = int(cfg.get("max_retries", 2))
-        self.http_retries = int(cfg.get("http_retries", 5))
-        self.backoff_s = float(cfg.get("backoff_s", 2.0))
-        self.timeout_s = float(cfg.get("timeout_s", 120.0))
-        self.workers = max(1, int(cfg.get("workers", 4)))
+    One retry policy: a network error, HTTP 429 or 5xx is retried `retries` times with exponential backoff;
+    any other error (401, 400, an unknown model) stops the job at once with one line naming the endpoint and
+    the status.
+    """
 
-    def _post(self, body: dict) -> dict:
-        data = json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.key:
-            headers["Authorization"] = f"Bearer {self.key}"
-        for attempt in range(self.http_retries + 1):
-            request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                    payload = response.read()
-            except urllib.error.HTTPError as exc:
-                detail = exc.read()[:300].decode(errors="replace")
-                if exc.code == 429 or exc.code >= 500:
-                    if attempt < self.http_retries:
-                        time.sleep(self.backoff_s * 2**attempt)
-                        continue
-                    raise TruthflowError(
-                        f"judge endpoint {self.url} still answers HTTP {exc.code} after "
-                        f"{self.http_retries + 1} tries: {detail}"
-                    ) from None
-                hint = f"; check the key in ${self.key_env}" if exc.code in (401, 403) else ""
-                raise TruthflowError(
-                    f"judge endpoint {self.url} answered HTTP {exc.code}{hint}: {detail}"
-                ) from None
-            except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as exc:
-                reason = getattr(exc, "reason", exc)
-                raise TruthflowError(
-                    f"judge endpoint {self.url} is unreachable ({reason}); check judge.base_url"
-                ) from None
-            try:
-                return json.loads(payload)
-            except json.JSONDecodeError:
-                raise TruthflowError(
-                    f"judge endpoint {self.url} did not answer JSON: {payload[:200].decode(errors='replace')}"
-                ) from None
-        raise AssertionError("unreachable")
-
-    def _content(self, answer: dict) -> str | None:
+    def __init__(self, cfg: Mapping) -> None:
         try:
-            return answer["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError):
+            import openai
+            import tenacity
+        except ImportError as exc:
             raise TruthflowError(
-                f"judge endpoint {self.url} answered without choices[0].message.content: {str(answer)[:200]}"
+                f"depth.judge.backend 'openai' needs the packages openai and tenacity ({exc.name} is "
+                f"missing): pip install openai tenacity"
+            ) from None
+
+        settings = judge_settings(cfg)
+        self.model = judge_model_name(settings)
+        self.key_env = settings["api_key_env"]
+        key = None
+        if self.key_env:
+            key = os.environ.get(self.key_env)
+            if not key:
+                raise TruthflowError(_missing_key(self.key_env))
+            add_secret(key)
+        self.client = openai.OpenAI(
+            # a placeholder, never None: with None the SDK would send $OPENAI_API_KEY to a keyless endpoint
+            api_key=key or "no-key",
+            base_url=settings["base_url"] or None,  # None: $OPENAI_BASE_URL, else api.openai.com
+            max_retries=0,  # the retries are ours, below
+            timeout=float(settings["timeout_s"]),
+        )
+        self.url = str(self.client.base_url).rstrip("/") + "/chat/completions"
+        self.max_new_tokens = int(settings["max_new_tokens"])
+        self.reasks = int(settings["reasks"])
+        self.tries = int(settings["retries"]) + 1
+        self.workers = max(1, int(settings["workers"]))
+        self.failed: TruthflowError | None = None
+        self.openai = openai
+        self.retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(self._transient),
+            stop=tenacity.stop_after_attempt(self.tries),
+            wait=tenacity.wait_exponential(multiplier=float(settings["backoff_s"]), max=60),
+            before_sleep=self._log_retry,
+            reraise=True,
+        )
+        for name in ("openai", "httpx", "httpx2", "httpcore"):  # no line per request in the rule log
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+    def _transient(self, exc: BaseException) -> bool:
+        if isinstance(exc, self.openai.APIConnectionError):  # timeouts included
+            return True
+        return isinstance(exc, self.openai.APIStatusError) and (
+            exc.status_code == 429 or exc.status_code >= 500
+        )
+
+    def _log_retry(self, state) -> None:
+        exc = state.outcome.exception()
+        what = f"HTTP {exc.status_code}" if isinstance(exc, self.openai.APIStatusError) else "no connection"
+        logging.getLogger(__name__).warning(
+            "judge endpoint %s: %s on try %d of %d; next try in %.1f s",
+            self.url,
+            what,
+            state.attempt_number,
+            self.tries,
+            state.next_action.sleep,
+        )
+
+    def _error(self, exc: Exception) -> TruthflowError:
+        if isinstance(exc, self.openai.APIStatusError):
+            status = exc.status_code
+            if self._transient(exc):
+                head = f"still answers HTTP {status} after {self.tries} tries"
+            else:
+                head = f"answered HTTP {status} (not retried)"
+                if status in (401, 403):
+                    head += f"; check the key in ${self.key_env}" if self.key_env else "; it wants an API key"
+                elif status == 404:
+                    head += "; check depth.judge.model and depth.judge.base_url"
+            body = exc.body if exc.body is not None else exc.response.text
+            if isinstance(body, dict) and isinstance(body.get("message"), str):
+                body = body["message"]  # an OpenAI-style {"error": {"message": ...}}
+            return TruthflowError(f"judge endpoint {self.url} {head}: {_one_line(body, 200)}")
+        if isinstance(exc, self.openai.APIConnectionError):
+            reason = _one_line(exc.__cause__ or exc, 200)
+            return TruthflowError(
+                f"judge endpoint {self.url} is unreachable after {self.tries} tries ({reason}); "
+                f"check depth.judge.base_url"
+            )
+        return TruthflowError(
+            f"judge endpoint {self.url} gave an unusable answer: {_one_line(str(exc), 200)}"
+        )
+
+    def ask(self, messages: list[dict]) -> str | None:
+        if self.failed:  # another worker hit an error that no retry cures: ask nothing more
+            raise self.failed
+        try:
+            reply = self.retrying(
+                self.client.chat.completions.create,
+                model=self.model,
+                messages=messages,
+                temperature=0,
+                max_tokens=self.max_new_tokens,
+            )
+        except self.openai.OpenAIError as exc:
+            self.failed = self.failed or self._error(exc)
+            raise self.failed from None
+        try:
+            return reply.choices[0].message.content
+        except (AttributeError, IndexError, TypeError):
+            detail = _one_line(reply, 200)
+            raise TruthflowError(
+                f"judge endpoint {self.url} answered without choices[0].message.content: {detail}"
             ) from None
 
     def one(self, row: dict) -> Verdict:
@@ -230,10 +322,9 @@ class OpenAIJudge:
                 "content": build_rubric_prompt(row["question"], row["answer"], row["reference"]),
             },
         ]
-        body = {"model": self.model, "messages": messages, "temperature": 0, "max_tokens": self.max_tokens}
         text = None
-        for _ in range(self.max_retries + 1):
-            text = self._content(self._post(body))
+        for _ in range(self.reasks + 1):
+            text = self.ask(messages)
             score = parse_verdict(text)
             if score is not None:
                 return Verdict(score, _feedback(text), text)
@@ -257,21 +348,21 @@ class OpenAIJudge:
 class HFJudge:
     """A local transformers model with the rubric prompt, greedy. Greedy repeats itself, so no retries."""
 
-    def __init__(self, cfg: dict) -> None:
-        self.model_id = judge_model_name(cfg)
-        self.cfg = cfg
-        self.batch_size = int(cfg.get("batch_size", 8))
-        self.max_new_tokens = int(cfg.get("max_new_tokens", 512))
+    def __init__(self, cfg: Mapping) -> None:
+        self.settings = judge_settings(cfg)
+        self.model_id = judge_model_name(self.settings)
+        self.batch_size = int(self.settings["batch_size"])
+        self.max_new_tokens = int(self.settings["max_new_tokens"])
         self.lm = self._load()
         self.chat = bool(getattr(self.lm.tokenizer, "chat_template", None))
 
     def _load(self):
         from .models import INFO_FILE, LoadedModel, load_model, pick_device, torch_dtype
 
-        dtype = str(self.cfg.get("dtype", "auto"))
+        dtype = str(self.settings["dtype"])
         path = Path(self.model_id)
         if (path / INFO_FILE).exists():
-            return load_model(path, dtype, int(self.cfg.get("gpus", 1)), self.cfg.get("threads"))
+            return load_model(path, dtype)
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         device = pick_device()
@@ -279,8 +370,9 @@ class HFJudge:
             tokenizer = AutoTokenizer.from_pretrained(self.model_id)
             model = AutoModelForCausalLM.from_pretrained(self.model_id, dtype=torch_dtype(dtype))
         except OSError as exc:
+            detail = _one_line(str(exc))
             raise TruthflowError(
-                f"judge model '{self.model_id}' cannot be loaded (dir or hub id?): {exc}"
+                f"depth.judge.model '{self.model_id}' cannot be loaded (dir or hub id?): {detail}"
             ) from None
         model.to(device).eval()
         if tokenizer.pad_token_id is None:
@@ -318,23 +410,49 @@ class HFJudge:
                 yield start + offset, Verdict(score, _feedback(text), text) if score else _unparseable(text)
 
 
-def make_judge(cfg: dict):
-    backend = cfg.get("backend", "reference")
-    judge_model_name(cfg)
-    return {"reference": ReferenceJudge, "openai": OpenAIJudge, "hf": HFJudge}[backend](cfg)
+def make_judge(cfg: Mapping):
+    settings = judge_settings(cfg)
+    judge_model_name(settings)
+    return {"reference": ReferenceJudge, "openai": OpenAIJudge, "hf": HFJudge}[settings["backend"]](settings)
 
 
 # ---------------------------------------------------------------- cache and driver
 
 
-def cache_key(backend: str, judge_model: str, question: str, answer: str, reference: str) -> str:
+def _source_digest(*functions) -> str:
+    return hashlib.sha256("".join(inspect.getsource(f) for f in functions).encode()).hexdigest()[:16]
+
+
+def judge_method(cfg: Mapping) -> dict:
+    """Everything besides the row that can change a verdict; part of every cache key."""
+    settings = judge_settings(cfg)
+    backend = settings["backend"]
+    method: dict = {"backend": backend, "judge_model": judge_model_name(settings)}
+    if backend == "reference":
+        # free to recompute, so any edit of the scorer's code makes new keys
+        method["scorer"] = _source_digest(normalize_text, token_f1, f1_to_score)
+        return method
+    method.update(
+        system=SYSTEM_PROMPT,
+        template=PROMPT_TEMPLATE,
+        rubric=RUBRIC,
+        parser=PARSER_VERSION,
+        max_new_tokens=int(settings["max_new_tokens"]),  # a longer verdict may end on another [RESULT]
+    )
+    if backend == "hf":
+        method["dtype"] = str(settings["dtype"])
+    return method
+
+
+def cache_key(method: Mapping, question: str, answer: str, reference: str) -> str:
     # a JSON list keeps field boundaries unambiguous ("a" + "bc" ≠ "ab" + "c")
-    blob = json.dumps([backend, judge_model, question, answer, reference], ensure_ascii=False)
+    blob = json.dumps([method, question, answer, reference], ensure_ascii=False, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def read_cache(cache_path: str | Path) -> dict[str, dict]:
-    """Verdicts by key; a torn last line (a crash mid-write) is skipped, and later lines win."""
+    """Verdicts by key; later lines win. A torn last line (a crash mid-write) and an entry without a score
+    are skipped."""
     cache: dict[str, dict] = {}
     path = Path(cache_path)
     if not path.exists():
@@ -343,7 +461,8 @@ def read_cache(cache_path: str | Path) -> dict[str, dict]:
         for line in handle:
             try:
                 entry = json.loads(line)
-                cache[entry["key"]] = entry
+                if entry["score"] in (1, 2, 3, 4, 5):
+                    cache[entry["key"]] = entry
             except (json.JSONDecodeError, KeyError, TypeError):
                 continue
     return cache
@@ -357,26 +476,29 @@ def _check_rows(rows: list[dict]) -> None:
 
 
 def judge_all(
-    rows: Iterable[dict], backend_cfg: dict, cache_path: str | Path, progress: bool = True
+    rows: Iterable[dict], backend_cfg: Mapping, cache_path: str | Path, progress: bool = True
 ) -> pl.DataFrame:
     """Score every row {qid, question, answer, reference}; returns qid, score, reason, backend, cached.
 
-    Every new verdict, a missing one included, is appended to cache_path and flushed before the next, so a
-    rerun or a crash never pays for a verdict twice. The backend is only built when something is uncached.
+    Every new verdict is appended to cache_path and flushed before the next, so a rerun or a crash never pays
+    for a verdict twice. A missing verdict (unparseable) is never cached: the next run asks again. The
+    backend is only built when something is uncached.
     """
     rows = list(rows)
     _check_rows(rows)
-    backend = backend_cfg.get("backend", "reference")
-    judge_model = judge_model_name(backend_cfg)
-    keys = [cache_key(backend, judge_model, r["question"], r["answer"], r["reference"]) for r in rows]
+    settings = judge_settings(backend_cfg)
+    backend = settings["backend"]
+    method = judge_method(settings)
+    keys = [cache_key(method, r["question"], r["answer"], r["reference"]) for r in rows]
     cache = read_cache(cache_path)
     cached_before = set(cache)
     todo: dict[str, dict] = {}
     for key, row in zip(keys, rows, strict=True):
         if key not in cache and key not in todo:
             todo[key] = row
+    verdicts = dict(cache)
     if todo:
-        judge = make_judge(backend_cfg)
+        judge = make_judge(settings)
         Path(cache_path).parent.mkdir(parents=True, exist_ok=True)
         pending = list(todo.items())
         with (
@@ -388,22 +510,23 @@ def judge_all(
                 entry = {
                     "key": key,
                     "backend": backend,
-                    "judge_model": judge_model,
+                    "judge_model": method["judge_model"],
                     "qid": row["qid"],
                     "score": verdict.score,
                     "reason": verdict.reason,
                     "raw": verdict.raw,
                 }
-                handle.write(json.dumps(entry, ensure_ascii=False) + "\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-                cache[key] = entry
+                verdicts[key] = entry
+                if verdict.score is not None:
+                    handle.write(json.dumps(entry, ensure_ascii=False) + "\n")
+                    handle.flush()
+                    os.fsync(handle.fileno())
                 bar.update(1)
     return pl.DataFrame(
         {
             "qid": [r["qid"] for r in rows],
-            "score": [cache[k]["score"] for k in keys],
-            "reason": [cache[k]["reason"] for k in keys],
+            "score": [verdicts[k]["score"] for k in keys],
+            "reason": [verdicts[k]["reason"] for k in keys],
             "backend": [backend] * len(rows),
             "cached": [k in cached_before for k in keys],
         },

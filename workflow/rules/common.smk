@@ -188,3 +188,14 @@ def pw_inputs(name):
 
 def depth_dir(*parts):
     return res("depth", "{model}", *parts)
+
+
+# a judge that cannot run (openai without its API key) stops the workflow here, dry runs included, before any
+# model job spends hours on answers nobody can score
+if config["depth"]["models"]:
+    from truthflow.judge import check_judge_config  # noqa: E402
+
+    try:
+        check_judge_config(config["depth"]["judge"], os.environ)
+    except TruthflowError as exc:
+        raise WorkflowError(f"invalid config: {exc}")

@@ -22,6 +22,7 @@ def main(sm):
     )
     if missing.height:
         print(missing.group_by("reason").len(), flush=True)
+        print("missing verdicts are not cached: --forcerun judge_answers asks for them again", flush=True)
     out = scores.join(answers.select("qid", "depth"), on="qid", how="left")
     runlog.write_parquet(out.with_columns(pl.lit(sm.wildcards.model).alias("model")), sm.output[0])
 

@@ -1,0 +1,53 @@
+"""Secrets never reach a terminal or a log: `redact` replaces API keys and tokens in any text with `***`.
+
+It hides the values of the usual secret variables (read at every call, so a key exported later is covered),
+the values that code registers with `add_secret` (the judge registers its configured `api_key_env`), and
+anything shaped like a credential: `Bearer <token>`, `sk-…` (OpenAI) and `hf_…` (Hugging Face).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+
+SECRET_ENV = ("OPENAI_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+MASK = "***"
+# shorter values ("x", "none": placeholders for local servers that take no key) would mask ordinary words
+MIN_SECRET_LEN = 8
+
+_PATTERNS = (
+    (re.compile(r"\b(bearer)(\s+)[A-Za-z0-9._~+/=-]{4,}", re.IGNORECASE), rf"\1\2{MASK}"),
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{6,}"), f"sk-{MASK}"),
+    (re.compile(r"\bhf_[A-Za-z0-9]{8,}"), f"hf_{MASK}"),
+)
+_registered: set[str] = set()
+
+
+def add_secret(value: str | None) -> None:
+    """Hide this value from now on (in this process)."""
+    if value and len(value) >= MIN_SECRET_LEN:
+        _registered.add(value)
+
+
+def add_secret_env(name: str | None, environ: Mapping[str, str] | None = None) -> None:
+    """Hide the value of the variable `name`, if set."""
+    if name:
+        add_secret((os.environ if environ is None else environ).get(name))
+
+
+def secrets(environ: Mapping[str, str] | None = None) -> list[str]:
+    environ = os.environ if environ is None else environ
+    found = {environ.get(name) or "" for name in SECRET_ENV} | _registered
+    # longest first, so a secret that contains another is masked whole
+    return sorted((s for s in found if len(s) >= MIN_SECRET_LEN), key=len, reverse=True)
+
+
+def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
+    if not text:
+        return text
+    for secret in secrets(environ):
+        text = text.replace(secret, MASK)
+    for pattern, mask in _PATTERNS:
+        text = pattern.sub(mask, text)
+    return text
