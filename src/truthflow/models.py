@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import json
 import os
 import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,39 +94,30 @@ def _convert_gguf(gguf_path: Path, out_dir: Path, dtype: str) -> None:
 
 def _hub_snapshot(repo_id: str, revision: str | None, out_dir: Path, name: str) -> None:
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
 
-    last = None
-    for attempt in range(3):
-        try:
-            snapshot_download(repo_id, revision=revision, local_dir=out_dir, allow_patterns=HUB_PATTERNS)
-            return
-        except GatedRepoError:
-            raise TruthflowError(
-                f"model '{name}': hub repo '{repo_id}' is gated; accept its licence on the hub and "
-                f"export HF_TOKEN=<a read token> before running"
-            ) from None
-        except RevisionNotFoundError:
-            raise TruthflowError(
-                f"model '{name}': revision '{revision}' of '{repo_id}' does not exist"
-            ) from None
-        except RepositoryNotFoundError:
-            raise TruthflowError(
-                f"model '{name}': hub repo '{repo_id}' not found (or private: export HF_TOKEN)"
-            ) from None
-        except LocalEntryNotFoundError as exc:  # offline mode or no network
-            raise TruthflowError(
-                f"model '{name}': cannot download '{repo_id}' (no network or HF_HUB_OFFLINE=1): {exc}"
-            ) from None
-        except OSError as exc:  # transient network errors
-            last = exc
-            time.sleep(2**attempt)
-    raise TruthflowError(f"model '{name}': download of '{repo_id}' failed 3 times: {last}")
+    from .hub import HUB_ATTEMPTS, is_transient, retrying
+
+    try:
+        retrying(f"model '{name}'", repo_id)(
+            snapshot_download, repo_id, revision=revision, local_dir=out_dir, allow_patterns=HUB_PATTERNS
+        )
+    except GatedRepoError:
+        raise TruthflowError(
+            f"model '{name}': hub repo '{repo_id}' is gated; accept its licence on the hub and "
+            f"export HF_TOKEN=<a read token> before running"
+        ) from None
+    except RevisionNotFoundError:
+        raise TruthflowError(f"model '{name}': revision '{revision}' of '{repo_id}' does not exist") from None
+    except RepositoryNotFoundError:
+        raise TruthflowError(
+            f"model '{name}': hub repo '{repo_id}' not found (or private: export HF_TOKEN)"
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - network, offline mode, HTTP errors
+        tried = f"failed {HUB_ATTEMPTS} times (transient)" if is_transient(exc) else "failed"
+        raise TruthflowError(
+            f"model '{name}': download of '{repo_id}' {tried}: {type(exc).__name__}: {str(exc)[:300]}"
+        ) from None
 
 
 def check_gated_token(name: str, source: dict) -> None:
@@ -143,16 +134,69 @@ def _hf_token_file() -> bool:
     return (home / "token").exists()
 
 
+# ---------------------------------------------------------------- preparation, keyed on the weights only
+# Bump when what prepare_model writes changes (download patterns, GGUF conversion, info file): it is the
+# only code a prepared snapshot is keyed on, so editing the loading code never reconverts.
+PREPARE_VERSION = 2
+STORE = ".prepared"  # resources/models/<name> links to resources/models/.prepared/<name>-<key digest>
+
+
+def _converts(source: dict) -> bool:
+    return "embedded" in source or bool(source.get("gguf_file"))
+
+
+def weights_key(spec: dict) -> dict:
+    """What a prepared snapshot depends on: its source, the dtype of a GGUF conversion, PREPARE_VERSION.
+    display_name, chat, batch_size, max_new_tokens, gpus, mem_mb... never touch it."""
+    key = {"source": dict(spec["source"]), "prepare_version": PREPARE_VERSION}
+    if _converts(spec["source"]):
+        dtype = spec.get("dtype") or "auto"
+        key["dtype"] = "float32" if dtype == "auto" else DTYPES.get(dtype, dtype)
+    return key
+
+
+def _digest(key: dict) -> str:
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _store_of(name: str, out_dir: Path, key: dict) -> Path:
+    return out_dir.parent / STORE / f"{name}-{_digest(key)}"
+
+
+def _is_complete(store: Path, key: dict) -> bool:
+    try:
+        info = json.loads((store / INFO_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return info.get("key") == key and (store / "config.json").exists()
+
+
 def prepare_model(name: str, spec: dict, out_dir: str | Path) -> dict:
-    """Write a local snapshot (config, tokenizer, weights) of model `name` to out_dir; return its info."""
+    """Make out_dir a local snapshot (config, tokenizer, weights, info file) of model `name`; return its info.
+
+    The snapshot is built in resources/models/.prepared/<name>-<digest of weights_key(spec)> (in a temp dir
+    next to it, renamed on success) and out_dir becomes a relative link to it. A failed build never deletes
+    a good snapshot (Snakemake only removes the link), and a snapshot already built for the same key is
+    reused as it is. A `local:` source is only read: its files are linked, never written through."""
     out_dir = Path(out_dir)
-    tmp = out_dir.with_name(out_dir.name + ".partial")
+    key = weights_key(spec)
+    store = _store_of(name, out_dir, key)
+    if not _is_complete(store, key):
+        _build(name, key, store)
+    _link(out_dir, store)
+    _drop_other_stores(name, store)
+    return read_info(store)
+
+
+def _build(name: str, key: dict, store: Path) -> None:
+    store.parent.mkdir(parents=True, exist_ok=True)
+    tmp = store.with_name(f"{store.name}.partial-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    source = spec["source"]
+    tmp.mkdir()
+    source = key["source"]
     try:
         if "embedded" in source:
-            _convert_gguf(_gguf_from_embedded(source["embedded"], tmp), tmp, spec.get("dtype", "float32"))
+            _convert_gguf(_gguf_from_embedded(source["embedded"], tmp), tmp, key["dtype"])
             for leftover in tmp.glob("*.gguf"):
                 leftover.unlink()
         elif "hub" in source:
@@ -160,53 +204,96 @@ def prepare_model(name: str, spec: dict, out_dir: str | Path) -> dict:
             _hub_snapshot(source["hub"], source.get("revision"), tmp, name)
             shutil.rmtree(tmp / ".cache", ignore_errors=True)
         elif "local" in source:
-            local = Path(source["local"])
-            if not local.exists():
-                raise TruthflowError(f"model '{name}': local source '{local}' does not exist")
-            gguf = source.get("gguf_file")
-            if gguf:
-                if not (local / gguf).exists():
-                    raise TruthflowError(f"model '{name}': GGUF file '{local / gguf}' does not exist")
-                _convert_gguf(local / gguf, tmp, spec.get("dtype", "float32"))
-            else:
-                if not (local / "config.json").exists() or not _has_weights(local):
-                    raise TruthflowError(
-                        f"model '{name}': local directory '{local}' has no config.json or no weights "
-                        f"({', '.join(WEIGHT_PATTERNS)})"
-                    )
-                for item in local.iterdir():
-                    (tmp / item.name).symlink_to(item.resolve())
+            _from_local(name, source, tmp, key.get("dtype", "float32"))
         else:
             raise TruthflowError(f"model '{name}': source needs one of 'embedded', 'hub', 'local'")
-        info = describe(tmp, name, spec)
+        info = describe(tmp, name, key)
+        (tmp / INFO_FILE).unlink(missing_ok=True)  # never write through a link
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=2))
-        shutil.rmtree(out_dir, ignore_errors=True)
-        tmp.rename(out_dir)
-        return info
+        shutil.rmtree(store, ignore_errors=True)  # an incomplete snapshot of the same key
+        tmp.rename(store)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
-def describe(model_dir: Path, name: str, spec: dict) -> dict:
+def _from_local(name: str, source: dict, tmp: Path, dtype: str) -> None:
+    local = Path(source["local"])
+    if not local.is_dir():
+        raise TruthflowError(f"model '{name}': local source '{local}' is not a directory")
+    gguf = source.get("gguf_file")
+    if gguf:
+        if not (local / gguf).exists():
+            raise TruthflowError(f"model '{name}': GGUF file '{local / gguf}' does not exist")
+        _convert_gguf(local / gguf, tmp, dtype)
+        return
+    if not (local / "config.json").exists() or not _has_weights(local):
+        raise TruthflowError(
+            f"model '{name}': local directory '{local}' has no config.json or no weights "
+            f"({', '.join(WEIGHT_PATTERNS)})"
+        )
+    # link the files (a relative source stays valid when the checkout moves); our own info file and
+    # snakemake's marker are left out, so nothing is ever written into the source directory
+    for item in sorted(local.iterdir()):
+        if item.name in (INFO_FILE, ".snakemake_timestamp"):
+            continue
+        target = item.absolute() if local.is_absolute() else Path(os.path.relpath(item.absolute(), tmp))
+        (tmp / item.name).symlink_to(target)
+
+
+def _link(out_dir: Path, store: Path) -> None:
+    """Point out_dir at store with one rename (a real directory left by an older version is replaced)."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp_link = out_dir.with_name(f".{out_dir.name}.link-{os.getpid()}")
+    tmp_link.unlink(missing_ok=True)
+    tmp_link.symlink_to(os.path.relpath(store, out_dir.parent))
+    if out_dir.is_dir() and not out_dir.is_symlink():
+        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+        out_dir.rename(old)
+        os.replace(tmp_link, out_dir)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp_link, out_dir)
+
+
+def _drop_other_stores(name: str, keep: Path) -> None:
+    """After a successful switch: older snapshots of this model and leftovers of killed builds."""
+    for path in keep.parent.iterdir():
+        stem = path.name.split(".partial-")[0]
+        head, _, digest = stem.rpartition("-")
+        if head == name and len(digest) == 12 and path != keep:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def describe(model_dir: Path, name: str, key: dict) -> dict:
+    """The info file: what the weights are (never display_name, chat or other run settings)."""
     from transformers import AutoConfig
 
+    if not (model_dir / "config.json").exists():
+        raise TruthflowError(
+            f"model '{name}': the snapshot of {key['source']} has no config.json (not a transformers model?)"
+        )
     config = AutoConfig.from_pretrained(model_dir)
     text = getattr(config, "text_config", None) or config
     return {
         "name": name,
-        "display_name": spec.get("display_name", name),
         "architecture": (config.architectures or ["?"])[0],
         "model_type": config.model_type,
         "n_layers": int(text.num_hidden_layers),
         "hidden_size": int(text.hidden_size),
-        "chat": bool(spec.get("chat", False)),
-        "source": spec["source"],
+        "key": key,
     }
 
 
 def read_info(model_dir: str | Path) -> dict:
-    return json.loads((Path(model_dir) / INFO_FILE).read_text())
+    path = Path(model_dir) / INFO_FILE
+    if not path.exists():
+        raise TruthflowError(
+            f"model '{Path(model_dir).name}': '{model_dir}' is not a prepared model directory "
+            f"(no {INFO_FILE}); "
+            f"delete it and rerun to prepare it again"
+        )
+    return json.loads(path.read_text())
 
 
 def pick_device() -> str:
@@ -230,6 +317,11 @@ def load_model(
     if threads:
         torch.set_num_threads(max(1, min(int(threads), os.cpu_count() or 1)))
     info = read_info(model_dir)
+    if not (model_dir / "config.json").exists():
+        raise TruthflowError(
+            f"model '{info.get('name', model_dir.name)}': model directory '{model_dir}' has no config.json; "
+            f"delete it and rerun to prepare it again"
+        )
     device = pick_device()
     kwargs: dict = {"dtype": torch_dtype(dtype)}  # auto: bf16 on a GPU, fp32 on a CPU
     if device == "cpu" and kwargs["dtype"] == torch.float16:

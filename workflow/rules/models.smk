@@ -1,3 +1,9 @@
+from truthflow.models import weights_key
+
+
+# resources/models/<name> (a link to resources/models/.prepared/<name>-<key digest>) depends only on what
+# changes the weights: display_name, chat, batch_size, max_new_tokens, gpus... never rebuild it, and neither
+# does editing the package (no code= input: the conversion code is keyed by models.PREPARE_VERSION)
 rule prepare_model:
     output:
         directory("resources/models/{model}"),
@@ -7,12 +13,6 @@ rule prepare_model:
     conda:
         "../../envs/truthflow.yaml"
     params:
-        spec=lambda w: {
-            k: model_spec(w.model)[k]
-            for k in ("source", "dtype", "chat", "display_name")
-            if k in model_spec(w.model)
-        },
-        # bump when the conversion itself changes (not an input, so editing model loading keeps the cache)
-        converter_version=1,
+        key=lambda w: weights_key(model_spec(w.model)),
     script:
         "../scripts/prepare_model.py"
