@@ -1,4 +1,6 @@
-"""Length-sorted batching with out-of-memory back-off: a CUDA OOM halves the batch and retries it."""
+"""Length-sorted batching with out-of-memory back-off: a CUDA OOM halves the batch and retries it.
+Batches hold at most `batch_size` items and, when a token budget is given, at most `token_budget` tokens
+counted as rows x the longest row's cost (what a padded batch really holds)."""
 
 from __future__ import annotations
 
@@ -27,24 +29,51 @@ def _maybe_fake_oom(n: int) -> None:
         )
 
 
+def next_batch(
+    order: Sequence[int], start: int, size: int, cost: Sequence[int] | None, token_budget: int | None
+) -> list[int]:
+    """The items of the batch starting at order[start]: up to `size` of them and, with a token budget, only as
+    many as keep rows x max(cost) within it (always at least one)."""
+    idx = [order[start]]
+    widest = cost[order[start]] if cost is not None else 0
+    for item in order[start + 1 : start + size]:
+        if token_budget is not None and cost is not None:
+            widest = max(widest, cost[item])
+            if (len(idx) + 1) * widest > token_budget:
+                break
+        idx.append(item)
+    return idx
+
+
 def run_batched(
-    order: Sequence[int], batch_size: int, fn: Callable[[list[int]], None], desc: str, unit: str = "sample"
+    order: Sequence[int],
+    batch_size: int,
+    fn: Callable[[list[int]], None],
+    desc: str,
+    unit: str = "sample",
+    cost: Sequence[int] | None = None,
+    token_budget: int | None = None,
 ) -> int:
-    """Call fn on consecutive slices of `order`; on OOM halve the batch and retry. Returns the final size."""
+    """Call fn on consecutive slices of `order`; on OOM halve the batch (and the token budget) and retry.
+    cost[i] (tokens item i occupies, e.g. prompt + new tokens) with token_budget caps each batch's padded
+    size. Returns the final batch-size cap."""
     import torch
 
     i = 0
     size = max(1, int(batch_size))
+    budget = int(token_budget) if token_budget else None
     with tqdm(total=len(order), desc=desc, unit=unit, mininterval=2.0) as bar:
         while i < len(order):
-            idx = list(order[i : i + size])
+            idx = next_batch(order, i, size, cost, budget)
             try:
                 _maybe_fake_oom(len(idx))
                 fn(idx)
             except Exception as exc:  # noqa: BLE001 - only OOM is retried, the rest re-raised
-                if not _is_oom(exc) or size == 1:
+                if not _is_oom(exc) or len(idx) == 1:
                     raise
-                size = max(1, size // 2)
+                size = max(1, len(idx) // 2)
+                if budget is not None:
+                    budget = max(1, budget // 2)
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()
                 bar.write(f"{desc}: out of memory, batch size halved to {size}")

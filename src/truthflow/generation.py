@@ -1,22 +1,41 @@
-"""Batched greedy answer generation (base models: `Q: ...\\nA:` with a stop at the first newline)."""
+"""Batched greedy answer generation (METHOD A1): base models get `Q: ...\\nA:` and stop at the first newline,
+chat models their chat template. Prompts are length-sorted and batched by a token budget; the KV cache is
+dynamic, so no batch shape ever triggers a torch.compile (a static cache recompiles for every batch width)."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
+from collections.abc import Callable
 
 from .batching import pad_batch, run_batched
+from .errors import TruthflowError
 from .models import LoadedModel
 
 BASE_TEMPLATE = "Q: {question}\nA:"
 DEFAULT_INSTRUCTION = "Answer the question briefly, in a few words, without explanation."
+# rows x (longest prompt + max_new_tokens) per batch; KV cache at 32k tokens: 1 GiB (1B) to 10 GiB (70B), bf16
+DEFAULT_TOKEN_BUDGET = 32768
+DEFAULT_MAX_PROMPT_TOKENS = 512
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 
-def build_prompt(tokenizer, question: str, chat: bool, instruction: str = DEFAULT_INSTRUCTION) -> str:
+def build_prompt(
+    tokenizer,
+    question: str,
+    chat: bool,
+    instruction: str = DEFAULT_INSTRUCTION,
+    template_kwargs: dict | None = None,
+) -> str:
+    """A1 prompt. template_kwargs go to the chat template (Qwen3: {"enable_thinking": False})."""
     if chat and getattr(tokenizer, "chat_template", None):
         content = f"{instruction}\nQuestion: {question}" if instruction else question
         return tokenizer.apply_chat_template(
-            [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
+            [{"role": "user", "content": content}],
+            add_generation_prompt=True,
+            tokenize=False,
+            **(template_kwargs or {}),
         )
     return BASE_TEMPLATE.format(question=question)
 
@@ -26,14 +45,164 @@ def encode_prompt(tokenizer, prompt: str, chat: bool) -> list[int]:
     return tokenizer(prompt, add_special_tokens=not chat)["input_ids"]
 
 
+def fit_prompt(
+    tokenizer,
+    question: str,
+    chat: bool,
+    instruction: str,
+    max_prompt_tokens: int | None,
+    template_kwargs: dict | None = None,
+) -> tuple[str, list[int], bool]:
+    """(prompt, prompt ids, truncated): a prompt over max_prompt_tokens keeps the longest prefix of the
+    question that fits (an 18,000-character question otherwise slows its whole batch 20x)."""
+
+    def make(q: str) -> tuple[str, list[int]]:
+        prompt = build_prompt(tokenizer, q, chat, instruction, template_kwargs)
+        return prompt, encode_prompt(tokenizer, prompt, chat)
+
+    prompt, ids = make(question)
+    if not max_prompt_tokens or len(ids) <= max_prompt_tokens:
+        return prompt, ids, False
+    lo, hi = 0, len(question)  # the longest character prefix whose prompt fits: lo fits, hi does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if len(make(question[:mid].rstrip())[1]) <= max_prompt_tokens:
+            lo = mid
+        else:
+            hi = mid
+    if lo == 0 and len(make("")[1]) > max_prompt_tokens:
+        raise TruthflowError(
+            f"the prompt template alone is longer than generation.max_prompt_tokens={max_prompt_tokens}"
+        )
+    prompt, ids = make(question[:lo].rstrip())
+    return prompt, ids, True
+
+
+# ---------------------------------------------------------------- stop tokens
+
+_NEWLINE_IDS: dict[int, tuple[object, list[int]]] = {}
+# decoder steps that map a sentencepiece piece to text without making a newline (the piece's own "\n" or the
+# <0x0A> byte token are the only sources): Llama-2, Mistral, Gemma
+_PIECE_DECODERS = {"Sequence", "Replace", "ByteFallback", "Fuse", "Strip", "Metaspace"}
+
+
+def _decoder_steps(tokenizer) -> list[dict] | None:
+    decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
+    state = getattr(decoder, "__getstate__", lambda: None)()
+    try:
+        config = json.loads(state) if isinstance(state, str | bytes) else None
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(config, dict):
+        return None
+    steps = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "type" in node:
+                steps.append(node)
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(config)
+    return steps
+
+
+def _decode_scan(tokenizer, ids) -> set[int]:
+    return {i for i in ids if "\n" in tokenizer.decode([i])}
+
+
 def newline_token_ids(tokenizer) -> list[int]:
-    vocab = tokenizer.get_vocab()
-    ids = []
-    for tok_id in vocab.values():
-        text = tokenizer.decode([tok_id])
-        if "\n" in text:
-            ids.append(tok_id)
-    return sorted(ids)
+    """Ids of every token whose decoded text holds a newline (the base-model stop of A1), the same set as
+    decoding each token alone, read from the vocabulary's piece strings where the decoder is byte-level
+    (GPT-2/Llama-3/Qwen: "\\n" is the piece character Ċ) or sentencepiece-like (Gemma/Mistral: a literal "\\n"
+    or <0x0A>); other tokenizers decode the vocabulary. Cached per tokenizer."""
+    hit = _NEWLINE_IDS.get(id(tokenizer))
+    if hit is not None and hit[0] is tokenizer:
+        return hit[1]
+    steps = _decoder_steps(tokenizer)
+    types = {s["type"] for s in steps or []}
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    added = set(tokenizer.get_added_vocab().values())
+    if steps and types == {"ByteLevel"}:
+        from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+        marker = bytes_to_unicode()[ord("\n")]
+        base = backend.get_vocab(with_added_tokens=False)
+        ids = {i for piece, i in base.items() if marker in piece}
+    elif (
+        steps
+        and types <= _PIECE_DECODERS
+        and "ByteFallback" in types
+        and not any("\n" in str(s.get("content", "")) for s in steps)
+    ):
+        base = backend.get_vocab(with_added_tokens=False)
+        ids = {i for piece, i in base.items() if "\n" in piece or piece == "<0x0A>"}
+    else:
+        ids = _decode_scan(tokenizer, tokenizer.get_vocab().values())
+    ids = (ids - added) | _decode_scan(tokenizer, added)  # added tokens decode to their own content
+    out = sorted(ids)
+    _NEWLINE_IDS[id(tokenizer)] = (tokenizer, out)
+    return out
+
+
+def eos_token_ids(tokenizer, model) -> set[int]:
+    """The tokenizer's EOS and every EOS of the model's generation config (chat models end turns with one)."""
+    stop = {tokenizer.eos_token_id} - {None}
+    extra = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(extra, int):
+        stop.add(extra)
+    elif extra:
+        stop.update(extra)
+    return stop
+
+
+# ---------------------------------------------------------------- reasoning blocks
+
+
+def _first_prefix(tokenizer, ids: list[int], pred: Callable[[str], bool]) -> int:
+    """Smallest k with pred(decode(ids[:k])) (binary search: a longer prefix decodes to a longer text)."""
+    lo, hi = 0, len(ids)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if pred(tokenizer.decode(ids[:mid], skip_special_tokens=False)):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def strip_think(tokenizer, answer_ids: list[int]) -> tuple[list[int], bool]:
+    """Drop a reasoning block from a generated answer, on token boundaries, so that the answer text is always
+    decode(answer_ids) and E_A character spans map onto these ids. A block that leads the answer (or a lone
+    </think> whose opening tag the prompt wrote) keeps the ids after it; an unclosed leading <think> keeps
+    nothing (the model never answered); a block later in the answer cuts the answer before it.
+    Returns (kept ids, whether anything was dropped)."""
+    text = tokenizer.decode(answer_ids, skip_special_tokens=False)
+    open_at, close_at = text.find(THINK_OPEN), text.find(THINK_CLOSE)
+    if open_at < 0 and close_at < 0:
+        return answer_ids, False
+    leading = open_at < 0 or not text[:open_at].strip() or (0 <= close_at < open_at)
+    if leading and close_at >= 0:
+        k = _first_prefix(tokenizer, answer_ids, lambda s: THINK_CLOSE in s)
+        rest, _ = strip_think(tokenizer, answer_ids[k:])
+        return rest, True
+    if leading:
+        return [], True
+    keep = _first_prefix(tokenizer, answer_ids, lambda s: THINK_OPEN in s) - 1
+    # a tag spread over several tokens leaves its first characters ("<th") in the kept prefix
+    while keep > 0:
+        kept = tokenizer.decode(answer_ids[:keep], skip_special_tokens=False)
+        if not any(kept.endswith(THINK_OPEN[:j]) for j in range(1, len(THINK_OPEN))):
+            break
+        keep -= 1
+    return answer_ids[:keep], True
+
+
+# ---------------------------------------------------------------- generation
 
 
 def generate_answers(
@@ -44,37 +213,35 @@ def generate_answers(
     stop_at_newline: bool,
     chat: bool,
     desc: str = "generate",
+    token_budget: int | None = DEFAULT_TOKEN_BUDGET,
+    prompt_ids: list[list[int]] | None = None,
 ) -> list[dict]:
-    """Greedy-decode every prompt; returns, in input order, prompt/answer token ids and the answer text."""
+    """Greedy-decode every prompt; returns, in input order, prompt/answer token ids and the answer text.
+
+    Prompts run shortest first, in batches of at most batch_size rows and token_budget tokens (rows x (longest
+    prompt + max_new_tokens)). Stop tokens (EOS; with stop_at_newline every newline token) go to generate as
+    EOS ids, so a batch ends as soon as every row has stopped. prompt_ids: the prompts already encoded."""
     import torch
 
     tok, model = lm.tokenizer, lm.model
-    encoded = [encode_prompt(tok, p, chat) for p in prompts]
-    stop_ids = {tok.eos_token_id} - {None}
-    extra_eos = getattr(model.generation_config, "eos_token_id", None)
-    if isinstance(extra_eos, int):
-        stop_ids.add(extra_eos)
-    elif extra_eos:
-        stop_ids.update(extra_eos)
+    encoded = prompt_ids if prompt_ids is not None else [encode_prompt(tok, p, chat) for p in prompts]
+    stop_ids = eos_token_ids(tok, model)
     if stop_at_newline:
         stop_ids.update(newline_token_ids(tok))
     stop_list = sorted(stop_ids)
-    pad_id = tok.pad_token_id
-    results: list[dict | None] = [None] * len(prompts)
-    order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
-    device = next(model.parameters()).device
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else stop_list[0]
+    results: list[dict | None] = [None] * len(encoded)
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    cost = [len(e) + max_new_tokens for e in encoded]
+    device = model.get_input_embeddings().weight.device
 
     def step(idx: list[int]) -> None:
         input_ids, valid = pad_batch([encoded[i] for i in idx], pad_id, side="left")
         width = input_ids.shape[1]
-        attention = valid.long()
-        kwargs = {}
-        if device.type == "cuda":
-            kwargs["cache_implementation"] = "static"
         with torch.inference_mode():
             out = model.generate(
                 input_ids=input_ids.to(device),
-                attention_mask=attention.to(device),
+                attention_mask=valid.long().to(device),
                 max_new_tokens=max_new_tokens,
                 do_sample=False,
                 top_p=None,
@@ -82,7 +249,8 @@ def generate_answers(
                 temperature=None,
                 pad_token_id=pad_id,
                 eos_token_id=stop_list,
-                **kwargs,
+                cache_implementation="dynamic",  # overrides a model default of "static"/"hybrid"
+                disable_compile=True,
             )
         new = out[:, width:].tolist()
         for row, i in enumerate(idx):
@@ -91,14 +259,16 @@ def generate_answers(
                 if t in stop_ids:
                     break
                 answer_ids.append(t)
+            answer_ids, think = strip_think(tok, answer_ids)
             results[i] = {
-                "prompt_ids": encoded[i],
+                "prompt_ids": list(encoded[i]),
                 "answer_ids": answer_ids,
                 "answer": tok.decode(answer_ids, skip_special_tokens=True).strip(),
                 "n_new_tokens": len(answer_ids),
+                "think_stripped": think,
             }
 
-    run_batched(order, batch_size, step, desc=desc)
+    run_batched(order, batch_size, step, desc=desc, cost=cost, token_budget=token_budget)
     return results  # type: ignore[return-value]
 
 
@@ -110,18 +280,47 @@ def answer_questions(
     batch_size: int,
     max_new_tokens: int,
     desc: str,
+    token_budget: int | None = DEFAULT_TOKEN_BUDGET,
+    max_prompt_tokens: int | None = DEFAULT_MAX_PROMPT_TOKENS,
+    chat_template_kwargs: dict | None = None,
 ) -> tuple[list[str], list[dict]]:
-    """Prompt (A1: chat template or `Q:/A:` with a newline stop), generate greedily, report new tokens/s."""
-    prompts = [build_prompt(lm.tokenizer, q, chat, instruction) for q in questions]
+    """Prompt (A1: chat template or `Q:/A:` with a newline stop), generate greedily, report new tokens/s.
+    A question whose prompt exceeds max_prompt_tokens is truncated (its answer's `prompt_truncated`)."""
+    fitted = [
+        fit_prompt(lm.tokenizer, q, chat, instruction, max_prompt_tokens, chat_template_kwargs)
+        for q in questions
+    ]
+    prompts = [f[0] for f in fitted]
+    n_trunc = sum(f[2] for f in fitted)
+    if n_trunc:
+        longest = max(len(q) for q, f in zip(questions, fitted, strict=True) if f[2])
+        print(
+            f"{desc}: {n_trunc} of {len(questions)} questions truncated to fit "
+            f"generation.max_prompt_tokens={max_prompt_tokens} (longest: {longest:,} characters)",
+            file=sys.stderr,
+            flush=True,
+        )
     t0 = time.perf_counter()
     out = generate_answers(
-        lm, prompts, batch_size, max_new_tokens, stop_at_newline=not chat, chat=chat, desc=desc
+        lm,
+        prompts,
+        batch_size,
+        max_new_tokens,
+        stop_at_newline=not chat,
+        chat=chat,
+        desc=desc,
+        token_budget=token_budget,
+        prompt_ids=[f[1] for f in fitted],
     )
     dt = time.perf_counter() - t0
+    for o, f in zip(out, fitted, strict=True):
+        o["prompt_truncated"] = f[2]
     n_tok = sum(o["n_new_tokens"] for o in out)
+    n_think = sum(o["think_stripped"] for o in out)
     rate = n_tok / max(dt, 1e-9)
     print(
-        f"{desc}: {len(out)} answers, {n_tok} new tokens in {dt:.1f} s ({rate:.1f} tokens/s) on {lm.device}",
+        f"{desc}: {len(out)} answers, {n_tok} new tokens in {dt:.1f} s ({rate:.1f} tokens/s) on {lm.device}; "
+        f"{n_trunc} prompts truncated, {n_think} reasoning blocks stripped",
         file=sys.stderr,
         flush=True,
     )

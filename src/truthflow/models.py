@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -328,8 +329,17 @@ def load_model(
         kwargs["dtype"] = torch.float32  # fp16 matmuls are slow or missing on CPUs
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
-    if device == "cuda" and gpus > 1:
-        kwargs["device_map"] = "auto"
+    if device == "cuda":
+        from .devices import assign_devices
+
+        # concurrent local jobs each claim their own GPU(s); a scheduler's CUDA_VISIBLE_DEVICES is kept as is
+        slot = assign_devices(gpus)
+        device = slot.device
+        torch.cuda.set_device(slot.indices[0])
+        print(f"{model_dir.name}: GPU(s) {slot.indices} ({slot.how})", file=sys.stderr, flush=True)
+        if len(slot.indices) > 1:
+            kwargs["device_map"] = "auto"
+            kwargs["max_memory"] = {i: torch.cuda.mem_get_info(i)[0] for i in slot.indices}
     model = AutoModelForCausalLM.from_pretrained(model_dir, **kwargs)
     if "device_map" not in kwargs:
         model.to(device)

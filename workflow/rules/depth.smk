@@ -47,6 +47,9 @@ rule answer_depthqa:
         chat=lambda w: model_spec(w.model)["chat"],
         dtype=lambda w: model_spec(w.model)["dtype"],
         max_new_tokens=config["depth"]["max_new_tokens"],
+        token_budget=lambda w: model_spec(w.model)["token_budget"],
+        chat_template_kwargs=lambda w: model_spec(w.model)["chat_template_kwargs"],
+        max_prompt_tokens=config["generation"]["max_prompt_tokens"],
     script:
         "../scripts/answer_depthqa.py"
 

@@ -21,7 +21,10 @@ rule generate_answers:
         chat=lambda w: model_spec(w.model)["chat"],
         dtype=lambda w: model_spec(w.model)["dtype"],
         max_new_tokens=lambda w: model_spec(w.model)["max_new_tokens"],
+        token_budget=lambda w: model_spec(w.model)["token_budget"],
+        chat_template_kwargs=lambda w: model_spec(w.model)["chat_template_kwargs"],
         instruction=config["generation"]["instruction"],
+        max_prompt_tokens=config["generation"]["max_prompt_tokens"],
     script:
         "../scripts/generate_answers.py"
 

@@ -16,6 +16,9 @@ def main(sm):
         sm.resources.batch_size,
         sm.params.max_new_tokens,
         desc=f"generate {sm.wildcards.model}/{sm.wildcards.dataset}",
+        token_budget=sm.params.token_budget,
+        max_prompt_tokens=sm.params.max_prompt_tokens,
+        chat_template_kwargs=sm.params.chat_template_kwargs,
     )
     df = pl.DataFrame(
         {
@@ -25,6 +28,8 @@ def main(sm):
             "prompt_ids": [o["prompt_ids"] for o in out],
             "answer_ids": [o["answer_ids"] for o in out],
             "n_new_tokens": [o["n_new_tokens"] for o in out],
+            "prompt_truncated": [o["prompt_truncated"] for o in out],
+            "think_stripped": [o["think_stripped"] for o in out],
         },
         schema_overrides={"prompt_ids": pl.List(pl.Int64), "answer_ids": pl.List(pl.Int64)},
     )

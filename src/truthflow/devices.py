@@ -1,0 +1,152 @@
+"""Which GPUs a model job runs on.
+
+A cluster scheduler (SLURM, PBS, LSF) gives each job its own GPUs through CUDA_VISIBLE_DEVICES: that is
+honoured as is. A local run (`snakemake --cores 16 --resources gpu=K`) only counts GPUs, every job sees every
+device, and without help all of them would load onto cuda:0. There each job claims its own devices with an
+exclusive file lock per device (one lock file per visible device under a lock directory), held until the
+process exits: a finished, failed or SIGKILLed job frees its GPUs with it. A job that finds every device taken
+waits for one.
+
+Environment: TRUTHFLOW_GPU_ASSIGN = auto (default: lock when more devices are visible than the job asked for
+and no scheduler set them) | lock (always; e.g. snakemake run locally inside an salloc allocation) | off (as
+is); TRUTHFLOW_GPU_LOCK_DIR = the lock directory (default: a per-user folder in the temp directory).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import TruthflowError
+
+ASSIGN_ENV = "TRUTHFLOW_GPU_ASSIGN"
+LOCK_DIR_ENV = "TRUTHFLOW_GPU_LOCK_DIR"
+SCHEDULER_ENVS = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID")
+MODES = ("auto", "lock", "off")
+
+# device key -> open lock file descriptor of this process (a second model load in the process reuses it)
+_HELD: dict[str, int] = {}
+
+
+@dataclass
+class DeviceAssignment:
+    device: str  # torch device of the model's first layer: "cuda:1", or "cpu"
+    indices: list[int] = field(default_factory=list)  # torch CUDA indices the job may use
+    how: str = "cpu"  # cpu | as-is | lock
+
+
+def visible_devices(env: Mapping[str, str], count: int) -> list[str]:
+    """A key per device this process sees, in torch index order: its CUDA_VISIBLE_DEVICES entry (an index or a
+    UUID, the same name for every process that sees it) or, unset, its index."""
+    listed = env.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        return [str(i) for i in range(count)]
+    return [k.strip() for k in listed.split(",") if k.strip()][:count]
+
+
+def default_lock_dir() -> Path:
+    return Path(tempfile.gettempdir()) / f"truthflow-gpu-locks-{os.getuid()}"
+
+
+def _lock_path(lock_dir: Path, key: str) -> Path:
+    return lock_dir / f"gpu-{re.sub(r'[^A-Za-z0-9_.-]', '_', key)}.lock"
+
+
+def _try_lock(lock_dir: Path, key: str) -> bool:
+    fd = os.open(_lock_path(lock_dir, key), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+            return False
+        raise
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())  # who holds it, for a person looking
+    _HELD[key] = fd
+    return True
+
+
+def release(key: str) -> None:
+    fd = _HELD.pop(key, None)
+    if fd is not None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def claim_devices(
+    n: int,
+    keys: list[str],
+    lock_dir: Path,
+    poll_s: float = 2.0,
+    timeout_s: float | None = None,
+    log: Callable[[str], None] | None = None,
+) -> list[int]:
+    """Claim n of the devices `keys` (returns their torch indices), each by an exclusive lock. A claim is all
+    or nothing (a 2-GPU job never holds one device while waiting for another, so two such jobs cannot
+    deadlock); devices this process already holds are reused."""
+    if n > len(keys):
+        raise TruthflowError(f"a job asks for {n} GPUs but only {len(keys)} are visible")
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    t0 = last_log = time.monotonic()
+    while True:
+        got = [i for i, k in enumerate(keys) if k in _HELD][:n]
+        new = []
+        for i, k in enumerate(keys):
+            if len(got) + len(new) == n:
+                break
+            if k not in _HELD and _try_lock(lock_dir, k):
+                new.append(i)
+        if len(got) + len(new) == n:
+            return sorted(got + new)
+        for i in new:
+            release(keys[i])
+        now = time.monotonic()
+        if timeout_s is not None and now - t0 > timeout_s:
+            raise TruthflowError(
+                f"no {n} free GPU(s) among {keys} after {timeout_s:.0f} s (locks in {lock_dir})"
+            )
+        if now - last_log > 60 or now == t0:
+            log(f"waiting for {n} free GPU(s) among {keys} (held by other jobs; locks in {lock_dir})")
+            last_log = now
+        time.sleep(poll_s)
+
+
+def assign_devices(
+    n_gpus: int,
+    env: Mapping[str, str] | None = None,
+    count: int | None = None,
+    lock_dir: Path | None = None,
+    poll_s: float = 2.0,
+    log: Callable[[str], None] | None = None,
+) -> DeviceAssignment:
+    """The devices of a job that asked the scheduler for n_gpus GPUs (one at least, when any is visible).
+    count: CUDA devices torch sees (default: asks torch)."""
+    env = os.environ if env is None else env
+    if count is None:
+        import torch
+
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        return DeviceAssignment("cpu")
+    keys = visible_devices(env, count) or [str(i) for i in range(count)]
+    n = min(max(1, int(n_gpus)), len(keys))
+    mode = env.get(ASSIGN_ENV, "auto")
+    if mode not in MODES:
+        raise TruthflowError(f"{ASSIGN_ENV}={mode!r} is not one of {', '.join(MODES)}")
+    by_scheduler = any(env.get(v) for v in SCHEDULER_ENVS)
+    if mode == "off" or (mode == "auto" and (by_scheduler or len(keys) <= n)):
+        indices, how = list(range(n)), "as-is"
+    else:
+        lock_dir = lock_dir or Path(env.get(LOCK_DIR_ENV) or default_lock_dir())
+        indices, how = claim_devices(n, keys, lock_dir, poll_s=poll_s, log=log), "lock"
+    return DeviceAssignment(f"cuda:{indices[0]}", indices, how)
