@@ -1,6 +1,9 @@
+import ast
+import functools
 import os
 import re
 import sys
+import textwrap
 from pathlib import Path
 
 SRC = str(Path(workflow.basedir) / "src")
@@ -27,10 +30,20 @@ RUN = config["run"]
 MODELS = list(config["models"])
 QA = [d for d in ("popqa", "triviaqa", "hotpotqa", "nq") if d in config["datasets"]]
 PKG = Path(workflow.basedir) / "src" / "truthflow"
+
+
+def _given_cores():
+    """--cores of this invocation, or None where there is none (--report, --list-rules, a cluster run)."""
+    try:
+        return workflow.cores
+    except WorkflowError:
+        return None
+
+
 # a model job takes every local core (two torch jobs on the same cores run ~10x slower than one after the
-# other); cluster profiles set their own with set-threads
-_cores = workflow.cores if isinstance(workflow.cores, int) else 8
-MODEL_THREADS = _cores if _cores < 1024 else 8
+# other); cluster profiles set theirs with set-threads (every rule with a `gpu` resource)
+_cores = _given_cores()
+MODEL_THREADS = _cores if isinstance(_cores, int) and _cores < 1024 else 8
 
 
 def res(*parts):
@@ -38,9 +51,89 @@ def res(*parts):
     return str(Path("results", RUN, *parts))
 
 
-def code(*modules):
-    """Package modules as inputs, so editing one reruns exactly the jobs that import it."""
-    return [str(PKG / f"{m}.py") for m in modules]
+def checkout_path(*parts):
+    """A file of this checkout as an input path relative to the working directory (src/..., workflow/... in
+    a checkout), so a copied or moved checkout keeps its recorded inputs."""
+    return os.path.relpath(Path(workflow.basedir, *parts), Path.cwd())
+
+
+def _module_file(dotted):
+    """The file of a truthflow module or package, or None (an attribute, or not truthflow)."""
+    parts = dotted.split(".")
+    if parts[0] != "truthflow":
+        return None
+    base = PKG.joinpath(*parts[1:])
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if len(parts) > 1 and path.is_file():
+            return path
+    return PKG / "__init__.py" if len(parts) == 1 else None
+
+
+def _imported_modules(source, module=None, where="a rule"):
+    """Dotted truthflow modules a source imports anywhere (lazy imports inside functions count).
+
+    module: its own dotted name (a package's: <package>.__init__), for relative imports.
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise WorkflowError(f"cannot read the imports of {where}: {exc}")
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = (module or "").split(".")[: -node.level]
+                base = ".".join(package + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return {name for name in found if _module_file(name)}
+
+
+@functools.cache
+def _module_closure(source, where):
+    """Files of the truthflow modules a source imports, transitively, with their parent packages."""
+    files, todo = set(), list(_imported_modules(source, where=where))
+    while todo:
+        parts = todo.pop().split(".")
+        for i in range(1, len(parts) + 1):
+            name = ".".join(parts[:i])
+            path = _module_file(name)
+            if path and path not in files:
+                files.add(path)
+                own = f"{name}.__init__" if path.name == "__init__.py" else name
+                todo.extend(_imported_modules(path.read_text(), own, str(path)))
+    return tuple(sorted(files))
+
+
+class _RuleCode:
+    """Input function: the package modules that the rule's script (or run block) imports, transitively."""
+
+    def __call__(self, wildcards):
+        job_rule = next(
+            r for r in workflow.rules if any(item is self for item in r.input)
+        )
+        if job_rule.script:
+            script = Path(job_rule.script)
+            if not script.is_absolute():
+                script = Path(job_rule.snakefile).parent / script
+            source, where = script.read_text(), str(script)
+        elif job_rule.shellcmd is None and job_rule.run_func_src:
+            # a run: block counts the imports it makes itself
+            source = textwrap.dedent(job_rule.run_func_src)
+            where = f"the run: block of rule {job_rule.name}"
+        else:
+            return []
+        files = _module_closure(source, where)
+        return [os.path.relpath(path, Path.cwd()) for path in files]
+
+
+def code():
+    """The `code=` input of a rule: every truthflow module its script imports (directly or not), relative
+    to the working directory, so editing one reruns exactly the jobs that import it."""
+    return _RuleCode()
 
 
 def model_dir(wildcards=None, model=None):

@@ -1,7 +1,7 @@
 rule download_dataset:
     input:
         local=lambda w: local_source("datasets", w.dataset),
-        code=code("data"),
+        code=code(),
     output:
         data=res("data", "{dataset}.parquet"),
         # rows dropped from the source (duplicate_id, no_question, no_gold_answer) and n_exceeds_rows
@@ -20,7 +20,7 @@ rule download_dataset:
 rule download_depthqa:
     input:
         local=lambda w: local_source("datasets", "depthqa"),
-        code=code("data"),
+        code=code(),
     output:
         questions=res("data", "depthqa.parquet"),
         nodes=res("data", "depthqa_nodes.parquet"),

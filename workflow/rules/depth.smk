@@ -2,7 +2,7 @@ rule score_mink:
     input:
         data=res("data", "depthqa.parquet"),
         model=model_dir,
-        code=code("mink", "models", "batching"),
+        code=code(),
     output:
         depth_dir("mink.parquet"),
     log:
@@ -28,7 +28,7 @@ rule answer_depthqa:
     input:
         data=res("data", "depthqa.parquet"),
         model=model_dir,
-        code=code("generation", "models", "batching"),
+        code=code(),
     output:
         depth_dir("answers.parquet"),
     log:
@@ -58,7 +58,7 @@ rule judge_answers:
     input:
         answers=depth_dir("answers.parquet"),
         data=res("data", "depthqa.parquet"),
-        code=code("judge"),
+        code=code(),
     output:
         depth_dir("scores.parquet"),
     log:
@@ -83,7 +83,7 @@ rule depth_tables:
         ),
         questions=res("data", "depthqa.parquet"),
         nodes=res("data", "depthqa_nodes.parquet"),
-        code=code("depth"),
+        code=code(),
     output:
         per_question=res("tables", "depth_per_question.parquet"),
         depthwise=res("tables", "depth_depthwise.parquet"),
@@ -107,7 +107,7 @@ rule plot_depth:
     input:
         depthwise=res("tables", "depth_depthwise.parquet"),
         subsets=res("tables", "depth_memorization_subsets.parquet"),
-        code=code("plots_depth"),
+        code=code(),
     output:
         boxes_png=report(
             res("figures", "depth_mink_boxes.png"),

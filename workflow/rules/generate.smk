@@ -2,7 +2,7 @@ rule generate_answers:
     input:
         data=res("data", "{dataset}.parquet"),
         model=model_dir,
-        code=code("generation", "models", "batching"),
+        code=code(),
     output:
         res("answers", "{model}", "{dataset}.parquet"),
     log:
@@ -33,7 +33,7 @@ rule label_answers:
     input:
         answers=res("answers", "{model}", "{dataset}.parquet"),
         data=res("data", "{dataset}.parquet"),
-        code=code("labels"),
+        code=code(),
     output:
         labels=res("labels", "{model}", "{dataset}.parquet"),
         accuracy=res("labels", "{model}", "{dataset}.accuracy.tsv"),
@@ -47,7 +47,8 @@ rule label_answers:
 
 rule accuracy_table:
     input:
-        [res("labels", m, f"{d}.accuracy.tsv") for m, d in qa_pairs()],
+        tables=[res("labels", m, f"{d}.accuracy.tsv") for m, d in qa_pairs()],
+        code=code(),
     output:
         report(
             res("tables", "accuracy.tsv"),

@@ -3,9 +3,7 @@ rule extract_pathways:
         labels=res("labels", "{model}", "{dataset}.parquet"),
         data=res("data", "{dataset}.parquet"),
         model=model_dir,
-        code=code(
-            "pathways", "exact_tokens", "knockout", "models", "batching", "generation"
-        ),
+        code=code(),
     output:
         samples=pw_dir("samples.parquet"),
         dropped=pw_dir("dropped.parquet"),
@@ -37,7 +35,7 @@ rule probe_deltap:
         samples=pw_dir("samples.parquet"),
         resid_clean=pw_dir("resid_clean.npy"),
         resid_ko=pw_dir("resid_ko.npy"),
-        code=code("probes"),
+        code=code(),
     output:
         auc=pw_dir("probe_auc.parquet"),
         deltap=pw_dir("deltap.parquet"),
@@ -61,6 +59,7 @@ rule pathways_tables:
         auc=pw_inputs("probe_auc.parquet"),
         dropped=pw_inputs("dropped.parquet"),
         samples=pw_inputs("samples.parquet"),
+        code=code(),
     output:
         summary=res("tables", "pathways_summary.parquet"),
         auc=res("tables", "probe_auc.parquet"),
@@ -89,7 +88,7 @@ rule plot_pathways:
     input:
         summary=res("tables", "pathways_summary.parquet"),
         auc=res("tables", "probe_auc.parquet"),
-        code=code("plots_pathways"),
+        code=code(),
     output:
         png=report(
             res("figures", "pathways_{pair}.png"),

@@ -1,6 +1,7 @@
 rule benchmark_table:
     input:
-        all_benchmarks,
+        tables=all_benchmarks,
+        code=code(),
     output:
         report(
             res("tables", "benchmarks.tsv"),
@@ -18,11 +19,11 @@ rule benchmark_table:
 
 rule compare_published:
     input:
-        published=workflow.source_path("../report/published.tsv"),
+        published=checkout_path("workflow", "report", "published.tsv"),
         pathways=optional_input("pathways", res("tables", "pathways_summary.parquet")),
         depthwise=optional_input("depth", res("tables", "depth_depthwise.parquet")),
         pooled=optional_input("depth", res("tables", "depth_pooled_by_depth.tsv")),
-        code=code("compare"),
+        code=code(),
     output:
         report(
             res("tables", "published_vs_reproduced.tsv"),

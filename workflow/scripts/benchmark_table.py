@@ -7,7 +7,7 @@ from truthflow import runlog
 
 def main(sm):
     frames = []
-    for path in sm.input:
+    for path in sm.input.tables:
         parts = Path(path).parts  # results/<run>/benchmarks/<rule>/<model>[/<dataset>].tsv
         i = parts.index("benchmarks")
         rule, rest = parts[i + 1], parts[i + 2 :]

@@ -1,0 +1,188 @@
+"""Caching you can trust, in a real checkout-layout run (the Snakefile and the working directory are one
+directory, as after a clone): a copied or moved checkout is a no-op, editing a module reruns exactly the
+jobs whose scripts import it, a display_name edit never prepares a model again, and the README's
+`--report` commands work without --cores."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import DEMO, REPO, new_workdir, small_config
+
+pytestmark = pytest.mark.slow
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+# the modules edited below: the rules whose scripts import them (directly or not) and, after them, every
+# rule that consumes what those rerun
+EDITS = {
+    "labels": (
+        {"label_answers", "judge_answers"},
+        {
+            "accuracy_table",
+            "extract_pathways",
+            "probe_deltap",
+            "pathways_tables",
+            "plot_pathways",
+            "depth_tables",
+            "plot_depth",
+            "compare_published",
+            "benchmark_table",
+        },
+    ),
+    "mink": ({"score_mink", "depth_tables"}, {"plot_depth", "compare_published", "benchmark_table"}),
+    "plots_depth": ({"plot_depth"}, set()),
+}
+
+
+def checkout_config() -> dict:
+    """The test config with the demo data as a checkout's config.yaml names it (relative paths), trimmed to
+    one QA set and a few DepthQA groups."""
+    cfg = small_config()
+    for ds in cfg["datasets"].values():
+        ds["source"]["local"] = os.path.relpath(ds["source"]["local"], REPO)
+    cfg["datasets"] = {k: v for k, v in cfg["datasets"].items() if k in ("popqa", "depthqa")}
+    cfg["datasets"]["depthqa"]["n"] = 3
+    cfg["pathways"]["datasets"] = ["popqa"]
+    cfg["depth"]["max_new_tokens"] = 8
+    return cfg
+
+
+def run(ck: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """`snakemake ARGS` typed in the checkout (the Snakefile and config.yaml are found there)."""
+    return subprocess.run(
+        [*SNAKEMAKE, *args], cwd=ck, capture_output=True, text=True, timeout=timeout, env=ENV
+    )
+
+
+def planned(proc) -> dict[str, dict[str, str]]:
+    """rule -> {"input": ..., "reason": ...} of the first job a dry run plans for each rule."""
+    jobs, rule = {}, None
+    for line in proc.stdout.splitlines():
+        m = re.match(r"(?:local)?rule (\w+):$", line)
+        if m:
+            rule = m.group(1) if m.group(1) != "all" else None
+            if rule and rule in jobs:
+                rule = None
+            elif rule:
+                jobs[rule] = {}
+        elif rule and ":" in line and line.startswith("    "):
+            key, _, value = line.strip().partition(":")
+            jobs[rule].setdefault(key, value.strip())
+        elif not line.strip():
+            rule = None
+    return jobs
+
+
+def _checkout_files() -> list[str]:
+    out = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
+    return [f for f in out if f and (REPO / f).is_file()]
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory, demo_models_root) -> Path:
+    """A copy of this checkout with a finished run of checkout_config() made in it."""
+    assert DEMO.is_dir()
+    ck = tmp_path_factory.mktemp("checkout") / "truthflow"
+    for rel in _checkout_files():
+        (ck / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / rel, ck / rel)
+    new_workdir(ck, demo_models_root, checkout_config())
+    proc = run(ck, "--cores", "2", timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return ck
+
+
+def test_code_inputs_are_relative_and_complete(checkout):
+    proc = run(checkout, "-n", "--forceall")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    inputs = [ln for ln in proc.stdout.splitlines() if ln.strip().startswith("input:")]
+    assert inputs and not any(str(checkout) in ln or str(REPO) in ln for ln in inputs)
+    text = proc.stdout
+    # the modules the old hand-kept lists missed
+    label = text.split("rule label_answers:", 1)[1].split("\n\n", 1)[0]
+    assert "src/truthflow/labels.py" in label and "src/truthflow/runlog.py" in label
+    depth = text.split("rule depth_tables:", 1)[1].split("\n\n", 1)[0]
+    assert "src/truthflow/mink.py" in depth and "src/truthflow/depth.py" in depth
+    judge = text.split("rule judge_answers:", 1)[1].split("\n\n", 1)[0]
+    assert "src/truthflow/labels.py" in judge
+
+
+def test_copied_and_moved_checkout_is_a_noop(checkout, tmp_path):
+    proc = run(checkout, "-n")
+    assert proc.returncode == 0 and not planned(proc), proc.stdout[-3000:]
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for item in checkout.iterdir():  # cp -a; the model weights hard-linked (same bytes and times)
+        flags = "-al" if item.name == "resources" else "-a"
+        subprocess.run(["cp", flags, str(item), str(copy)], check=True)
+    proc = run(copy, "-n")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not planned(proc) and "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-3000:]
+    moved = tmp_path / "moved"
+    copy.rename(moved)
+    proc = run(moved, "-n")
+    assert proc.returncode == 0 and not planned(proc), proc.stdout[-3000:]
+
+
+@pytest.mark.parametrize("module", sorted(EDITS))
+def test_module_edit_reruns_exactly_its_importers(checkout, module):
+    importers, downstream = EDITS[module]
+    path = checkout / "src" / "truthflow" / f"{module}.py"
+    text, st = path.read_text(), path.stat()
+    path.write_text(text + "# an edit\n")
+    try:
+        jobs = planned(run(checkout, "-n"))
+    finally:
+        path.write_text(text)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    edited = f"src/truthflow/{module}.py"
+    # the jobs that have the module as an input are exactly its importers; the rest only consume their outputs
+    assert {rule for rule, job in jobs.items() if edited in job["input"].split(", ")} == importers, jobs
+    assert set(jobs) == importers | downstream, jobs
+    assert all(
+        edited in jobs[rule]["reason"] or "updated by another job" in jobs[rule]["reason"] for rule in jobs
+    )
+    assert not planned(run(checkout, "-n"))  # restored: nothing to do
+
+
+def test_display_name_edit_never_prepares_a_model(checkout):
+    cfg_path = checkout / "config.yaml"
+    original = cfg_path.read_text()
+    cfg_path.write_text(
+        original.replace("display_name: SmolLM2-135M-Instruct", "display_name: SmolLM2 (renamed)")
+    )
+    try:
+        assert cfg_path.read_text() != original
+        jobs = planned(run(checkout, "-n"))
+    finally:
+        cfg_path.write_text(original)
+    assert set(jobs) == {"plot_pathways", "plot_depth"}, jobs  # the figure titles, nothing else
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--report", "report.zip"), ("--configfile", "config.yaml", "--report", "report-demo.zip")],
+    ids=["report", "configfile-report"],
+)
+def test_readme_report_command_without_cores(checkout, args):
+    zip_name = args[-1]
+    proc = run(checkout, *args, timeout=900)
+    try:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert (checkout / zip_name).stat().st_size > 10_000
+    finally:
+        (checkout / zip_name).unlink(missing_ok=True)
