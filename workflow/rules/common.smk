@@ -171,8 +171,8 @@ def all_targets():
         ]
         for pair in config["figures"]["pathways"]:
             targets += [
-                res("figures", f"pathways_{pair_name(pair)}.png"),
-                res("figures", f"probe_auc_{pair_name(pair)}.png"),
+                res("figures", f"{fig}_{pair_name(pair)}.png")
+                for fig in ("pathways", "pathways_control", "pathways_check", "probe_auc")
             ]
     if config["depth"]["models"]:
         targets += [
@@ -211,7 +211,8 @@ def pathways_caption(wildcards=None):
     return (
         f"knockout.mode={ko['mode']}"
         + (f" (w={ko['window']})" if ko["mode"] == "window" else "")
-        + f", knockout.control={ko['control']}, anchor_split={split}, "
+        + f", knockout.target={ko['target']}, control: {ko['control_draws']} matched random draws "
+        f"(seed {ko['control_seed']}), anchor_split={split}, "
         f"exact_tokens.extractor={pw['exact_tokens']['extractor']}, probe: logistic regression "
         f"(C={pw['probe']['C']}), test_size={pw['probe']['test_size']}, seeds={pw['probe']['seeds']}, "
         f"95% CI: bootstrap n={pw['bootstrap']['n']} seed={pw['bootstrap']['seed']}"

@@ -132,5 +132,6 @@ rule plot_depth:
             m: model_spec(m).get("display_name", m) for m in config["figures"]["depth"]
         },
         caption=depth_caption,
+        show_caption=config["figures"]["caption"],
     script:
         "../scripts/plot_depth.py"

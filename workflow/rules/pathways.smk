@@ -9,6 +9,7 @@ rule extract_pathways:
         dropped=pw_dir("dropped.parquet"),
         resid_clean=pw_dir("resid_clean.npy"),
         resid_ko=pw_dir("resid_ko.npy"),
+        resid_control=pw_dir("resid_control.npy"),
     log:
         res("logs", "extract_pathways", "{model}", "{dataset}.log"),
     benchmark:
@@ -35,11 +36,13 @@ rule probe_deltap:
         samples=pw_dir("samples.parquet"),
         resid_clean=pw_dir("resid_clean.npy"),
         resid_ko=pw_dir("resid_ko.npy"),
+        resid_control=pw_dir("resid_control.npy"),
         code=code(),
     output:
         auc=pw_dir("probe_auc.parquet"),
         deltap=pw_dir("deltap.parquet"),
         summary=pw_dir("summary.parquet"),
+        check=pw_dir("check.parquet"),
     log:
         res("logs", "probe_deltap", "{model}", "{dataset}.log"),
     conda:
@@ -47,7 +50,7 @@ rule probe_deltap:
     params:
         cfg={
             k: config["pathways"][k]
-            for k in ("probe", "anchor_split", "fixed_layer", "bootstrap")
+            for k in ("probe", "anchor_split", "fixed_layer", "bootstrap", "check")
         },
     script:
         "../scripts/probe_deltap.py"
@@ -59,9 +62,22 @@ rule pathways_tables:
         auc=pw_inputs("probe_auc.parquet"),
         dropped=pw_inputs("dropped.parquet"),
         samples=pw_inputs("samples.parquet"),
+        check=pw_inputs("check.parquet"),
+        data_dropped=[res("data", f"{d}.dropped.parquet") for d in config["pathways"]["datasets"]],
         code=code(),
     output:
         summary=res("tables", "pathways_summary.parquet"),
+        check=res("tables", "pathways_check.parquet"),
+        check_tsv=report(
+            res("tables", "pathways_check.tsv"),
+            category="Pathways",
+            caption="../report/pathways_check_table.rst",
+        ),
+        exact_tokens=report(
+            res("tables", "exact_tokens.tsv"),
+            category="Pathways",
+            caption="../report/exact_tokens.rst",
+        ),
         auc=res("tables", "probe_auc.parquet"),
         auc_tsv=report(
             res("tables", "probe_auc.tsv"),
@@ -88,6 +104,7 @@ rule plot_pathways:
     input:
         summary=res("tables", "pathways_summary.parquet"),
         auc=res("tables", "probe_auc.parquet"),
+        check=res("tables", "pathways_check.parquet"),
         code=code(),
     output:
         png=report(
@@ -102,6 +119,18 @@ rule plot_pathways:
             caption="../report/probe_auc.rst",
         ),
         auc_pdf=res("figures", "probe_auc_{pair}.pdf"),
+        control_png=report(
+            res("figures", "pathways_control_{pair}.png"),
+            category="Pathways",
+            caption="../report/pathways_control.rst",
+        ),
+        control_pdf=res("figures", "pathways_control_{pair}.pdf"),
+        check_png=report(
+            res("figures", "pathways_check_{pair}.png"),
+            category="Pathways",
+            caption="../report/pathways_check.rst",
+        ),
+        check_pdf=res("figures", "pathways_check_{pair}.pdf"),
     log:
         res("logs", "plot_pathways", "{pair}.log"),
     localrule: True
@@ -113,5 +142,7 @@ rule plot_pathways:
             m: model_spec(m).get("display_name", m) for m in pair_models(w.pair)
         },
         caption=pathways_caption,
+        show_caption=config["figures"]["caption"],
+        target=config["pathways"]["knockout"]["target"],
     script:
         "../scripts/plot_pathways.py"

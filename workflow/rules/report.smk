@@ -21,6 +21,7 @@ rule compare_published:
     input:
         published=checkout_path("workflow", "report", "published.tsv"),
         pathways=optional_input("pathways", res("tables", "pathways_summary.parquet")),
+        check=optional_input("pathways", res("tables", "pathways_check.parquet")),
         depthwise=optional_input("depth", res("tables", "depth_depthwise.parquet")),
         pooled=optional_input("depth", res("tables", "depth_pooled_by_depth.tsv")),
         code=code(),
