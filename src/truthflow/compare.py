@@ -96,7 +96,7 @@ def qualitative_pathways(check: pl.DataFrame) -> list[dict]:
                 r["dataset"],
                 detail,
                 None,
-                "",
+                None,
                 value,
                 r["verdict"],
             )
@@ -121,7 +121,7 @@ def qualitative_depth(depthwise: pl.DataFrame, pooled: pl.DataFrame) -> list[dic
                 "depthqa",
                 "median by depth D1/D2/D3: " + " / ".join("-" if m is None else f"{m:.2f}" for m in med),
                 None,
-                "",
+                None,
                 None if med[2] is None or med[0] is None else float(med[2] - med[0]),
                 verdict,
             )

@@ -172,7 +172,12 @@ def all_targets():
         for pair in config["figures"]["pathways"]:
             targets += [
                 res("figures", f"{fig}_{pair_name(pair)}.png")
-                for fig in ("pathways", "pathways_control", "pathways_check", "probe_auc")
+                for fig in (
+                    "pathways",
+                    "pathways_control",
+                    "pathways_check",
+                    "probe_auc",
+                )
             ]
     if config["depth"]["models"]:
         targets += [
@@ -191,7 +196,40 @@ def all_targets():
             res("tables", "published_vs_reproduced.tsv"),
             res("tables", "benchmarks.tsv"),
         ]
-    return targets
+    if pw["models"] and pw["datasets"]:
+        targets += [
+            res("tables", f"{t}.tsv")
+            for t in ("pathways_check", "exact_tokens", "probe_auc")
+        ]
+    return targets + report_tables(targets)
+
+
+# report tables, shown inline as HTML (rule table_html): name -> (title, caption file in workflow/report)
+REPORT_TABLES = {
+    "accuracy": ("Accuracy", "accuracy.rst"),
+    "pathways_check": (
+        "Falsification test: E_Q knockout vs random control",
+        "pathways_check_table.rst",
+    ),
+    "exact_tokens": ("Exact tokens per answer class", "exact_tokens.rst"),
+    "probe_auc": ("Probe AUC by layer", "probe_auc_table.rst"),
+    "dropped_samples": ("Kept and dropped samples", "dropped.rst"),
+    "published_vs_reproduced": ("Published vs reproduced", "compare.rst"),
+    "benchmarks": ("Benchmarks", "benchmarks.rst"),
+}
+
+
+def table_caption(name):
+    text = Path(
+        workflow.basedir, "workflow", "report", REPORT_TABLES[name][1]
+    ).read_text()
+    return " ".join(text.replace("``", "").split())
+
+
+def report_tables(targets):
+    """The inline HTML page of every report table that this run makes."""
+    made = {Path(t).stem for t in targets if t.endswith(".tsv")}
+    return [res("report", f"{name}.html") for name in REPORT_TABLES if name in made]
 
 
 def pair_name(pair):

@@ -50,11 +50,7 @@ rule accuracy_table:
         tables=[res("labels", m, f"{d}.accuracy.tsv") for m, d in qa_pairs()],
         code=code(),
     output:
-        report(
-            res("tables", "accuracy.tsv"),
-            category="Accuracy",
-            caption="../report/accuracy.rst",
-        ),
+        res("tables", "accuracy.tsv"),
     log:
         res("logs", "accuracy_table.log"),
     localrule: True

@@ -63,32 +63,18 @@ rule pathways_tables:
         dropped=pw_inputs("dropped.parquet"),
         samples=pw_inputs("samples.parquet"),
         check=pw_inputs("check.parquet"),
-        data_dropped=[res("data", f"{d}.dropped.parquet") for d in config["pathways"]["datasets"]],
+        data_dropped=[
+            res("data", f"{d}.dropped.parquet") for d in config["pathways"]["datasets"]
+        ],
         code=code(),
     output:
         summary=res("tables", "pathways_summary.parquet"),
         check=res("tables", "pathways_check.parquet"),
-        check_tsv=report(
-            res("tables", "pathways_check.tsv"),
-            category="Pathways",
-            caption="../report/pathways_check_table.rst",
-        ),
-        exact_tokens=report(
-            res("tables", "exact_tokens.tsv"),
-            category="Pathways",
-            caption="../report/exact_tokens.rst",
-        ),
+        check_tsv=res("tables", "pathways_check.tsv"),
+        exact_tokens=res("tables", "exact_tokens.tsv"),
         auc=res("tables", "probe_auc.parquet"),
-        auc_tsv=report(
-            res("tables", "probe_auc.tsv"),
-            category="Pathways",
-            caption="../report/probe_auc_table.rst",
-        ),
-        dropped=report(
-            res("tables", "dropped_samples.tsv"),
-            category="Pathways",
-            caption="../report/dropped.rst",
-        ),
+        auc_tsv=res("tables", "probe_auc.tsv"),
+        dropped=res("tables", "dropped_samples.tsv"),
     log:
         res("logs", "pathways_tables.log"),
     localrule: True

@@ -3,11 +3,7 @@ rule benchmark_table:
         tables=all_benchmarks,
         code=code(),
     output:
-        report(
-            res("tables", "benchmarks.tsv"),
-            category="Benchmarks",
-            caption="../report/benchmarks.rst",
-        ),
+        res("tables", "benchmarks.tsv"),
     log:
         res("logs", "benchmark_table.log"),
     localrule: True
@@ -26,11 +22,7 @@ rule compare_published:
         pooled=optional_input("depth", res("tables", "depth_pooled_by_depth.tsv")),
         code=code(),
     output:
-        report(
-            res("tables", "published_vs_reproduced.tsv"),
-            category="Published vs reproduced",
-            caption="../report/compare.rst",
-        ),
+        res("tables", "published_vs_reproduced.tsv"),
     log:
         res("logs", "compare_published.log"),
     localrule: True
@@ -38,3 +30,27 @@ rule compare_published:
         "../../envs/truthflow.yaml"
     script:
         "../scripts/compare_published.py"
+
+
+rule table_html:
+    input:
+        table=res("tables", "{table}.tsv"),
+        code=code(),
+    output:
+        report(
+            res("report", "{table}.html"),
+            category="Tables",
+            caption="../report/table.rst",
+        ),
+    log:
+        res("logs", "table_html", "{table}.log"),
+    wildcard_constraints:
+        table="|".join(REPORT_TABLES),
+    localrule: True
+    conda:
+        "../../envs/truthflow.yaml"
+    params:
+        title=lambda w: REPORT_TABLES[w.table][0],
+        caption=lambda w: table_caption(w.table),
+    script:
+        "../scripts/table_html.py"

@@ -1,0 +1,79 @@
+"""Report tables rendered inline: a TSV table as a small self-contained HTML page (Snakemake's report shows
+HTML inline, other text files only as downloads), numbers rounded for reading, missing values as a dash."""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+
+import polars as pl
+
+STYLE = """
+body { font-family: system-ui, sans-serif; font-size: 13px; margin: 12px; color: #222; }
+h1 { font-size: 15px; margin: 0 0 6px 0; }
+p.caption { color: #555; max-width: 70em; margin: 0 0 10px 0; }
+table { border-collapse: collapse; }
+th, td { padding: 3px 8px; border-bottom: 1px solid #ddd; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; position: sticky; top: 0; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+tr:hover td { background: #fafafa; }
+td.holds { color: #1a7f37; font-weight: 600; }
+td.not { color: #b42318; font-weight: 600; }
+td.inconclusive { color: #9a6700; font-weight: 600; }
+"""
+
+
+def fmt(value) -> str:
+    """Numbers for reading: integers as they are, floats to 3 significant digits (1 decimal from 100 up,
+    thousands separated), missing as a dash."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}" if abs(value) >= 10_000 else str(value)
+    if isinstance(value, float):
+        if value == 0:
+            return "0"
+        if abs(value) >= 100:
+            return f"{value:,.1f}"
+        return f"{value:.3g}"
+    return str(value)
+
+
+def _cell(col: str, value) -> str:
+    text = html.escape(fmt(value))
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f'<td class="num">{text}</td>'
+    if col == "verdict" and isinstance(value, str):
+        cls = (
+            "holds"
+            if value in ("holds", "within range")
+            else "inconclusive"
+            if value.startswith(("inconclusive", "undefined"))
+            else "not"
+        )
+        return f'<td class="{cls}">{text}</td>'
+    return f"<td>{text}</td>"
+
+
+def to_html(table: pl.DataFrame, title: str, caption: str = "") -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
+    body = "\n".join(
+        "<tr>" + "".join(_cell(c, row[c]) for c in table.columns) + "</tr>"
+        for row in table.iter_rows(named=True)
+    )
+    cap = f'<p class="caption">{html.escape(caption)}</p>' if caption else ""
+    return (
+        f'<!doctype html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{cap}"
+        f"<table><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>"
+        f'<p class="caption">{table.height} rows.</p></body></html>\n'
+    )
+
+
+def tsv_to_html(tsv: str | Path, out: str | Path, title: str, caption: str = "") -> None:
+    table = pl.read_csv(tsv, separator="\t", infer_schema_length=None)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(to_html(table, title, caption), encoding="utf-8")
