@@ -9,7 +9,6 @@ in a dropped table (dataset, id, reason, detail), as is a requested `n` larger t
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import logging
 import os
@@ -18,12 +17,13 @@ from pathlib import Path
 
 import polars as pl
 
+from . import registry
 from .errors import TruthflowError
+from .registry import get_field as _get
+from .registry import question_id  # noqa: F401 - the stable id rule, imported from here by tests
 
 log = logging.getLogger("truthflow.data")
 
-QA_DATASETS = ("popqa", "triviaqa", "hotpotqa", "nq")
-ALL_DATASETS = (*QA_DATASETS, "depthqa")
 DEPTHQA_CONFIGS = ("questions", "nodes", "node_to_q")
 DROPPED_SCHEMA = {"dataset": pl.String, "id": pl.String, "reason": pl.String, "detail": pl.String}
 # hub loads: attempts and wait between them (exponential); only transient errors are retried
@@ -245,69 +245,7 @@ def sample_indices(total: int, n: int | None, seed: int) -> list[int]:
 
 
 # ---------------------------------------------------------------- per-dataset normalizers
-def _get(rec: dict, key: str):
-    """Dotted lookup ('answer.aliases') into nested dicts."""
-    cur = rec
-    for part in key.split("."):
-        if not isinstance(cur, dict) or part not in cur:
-            return None
-        cur = cur[part]
-    return cur
-
-
-def _as_list(value) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        s = value.strip()
-        if s.startswith("["):
-            try:
-                return [str(v) for v in json.loads(s)]
-            except json.JSONDecodeError:
-                pass
-        return [s] if s else []
-    return [str(v) for v in value]
-
-
-def _dedup(values: list[str]) -> list[str]:
-    seen, out = set(), []
-    for v in values:
-        v = v.strip()
-        if v and v not in seen:
-            seen.add(v)
-            out.append(v)
-    return out
-
-
-def _unwrap_question(q: str) -> str:
-    # lm-eval style copies wrap the question: "Question: ...\nAnswer:"
-    q = q.strip()
-    if q.startswith("Question:"):
-        q = q[len("Question:") :]
-    if q.endswith("Answer:"):
-        q = q[: -len("Answer:")]
-    return q.strip()
-
-
-def question_id(name: str, question: str) -> str:
-    """Stable id from the question text (lowercased, whitespace folded): '{name}-' + 12 hex of its sha1."""
-    key = " ".join(question.lower().split())
-    return f"{name}-{hashlib.sha1(key.encode('utf-8')).hexdigest()[:12]}"
-
-
-def _own_id(*values) -> str | None:
-    for v in values:
-        if v is not None and str(v).strip():
-            return str(v).strip()
-    return None
-
-
-REQUIRED = {
-    "popqa": ("question", "possible_answers"),
-    "triviaqa": ("question", "answer"),
-    "hotpotqa": ("question", "answer"),
-    "nq": ("question", "answer"),
-}
+# each QA set's fields, ids and required columns are its entry in registry.py
 
 
 def _apply_columns(rec: dict, columns: dict[str, str]) -> dict:
@@ -323,7 +261,7 @@ def _check_columns(name: str, records: list[dict], origin: str) -> None:
     if not records:
         raise TruthflowError(f"dataset '{name}': '{origin}' holds no records")
     first = records[0]
-    need = REQUIRED[name]
+    need = registry.get(name).required
     missing = [c for c in need if _get(first, c) is None and _get(first, c.capitalize()) is None]
     if missing:
         raise TruthflowError(
@@ -332,74 +270,17 @@ def _check_columns(name: str, records: list[dict], origin: str) -> None:
         )
 
 
-def _int_or_none(value, name: str, field: str, rid: str) -> int | None:
-    if value in (None, ""):
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise TruthflowError(
-            f"dataset '{name}': sample '{rid}' has {field}={str(value)[:60]!r}, not an integer"
-        ) from None
-
-
-def _answers(value) -> list[str]:
-    return _dedup(_as_list(value) if not isinstance(value, str) else [value])
-
-
-def normalize_record(name: str, rec: dict) -> dict:
-    """One source record in the common schema; `answers` may be empty (the caller drops such rows)."""
-    if name == "popqa":
-        q = str(rec.get("question") or "").strip()
-        rid = _own_id(rec.get("id")) or question_id(name, q)
-        return {
-            "id": rid,
-            "question": q,
-            "answers": _dedup(_as_list(rec.get("possible_answers"))),
-            "subj": rec.get("subj"),
-            "prop": rec.get("prop"),
-            "obj": rec.get("obj"),
-            "s_pop": _int_or_none(rec.get("s_pop"), name, "s_pop", rid),
-        }
-    if name == "triviaqa":
-        ans = rec.get("answer") if rec.get("answer") is not None else rec.get("Answer")
-        if isinstance(ans, dict):
-            aliases = _as_list(ans.get("aliases") or ans.get("Aliases")) + _as_list(
-                ans.get("normalized_aliases") or ans.get("NormalizedAliases")
-            )
-            value = ans.get("value") or ans.get("Value")
-        else:  # flat copies: answer = value, aliases in their own column
-            aliases, value = _as_list(rec.get("aliases")), ans
-        q = _unwrap_question(str(rec.get("question") or rec.get("Question") or ""))
-        return {
-            "id": _own_id(rec.get("question_id"), rec.get("QuestionId")) or question_id(name, q),
-            "question": q,
-            "answers": _dedup(_as_list(value) + aliases),
-        }
-    if name == "hotpotqa":
-        q = str(rec.get("question") or "").strip()
-        return {
-            "id": _own_id(rec.get("_id"), rec.get("id")) or question_id(name, q),
-            "question": q,
-            "answers": _answers(rec.get("answer")),
-            "type": rec.get("type"),
-            "level": rec.get("level"),
-        }
-    if name == "nq":
-        q = str(rec.get("question") or "").strip()
-        return {
-            "id": _own_id(rec.get("id")) or question_id(name, q),
-            "question": q,
-            "answers": _answers(rec.get("answer")),
-        }
-    raise TruthflowError(f"unknown QA dataset '{name}' (known: {', '.join(QA_DATASETS)})")
+def normalize_record(name: str, rec: dict, i: int = 0) -> dict:
+    """One source record (number i, for messages) in the common schema; `answers` may be empty (the caller
+    drops such rows). The set's registry entry does the work."""
+    return registry.get(name).normalize(rec, i)
 
 
 def normalize(name: str, records: list[dict]) -> tuple[list[dict], list[dict]]:
     """(kept rows, dropped rows {id, reason}): no question, no gold answer, or an id seen before."""
     rows, dropped, seen = [], [], set()
-    for rec in records:
-        row = normalize_record(name, rec)
+    for i, rec in enumerate(records):
+        row = normalize_record(name, rec, i)
         reason = None
         if not row["question"]:
             reason = "no_question"
@@ -428,7 +309,11 @@ def _shortfall(name: str, n: int | None, usable: int, unit: str, origin: str, dr
 
 def load_qa(name: str, spec: dict) -> tuple[pl.DataFrame, dict]:
     """Load, normalize and subsample one QA dataset; returns the table and a report whose 'dropped' is the
-    dropped table (dataset, id, reason, detail). Unusable rows are dropped before the n-sample is drawn."""
+    dropped table (dataset, id, reason, detail). Unusable rows are dropped before the n-sample is drawn.
+    Without a source, or with the registered hub id, the set's hub defaults (registry.py) fill the source."""
+    registry.get(name)  # an unknown name fails here, naming the registered ones
+    spec = {**spec, "source": dict(spec["source"])} if spec.get("source") else dict(spec)
+    registry.fill_source(name, spec)
     src = spec["source"]
     n, seed = spec.get("n"), int(spec.get("seed", 0))
     if "local" in src:

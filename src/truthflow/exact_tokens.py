@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from . import registry
+
 STOPWORDS = set(
     """a an the of in on at to for from by with about as into like through after over between out
 against during without before under around among is are was were be been being am do does did has have had
@@ -15,25 +17,6 @@ name named called one first last many much most more some any each other another
 does did doing done i you we us our your my me""".split()
 )
 
-# PopQA property words as they appear in its question templates (METHOD A4)
-POPQA_PROP_WORDS = {
-    "occupation": ["occupation"],
-    "place of birth": ["born"],
-    "genre": ["genre"],
-    "father": ["father"],
-    "country": ["country"],
-    "producer": ["producer"],
-    "director": ["director"],
-    "capital of": ["capital"],
-    "screenwriter": ["screenwriter"],
-    "composer": ["composer"],
-    "color": ["color", "colour"],
-    "religion": ["religion"],
-    "sport": ["sport"],
-    "author": ["author"],
-    "mother": ["mother"],
-    "capital": ["capital"],
-}
 WH_WORDS = {"what", "which", "who", "whom", "whose", "when", "where", "why", "how"}
 # words that frame a question or an answer without being its subject, property or answer
 FRAME_WORDS = {"answer", "question", "called", "named", "known", "type", "kind", "sort", "example", "year"}
@@ -361,13 +344,14 @@ def subject_property_spans(question: str) -> list[tuple[int, int]]:
 
 
 def question_spans(
-    question: str, dataset: str, subj: str | None = None, prop: str | None = None
+    question: str, dataset: str, subj: str | None = None, prop: str | None = None, row: dict | None = None
 ) -> list[tuple[int, int]]:
     """Deterministic E_Q (METHOD A4): the question's subject and property words. Returns sorted [start, end)
-    character spans in `question`.
+    character spans in `question`. `row`: the sample's other columns, for a set's own rule.
 
     The rule, in plain words:
-    - PopQA: the `subj` string, plus the property words of the question template for `prop`.
+    - A set with its own rule in registry.py (PopQA: the `subj` string, plus the property words of the
+      question template for `prop`; registry.popqa_spans).
     - A question with capitals past its first word (TriviaQA, HotpotQA): quoted spans, capitalized runs
       (with connectors inside, "Statue of Liberty"; a sentence-initial wh-word or stop word dropped) and
       numbers, provided one of them is not a number.
@@ -389,17 +373,11 @@ def question_spans(
       On the 3,610 NQ-open dev questions every E_Q has a non-numeric word and E_Q is a median 40% (SmolLM2
       tokenizer) / 37.5% (Gemma-3) of the question's tokens."""
     spans: list[tuple[int, int]] = []
-    if dataset == "popqa" and subj:
-        i = question.find(subj)
-        if i < 0:
-            i = question.lower().find(subj.lower())
-        if i >= 0:
-            spans.append((i, i + len(subj)))
-        for word in POPQA_PROP_WORDS.get((prop or "").lower(), []):
-            for m in re.finditer(rf"\b{re.escape(word)}\b", question, re.IGNORECASE):
-                if not any(s <= m.start() < e for s, e in spans):
-                    spans.append((m.start(), m.end()))
-        return sorted(spans)
+    own_rule = registry.get(dataset).question_spans if registry.is_qa(dataset) else None
+    if own_rule is not None:  # the set's own E_Q rule (registry.py); None where it does not apply
+        own = own_rule(question, {**(row or {}), "subj": subj, "prop": prop})
+        if own is not None:
+            return own
     words = _words(question)
     lowercase = not any(_is_cap(w) and not w.isdigit() and w != "I" for w, _, _ in words[1:])
     if not lowercase:

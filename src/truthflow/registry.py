@@ -1,0 +1,339 @@
+"""Every dataset truthflow knows, in one place. A QA set is one `QASet` entry in QA_SETS: its name (the
+config key under `datasets`, the {dataset} wildcard), display name and colour (figures), hub defaults, the
+columns a source must have, how a source record becomes a row (id, question, answers, its own columns),
+which source fields hold the gold answers, and its E_Q rule (exact question tokens, METHOD A4).
+
+Everything else reads this module: the loader (data.py), the workflow's dataset lists and wildcard
+(common.smk, Snakefile), the config checks (config.py: only registered names are accepted), the E_Q
+extractor (exact_tokens.question_spans) and the figures (plots_pathways). Adding a QA set is one entry here
+plus its tests.
+
+This module imports nothing from truthflow: every rule's code inputs include it, and it must not pull in
+the loader, the extractor or the plots (an edit there would rerun every download)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .errors import TruthflowError
+
+Span = tuple[int, int]
+
+
+# ---------------------------------------------------------------- record helpers
+def get_field(rec: dict, key: str):
+    """Dotted lookup ('answer.aliases') into nested dicts."""
+    cur = rec
+    for part in key.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return None
+        cur = cur[part]
+    return cur
+
+
+def as_list(value) -> list[str]:
+    """A list of strings from a list, or from a string (a JSON list "[...]" is parsed; else one item)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        s = value.strip()
+        if s.startswith("["):
+            try:
+                return [str(v) for v in json.loads(s)]
+            except json.JSONDecodeError:
+                pass
+        return [s] if s else []
+    return [str(v) for v in value]
+
+
+def dedup(values: list[str]) -> list[str]:
+    """Stripped, non-empty, each once, in order."""
+    seen, out = set(), []
+    for v in values:
+        v = v.strip()
+        if v and v not in seen:
+            seen.add(v)
+            out.append(v)
+    return out
+
+
+def answer_list(value) -> list[str]:
+    """Gold answers of a field holding one answer string (kept whole, never parsed) or a list of them."""
+    return dedup(as_list(value) if not isinstance(value, str) else [value])
+
+
+def unwrap_question(q: str) -> str:
+    """lm-eval style copies wrap the question: "Question: ...\\nAnswer:"."""
+    q = q.strip()
+    if q.startswith("Question:"):
+        q = q[len("Question:") :]
+    if q.endswith("Answer:"):
+        q = q[: -len("Answer:")]
+    return q.strip()
+
+
+def question_id(name: str, question: str) -> str:
+    """Stable id from the question text (lowercased, whitespace folded): '{name}-' + 12 hex of its sha1."""
+    key = " ".join(question.lower().split())
+    return f"{name}-{hashlib.sha1(key.encode('utf-8')).hexdigest()[:12]}"
+
+
+def own_id(*values) -> str | None:
+    """The first non-blank value, stripped, as a string."""
+    for v in values:
+        if v is not None and str(v).strip():
+            return str(v).strip()
+    return None
+
+
+def int_or_none(value, name: str, field: str, rid: str) -> int | None:
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise TruthflowError(
+            f"dataset '{name}': sample '{rid}' has {field}={str(value)[:60]!r}, not an integer"
+        ) from None
+
+
+# ---------------------------------------------------------------- entries
+@dataclass(frozen=True)
+class Hub:
+    """Hub defaults: a source `{hub: <this id>}` without `config`/`split` gets these; a dataset without
+    any `source` loads this one."""
+
+    id: str
+    config: str | None = None
+    split: str = "validation"
+
+
+@dataclass(frozen=True)
+class QASet:
+    name: str
+    display: str
+    colour: str
+    hub: Hub
+    # columns the source's first record must have (a capitalized one counts: TriviaQA's "Question")
+    required: tuple[str, ...]
+    # the source's own id fields, first non-blank wins; none: question_id(name, question)
+    id_fields: tuple[str, ...]
+    # the source fields the gold answers (the `answers` column that labels.py matches) are read from
+    gold_fields: tuple[str, ...]
+    # record -> {"question", "answers", <the set's own columns>}; no id (normalize adds it)
+    fields: Callable[[dict], dict]
+    # own columns that must be integers (converted after the id is known, so a bad value names the sample)
+    int_fields: tuple[str, ...] = ()
+    # E_Q rule: (question, row) -> sorted character spans, or None where it does not apply (then the
+    # generic deterministic rule of exact_tokens.question_spans is used); None: always the generic rule
+    question_spans: Callable[[str, dict], list[Span] | None] | None = None
+
+    def normalize(self, record: dict, i: int) -> dict:
+        """Source record `i` (0-based, for messages) in the common schema: id, question, answers, own
+        columns. `answers` may be empty and `question` blank (the loader drops such rows)."""
+        row = self.fields(record)
+        rid = own_id(*(record.get(f) for f in self.id_fields)) or question_id(self.name, row["question"])
+        for f in self.int_fields:
+            try:
+                row[f] = int_or_none(row.get(f), self.name, f, rid)
+            except TruthflowError as exc:
+                raise TruthflowError(f"{exc} (record {i})") from None
+        return {"id": rid, **row}
+
+    def hub_source(self) -> dict:
+        return {"hub": self.hub.id, "config": self.hub.config, "split": self.hub.split}
+
+
+# ---------------------------------------------------------------- PopQA
+# PopQA property words as they appear in its question templates (METHOD A4)
+POPQA_PROP_WORDS = {
+    "occupation": ["occupation"],
+    "place of birth": ["born"],
+    "genre": ["genre"],
+    "father": ["father"],
+    "country": ["country"],
+    "producer": ["producer"],
+    "director": ["director"],
+    "capital of": ["capital"],
+    "screenwriter": ["screenwriter"],
+    "composer": ["composer"],
+    "color": ["color", "colour"],
+    "religion": ["religion"],
+    "sport": ["sport"],
+    "author": ["author"],
+    "mother": ["mother"],
+    "capital": ["capital"],
+}
+
+
+def popqa_spans(question: str, row: dict) -> list[Span] | None:
+    """PopQA's E_Q: the `subj` string, plus the property words of the question template for `prop`.
+    None without a subject (the generic rule applies)."""
+    subj, prop = row.get("subj"), row.get("prop")
+    if not subj:
+        return None
+    spans: list[Span] = []
+    i = question.find(subj)
+    if i < 0:
+        i = question.lower().find(subj.lower())
+    if i >= 0:
+        spans.append((i, i + len(subj)))
+    for word in POPQA_PROP_WORDS.get((prop or "").lower(), []):
+        for m in re.finditer(rf"\b{re.escape(word)}\b", question, re.IGNORECASE):
+            if not any(s <= m.start() < e for s, e in spans):
+                spans.append((m.start(), m.end()))
+    return sorted(spans)
+
+
+def _popqa(rec: dict) -> dict:
+    return {
+        "question": str(rec.get("question") or "").strip(),
+        "answers": dedup(as_list(rec.get("possible_answers"))),  # a TSV cell holds a JSON list
+        "subj": rec.get("subj"),
+        "prop": rec.get("prop"),
+        "obj": rec.get("obj"),
+        "s_pop": rec.get("s_pop"),
+    }
+
+
+# ---------------------------------------------------------------- TriviaQA
+def _triviaqa(rec: dict) -> dict:
+    ans = rec.get("answer") if rec.get("answer") is not None else rec.get("Answer")
+    if isinstance(ans, dict):
+        aliases = as_list(ans.get("aliases") or ans.get("Aliases")) + as_list(
+            ans.get("normalized_aliases") or ans.get("NormalizedAliases")
+        )
+        value = ans.get("value") or ans.get("Value")
+    else:  # flat copies: answer = value, aliases in their own column
+        aliases, value = as_list(rec.get("aliases")), ans
+    return {
+        "question": unwrap_question(str(rec.get("question") or rec.get("Question") or "")),
+        "answers": dedup(as_list(value) + aliases),
+    }
+
+
+# ---------------------------------------------------------------- HotpotQA, NQ
+def _hotpotqa(rec: dict) -> dict:
+    return {
+        "question": str(rec.get("question") or "").strip(),
+        "answers": answer_list(rec.get("answer")),
+        "type": rec.get("type"),
+        "level": rec.get("level"),
+    }
+
+
+def _nq(rec: dict) -> dict:
+    return {"question": str(rec.get("question") or "").strip(), "answers": answer_list(rec.get("answer"))}
+
+
+# ---------------------------------------------------------------- the registry
+# order = the order of tables, figure legends and the default pathways.datasets; colours: seaborn tab10
+QA_SETS: tuple[QASet, ...] = (
+    QASet(
+        name="popqa",
+        display="PopQA",
+        colour="#1f77b4",
+        hub=Hub("akariasai/PopQA", None, "test"),
+        required=("question", "possible_answers"),
+        id_fields=("id",),
+        gold_fields=("possible_answers",),
+        fields=_popqa,
+        int_fields=("s_pop",),
+        question_spans=popqa_spans,
+    ),
+    QASet(
+        name="triviaqa",
+        display="TriviaQA",
+        colour="#ff7f0e",
+        hub=Hub("mandarjoshi/trivia_qa", "rc.nocontext", "validation"),
+        required=("question", "answer"),
+        id_fields=("question_id", "QuestionId"),
+        gold_fields=("answer.value", "answer.aliases", "answer.normalized_aliases", "aliases"),
+        fields=_triviaqa,
+    ),
+    QASet(
+        name="hotpotqa",
+        display="HotpotQA",
+        colour="#2ca02c",
+        hub=Hub("hotpotqa/hotpot_qa", "distractor", "validation"),
+        required=("question", "answer"),
+        id_fields=("_id", "id"),
+        gold_fields=("answer",),
+        fields=_hotpotqa,
+    ),
+    QASet(
+        name="nq",
+        display="NQ",
+        colour="#d62728",
+        hub=Hub("google-research-datasets/nq_open", None, "validation"),
+        required=("question", "answer"),
+        id_fields=("id",),
+        gold_fields=("answer",),
+        fields=_nq,
+    ),
+)
+
+# DepthQA is not a QA set of the pathways analysis: its loader (data.load_depthqa) reads a question graph
+DEPTHQA = "depthqa"
+DEPTHQA_HUB = Hub("kaist-ai/DepthQA", None, "test")
+
+_BY_NAME = {s.name: s for s in QA_SETS}
+
+
+def qa_names() -> list[str]:
+    """Every registered QA set, in registry order."""
+    return [s.name for s in QA_SETS]
+
+
+def names() -> list[str]:
+    """Every dataset name the config accepts under `datasets`."""
+    return [*qa_names(), DEPTHQA]
+
+
+def is_qa(name: str) -> bool:
+    return name in _BY_NAME
+
+
+def get(name: str) -> QASet:
+    """The entry of a registered QA set; a TruthflowError naming the registered ones otherwise."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise TruthflowError(f"unknown QA dataset '{name}' (known: {', '.join(qa_names())})") from None
+
+
+def hub_defaults(name: str) -> Hub | None:
+    if name == DEPTHQA:
+        return DEPTHQA_HUB
+    return _BY_NAME[name].hub if name in _BY_NAME else None
+
+
+def fill_source(name: str, spec: dict) -> None:
+    """Hub defaults into one dataset entry of the config, before the schema's defaults: no `source` loads
+    the registered hub set; `source: {hub: <the registered id>}` gets its `config` and `split` where not
+    given."""
+    hub = hub_defaults(name)
+    if hub is None or not isinstance(spec, dict):
+        return
+    if spec.get("source") is None:
+        spec["source"] = {"hub": hub.id, "config": hub.config, "split": hub.split}
+    elif isinstance(spec["source"], dict) and spec["source"].get("hub") == hub.id:
+        spec["source"].setdefault("config", hub.config)
+        spec["source"].setdefault("split", hub.split)
+
+
+def check_names(config: dict) -> None:
+    """Every name under `datasets` is registered here; the message names the key and the registered ones."""
+    datasets = config.get("datasets")
+    if not isinstance(datasets, dict):
+        return
+    for name in datasets:
+        if name not in names():
+            raise TruthflowError(
+                f"config key 'datasets.{name}': '{name}' is not a registered dataset "
+                f"(registered: {', '.join(names())}); a new QA set is an entry in src/truthflow/registry.py"
+            )
