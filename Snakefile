@@ -35,7 +35,7 @@ include: "workflow/rules/common.smk"
 
 wildcard_constraints:
     model="|".join(map(re.escape, MODELS)) if MODELS else "NONE",
-    dataset="popqa|triviaqa|hotpotqa|nq",
+    dataset="|".join(map(re.escape, registry.qa_names())),
 
 
 include: "workflow/rules/data.smk"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from . import registry
 from .errors import TruthflowError
 
 SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
@@ -18,13 +19,15 @@ def _defaults(props: dict) -> dict:
 
 
 def fill_entries(config: dict, schema_path: Path = SCHEMA) -> dict:
-    """Fill each model's and dataset's missing keys from the schema's $defs defaults."""
+    """Fill each model's and dataset's missing keys from the schema's $defs defaults (a dataset's source
+    first from its hub defaults in registry.py: no source, or the registered hub id without config/split)."""
     schema = yaml.safe_load(Path(schema_path).read_text())
     model_def, data_def = schema["$defs"]["model"]["properties"], schema["$defs"]["dataset"]["properties"]
     for spec in config.get("models", {}).values():
         for k, v in _defaults(model_def).items():
             spec.setdefault(k, v)
-    for spec in config.get("datasets", {}).values():
+    for name, spec in config.get("datasets", {}).items():
+        registry.fill_source(name, spec)
         for k, v in _defaults(data_def).items():
             spec.setdefault(k, v)
         src_defaults = _defaults(data_def["source"]["properties"])
@@ -32,9 +35,7 @@ def fill_entries(config: dict, schema_path: Path = SCHEMA) -> dict:
             spec["source"].setdefault(k, v)
     pw = config.setdefault("pathways", {})
     if pw.get("datasets") is None:
-        pw["datasets"] = [
-            d for d in ("popqa", "triviaqa", "hotpotqa", "nq") if d in config.get("datasets", {})
-        ]
+        pw["datasets"] = [d for d in registry.qa_names() if d in config.get("datasets", {})]
     return config
 
 
@@ -118,7 +119,9 @@ def _repeated(names) -> str | None:
 
 
 def check_names(config: dict) -> None:
-    """Every model/dataset named elsewhere in the config must be defined (once); the message names the key."""
+    """Every dataset is registered (registry.py); every model/dataset named elsewhere in the config must be
+    defined (once); the message names the key."""
+    registry.check_names(config)
     models, datasets = set(config["models"]), set(config["datasets"])
     for key, names in (
         ("pathways.models", config["pathways"]["models"]),
@@ -150,6 +153,12 @@ def check_names(config: dict) -> None:
 
     need(config["pathways"]["models"], models, "pathways.models", "model")
     need(config["pathways"]["datasets"], datasets, "pathways.datasets", "dataset")
+    for name in config["pathways"]["datasets"]:
+        if not registry.is_qa(name):
+            raise TruthflowError(
+                f"config key 'pathways.datasets' names '{name}', which is not a QA set "
+                f"(QA sets: {', '.join(registry.qa_names())})"
+            )
     need(config["depth"]["models"], models, "depth.models", "model")
     for i, pair in enumerate(config["figures"]["pathways"]):
         need(pair, set(config["pathways"]["models"]), f"figures.pathways[{i}]", "model")

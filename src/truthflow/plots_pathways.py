@@ -20,12 +20,15 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
+from . import registry
+
 # TrueType (Type 42) fonts in PDFs: many venues reject Type 3
 matplotlib.rcParams["pdf.fonttype"] = 42
 matplotlib.rcParams["ps.fonttype"] = 42
 
-DATASETS = {"popqa": "PopQA", "triviaqa": "TriviaQA", "hotpotqa": "HotpotQA", "nq": "NQ"}
-COLOURS = dict(zip(DATASETS, sns.color_palette("tab10", 4).as_hex(), strict=True))
+# display names and colours of the registered QA sets, in registry order (legends follow it)
+DATASETS = {s.name: s.display for s in registry.QA_SETS}
+COLOURS = {s.name: s.colour for s in registry.QA_SETS}
 STYLES = {"Q-Anchored": "-", "A-Anchored": "--"}
 KNOCKOUT_STYLES = {"target": "-", "control": ":"}
 DPI = 200

@@ -17,6 +17,7 @@ os.environ.update(
 from truthflow.config import check_names, fill_entries  # noqa: E402
 from truthflow.data import check_local_sources  # noqa: E402
 from truthflow.errors import TruthflowError  # noqa: E402
+from truthflow import registry  # noqa: E402
 
 fill_entries(config)
 try:
@@ -28,7 +29,8 @@ except TruthflowError as exc:
 
 RUN = config["run"]
 MODELS = list(config["models"])
-QA = [d for d in ("popqa", "triviaqa", "hotpotqa", "nq") if d in config["datasets"]]
+# the configured QA sets, in registry order (src/truthflow/registry.py holds every dataset's knowledge)
+QA = [d for d in registry.qa_names() if d in config["datasets"]]
 PKG = Path(workflow.basedir) / "src" / "truthflow"
 
 
