@@ -23,7 +23,7 @@ DEMO = REPO / "data" / "demo"
 # ------------------------------------------------------------ the entries
 def test_entries_are_well_formed():
     names = registry.qa_names()
-    assert names == ["popqa", "triviaqa", "hotpotqa", "nq"]  # the order of tables, legends and defaults
+    assert names[:4] == ["popqa", "triviaqa", "hotpotqa", "nq"]  # the papers' four lead tables and legends
     assert len(set(names)) == len(names) and registry.DEPTHQA not in names
     assert registry.names() == [*names, "depthqa"]
     colours = [s.colour for s in registry.QA_SETS]
