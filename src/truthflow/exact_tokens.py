@@ -168,7 +168,9 @@ def _runs(text: str, words: list[tuple[str, int, int]], keep) -> list[list[tuple
     return runs
 
 
-def short_answer_span(answer: str, question: str | None = None) -> tuple[int, int] | None:
+def short_answer_span(
+    answer: str, question: str | None = None, max_words: int = MAX_EA_WORDS
+) -> tuple[int, int] | None:
     """Deterministic E_A for a wrong answer (METHOD A3): the entity or short phrase that answers, so that
     |E_A| is comparable with the matched alias span of correct answers. Returns the [start, end) span in
     `answer` (the stripped generation), or None when nothing is left.
@@ -184,7 +186,7 @@ def short_answer_span(answer: str, question: str | None = None) -> tuple[int, in
     4. The answer is the first named thing that is not copied from the question: a quoted span, or a run of
        capitalized words or numbers ("Franz Liszt", "1912", "Leonardo da Vinci"), with leading and trailing
        stop words removed and question words cut out ("The Moonlight Sonata was written by Franz Liszt" ->
-       "Franz Liszt"); at most MAX_EA_WORDS words.
+       "Franz Liszt"); at most `max_words` (default MAX_EA_WORDS = 4) words, the first ones.
     5. Else, in the first clause (cut at a comma, colon, semicolon, bracket, dash or a relative word such as
        "that", "which", "who", "because"), the first run of content words that are neither stop words, frame
        words ("answer", "type", "called", ...) nor question words, at most MAX_EA_PHRASE words ("It is a
@@ -234,7 +236,7 @@ def short_answer_span(answer: str, question: str | None = None) -> tuple[int, in
         g = 1 if m.group(1) is not None else 2
         inner = _words(line, m.start(g), m.end(g))
         if inner and not all(is_q(w) or _is_stop(w) for w, _, _ in inner):
-            candidates.append(span_of(inner, MAX_EA_WORDS))
+            candidates.append(span_of(inner, max_words))
 
     def entity(i: int) -> bool:
         w = words[i][0]
@@ -243,7 +245,7 @@ def short_answer_span(answer: str, question: str | None = None) -> tuple[int, in
     for run in _runs(line, words, entity):
         run = trimmed(run)
         if run and not all(is_q(w) for w, _, _ in run):
-            candidates.append(span_of(run, MAX_EA_WORDS))
+            candidates.append(span_of(run, max_words))
     if candidates:
         return min(candidates)
     # 5. a lowercase phrase in the first clause
@@ -265,7 +267,7 @@ def short_answer_span(answer: str, question: str | None = None) -> tuple[int, in
     ]
     caps = [r for r in caps if r]
     if caps:
-        return span_of(caps[0], MAX_EA_WORDS)
+        return span_of(caps[0], max_words)
     rest = [w for w in words if not _is_stop(w[0])] or words
     return rest[-1][1], rest[-1][2]
 
@@ -473,7 +475,9 @@ def ea_token_count(tokenizer, answer_ids: list[int], span: tuple[int, int] | Non
     return len(_overlap_tokens(offsets, span[0] + lead, span[1] + lead))
 
 
-def ea_length_table(tokenizer, labelled, questions=None, use_question: bool = True):
+def ea_length_table(
+    tokenizer, labelled, questions=None, use_question: bool = True, max_words: int = MAX_EA_WORDS
+):
     """Mean |E_A| in tokens per class for one (model, dataset): `labelled` has answer, answer_ids, correct,
     match_start, match_end (a labels parquet); `questions` (id, question) gives the question text to the
     wrong-answer extractor. Returns a one-row polars frame: n and mean |E_A| for correct and wrong answers,
@@ -487,7 +491,7 @@ def ea_length_table(tokenizer, labelled, questions=None, use_question: bool = Tr
         if r["correct"]:
             span = (r["match_start"], r["match_end"])
         else:
-            span = short_answer_span(r["answer"], qtext.get(r["id"]) if use_question else None)
+            span = short_answer_span(r["answer"], qtext.get(r["id"]) if use_question else None, max_words)
         n = ea_token_count(tokenizer, r["answer_ids"], span)
         if n == 0:
             missing += not r["correct"]
