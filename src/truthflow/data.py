@@ -551,10 +551,17 @@ def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
 
 # ---------------------------------------------------------------- parse-time checks
 def check_local_sources(config: dict) -> None:
-    """Before any job: each local dataset file exists and is not empty, and a local DepthQA graph is closed.
-    Messages name the config key and the file."""
+    """Before any job: each local dataset file exists and is not empty, and a local DepthQA graph is closed;
+    DepthQA takes no `columns` or hub `config` (its layout and hub configs are fixed). Messages name the
+    config key and the file."""
     for name, spec in (config.get("datasets") or {}).items():
         src = spec.get("source") or {}
+        for unused in ("columns", "config"):
+            if name == registry.DEPTHQA and src.get(unused):
+                raise TruthflowError(
+                    f"config key 'datasets.depthqa.source.{unused}': DepthQA does not use it (its files have "
+                    f"a fixed layout; hub configs {', '.join(DEPTHQA_CONFIGS)} are all read); remove it"
+                )
         if "local" not in src:
             continue
         key = f"dataset '{name}' (config key 'datasets.{name}.source.local')"
