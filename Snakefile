@@ -50,6 +50,10 @@ report: "workflow/report/workflow.rst"
 
 
 onstart:
+    # a SIGTERM to snakemake stops the running jobs too, instead of waiting hours for a model job
+    from truthflow.runlog import stop_jobs_on_sigterm
+
+    stop_jobs_on_sigterm()
     try:
         check_gated_tokens()
     except TruthflowError as exc:

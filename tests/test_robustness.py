@@ -1,12 +1,15 @@
-"""Long-run robustness on real models: OOM back-off gives identical results, and a job killed with SIGKILL
-leaves nothing Snakemake would take for a finished output."""
+"""Long-run robustness on real models: OOM back-off gives identical results; a job killed with SIGKILL
+leaves nothing Snakemake would take for a finished output, its partial files go at the next start and the
+rerun gives the same tables as an uninterrupted run; killing snakemake (SIGTERM, SIGKILL) stops its jobs."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -16,6 +19,7 @@ from conftest import new_workdir, small_config, snakemake, snakemake_cmd
 from truthflow.batching import FAKE_OOM_ENV
 from truthflow.generation import build_prompt, generate_answers
 from truthflow.knockout import resid_sweep
+from truthflow.runlog import STOP_AT_ENV
 
 pytestmark = pytest.mark.slow
 QUESTIONS = [
@@ -109,3 +113,151 @@ def test_sigkill_mid_job_then_rerun_completes(tmp_path, demo_models_root, victim
     assert answers.height == 100 and answers["answer"].null_count() == 0
     again = snakemake(workdir, "-n", target)
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+# ------------------------------------------------------------ kills in a copy of the session's finished run
+RUN = Path("results/demo")
+
+
+def copy_run(src: Path, dst: Path) -> Path:
+    """A copy of a finished run in `dst` (tmp_path: the same depth as the session's run, so the relative code
+    inputs are the same): results copied with their mtimes, model snapshots hard-linked, Snakemake's metadata
+    kept; the copy is up to date."""
+    for item in src.iterdir():
+        target = dst / item.name
+        if item.name == "resources":
+            shutil.copytree(item, target, symlinks=True, copy_function=os.link)
+        elif item.is_dir():
+            shutil.copytree(
+                item, target, symlinks=True, ignore=shutil.ignore_patterns("locks", "log", "incomplete")
+            )
+        else:
+            shutil.copy2(item, target)
+    return dst
+
+
+def _start(workdir: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env or {})}
+    return subprocess.Popen(
+        snakemake_cmd(workdir, *args),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its session id is its pid: every job it starts is found by that
+        env=env,
+    )
+
+
+def _session(sid: int, pattern: str | None = None) -> list[int]:
+    """Live processes of a session (zombies have exited: the test has not reaped snakemake yet)."""
+    cmd = ["pgrep", "-s", str(sid)] + (["-f", pattern] if pattern else [])
+    pids = [int(p) for p in subprocess.run(cmd, capture_output=True, text=True).stdout.split()]
+    return [p for p in pids if _state(p) not in (None, "Z")]
+
+
+def _state(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+def _wait_for(predicate, proc: subprocess.Popen, what: str, timeout: float = 900):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        found = predicate()
+        if found:
+            return found
+        if proc.poll() is not None:
+            pytest.fail(f"snakemake ended before {what}")
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def _partials(workdir: Path) -> list[Path]:
+    return sorted((workdir / RUN).rglob(".*.partial-*"))
+
+
+def _same_tables(ours: Path, ref: Path) -> None:
+    """Every final table of the two runs has the same content (benchmarks.tsv holds timings: left out)."""
+    names = sorted(p.name for p in (ref / RUN / "tables").iterdir() if p.name != "benchmarks.tsv")
+    assert names == sorted(p.name for p in (ours / RUN / "tables").iterdir() if p.name != "benchmarks.tsv")
+    for name in names:
+        a, b = ours / RUN / "tables" / name, ref / RUN / "tables" / name
+        if name.endswith(".parquet"):
+            assert pl.read_parquet(a).equals(pl.read_parquet(b)), name
+        else:
+            assert a.read_bytes() == b.read_bytes(), name
+
+
+KILLED = {  # rule: (one of its outputs, the progress bar it is stopped at, its log)
+    "extract_pathways": (
+        RUN / "pathways/smollm2-135m/nq/samples.parquet",
+        "knockout smollm2-135m/nq",
+        RUN / "logs/extract_pathways/smollm2-135m/nq.log",
+    ),
+    "score_mink": (
+        RUN / "depth/smollm2-135m/mink.parquet",
+        "min-k% smollm2-135m",
+        RUN / "logs/score_mink/smollm2-135m.log",
+    ),
+}
+
+
+@pytest.mark.parametrize("rule", list(KILLED))
+def test_sigkill_mid_job_then_rerun_gives_identical_tables(demo_run, tmp_path, rule):
+    output, bar, log = KILLED[rule]
+    workdir = copy_run(demo_run, tmp_path)
+    # the job stops itself (SIGSTOP) when its progress bar first shows: model loaded, outputs being computed
+    proc = _start(workdir, "--forcerun", str(output), env={STOP_AT_ENV: bar})
+    job = _wait_for(
+        lambda: [p for p in _session(proc.pid, f"{rule}.py") if _state(p) == "T"], proc, f"{rule} to start"
+    )
+    for pid in job:
+        os.kill(pid, signal.SIGKILL)
+    assert proc.wait(timeout=300) != 0
+    assert not (workdir / output).exists()
+    left = _partials(workdir)
+    if rule == "extract_pathways":  # the arrays are written in place as they are computed
+        assert {p.name.split(".partial-")[0] for p in left} == {
+            ".resid_clean.npy",
+            ".resid_ko.npy",
+            ".resid_control.npy",
+        }
+    # the same command again (missing intermediates alone rerun nothing while the tables are up to date)
+    done = snakemake(workdir, "--forcerun", str(output))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"rule {rule}:" in done.stdout + done.stderr
+    assert _partials(workdir) == []
+    for name in [output.name] + (["resid_clean.npy", "resid_ko.npy", "resid_control.npy"] if left else []):
+        ours, ref = workdir / output.parent / name, demo_run / output.parent / name
+        if name.endswith(".parquet"):
+            assert pl.read_parquet(ours).equals(pl.read_parquet(ref)), name
+        else:
+            assert ours.read_bytes() == ref.read_bytes(), name
+    text = (workdir / log).read_text()
+    assert all(f"removed {p.relative_to(workdir)}: a partial file left by a killed run" in text for p in left)
+    _same_tables(workdir, demo_run)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_killing_snakemake_stops_its_jobs(demo_run, tmp_path, sig):
+    """SIGTERM: snakemake would wait for the running jobs (hours, for a model job); SIGKILL: the job would be
+    orphaned and keep the cores busy. Either way no process of the run is left within 10 s, and the
+    killed job leaves no partial file."""
+    workdir = copy_run(demo_run, tmp_path)
+    output = RUN / "pathways/smollm2-135m/nq/samples.parquet"
+    proc = _start(workdir, "--forcerun", str(output))
+    _wait_for(lambda: _partials(workdir), proc, "extract_pathways to write its arrays")
+    job = _session(proc.pid, "extract_pathways.py")
+    assert job
+    os.kill(proc.pid, sig)
+    deadline = time.time() + 10
+    while time.time() < deadline and _session(proc.pid):
+        time.sleep(0.2)
+    assert _session(proc.pid) == [], subprocess.run(
+        ["ps", "-o", "pid,stat,args", "-s", str(proc.pid)], capture_output=True, text=True
+    ).stdout
+    proc.wait(timeout=10)
+    assert _partials(workdir) == [] and not (workdir / output).exists()
+    log = (workdir / RUN / "logs/extract_pathways/smollm2-135m/nq.log").read_text()
+    assert "truthflow: rule extract_pathways stopped by SIGTERM; its partial files removed" in log

@@ -1,12 +1,12 @@
 import polars as pl
 
-from truthflow import runlog
+from truthflow import runlog, validate
 from truthflow.generation import answer_questions
 from truthflow.models import load_model
 
 
 def main(sm):
-    questions = pl.read_parquet(sm.input.data)
+    questions = validate.read_parquet(sm.input.data, ["id", "question", "depth"])
     lm = load_model(sm.input.model, sm.params.dtype, gpus=sm.resources.gpu, threads=sm.threads)
     # DepthQA asks for explanations: chat models get the bare question, base models the Q:/A: prompt
     prompts, out = answer_questions(

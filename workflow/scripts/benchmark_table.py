@@ -2,7 +2,7 @@ from pathlib import Path
 
 import polars as pl
 
-from truthflow import runlog
+from truthflow import runlog, validate
 
 
 def main(sm):
@@ -13,7 +13,7 @@ def main(sm):
         rule, rest = parts[i + 1], parts[i + 2 :]
         model = rest[0].removesuffix(".tsv")
         dataset = rest[1].removesuffix(".tsv") if len(rest) > 1 else "depthqa"
-        df = pl.read_csv(path, separator="\t", infer_schema_length=0)
+        df = validate.read_tsv(path, ["s", "max_rss"], infer_schema_length=0)
         frames.append(
             df.select(
                 pl.lit(rule).alias("rule"),

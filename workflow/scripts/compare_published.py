@@ -1,15 +1,18 @@
 import polars as pl
 
-from truthflow import runlog
+from truthflow import runlog, validate
 from truthflow.compare import compare
 
 
 def main(sm):
-    published = pl.read_csv(sm.input.published, separator="\t")
-    pathways = pl.read_parquet(sm.input.pathways) if sm.input.pathways else None
-    depthwise = pl.read_parquet(sm.input.depthwise) if sm.input.depthwise else None
-    pooled = pl.read_csv(sm.input.pooled, separator="\t") if sm.input.pooled else None
-    check = pl.read_parquet(sm.input.check) if sm.input.check else None
+    published = validate.read_tsv(sm.input.published, ["kind", "model", "published"])
+    read = validate.read_parquet
+    pathways = (
+        read(sm.input.pathways, ["model", "dataset", "knockout", "layer"]) if sm.input.pathways else None
+    )
+    depthwise = read(sm.input.depthwise, ["model", "depth", "mink"]) if sm.input.depthwise else None
+    pooled = validate.read_tsv(sm.input.pooled, ["model", "depth", "median"]) if sm.input.pooled else None
+    check = read(sm.input.check, ["model", "dataset", "verdict"]) if sm.input.check else None
     table = compare(published, pathways, depthwise, pooled, check)
     with pl.Config(tbl_rows=100, tbl_width_chars=200, fmt_str_lengths=80):
         print(table.select("check", "model", "dataset", "reproduced", "verdict"), flush=True)

@@ -1,10 +1,10 @@
 import polars as pl
 
-from truthflow import runlog
+from truthflow import runlog, validate
 
 
 def main(sm):
-    frames = [pl.read_csv(p, separator="\t") for p in sm.input.tables]
+    frames = [validate.read_tsv(p, ["model", "dataset", "n", "accuracy"]) for p in sm.input.tables]
     runlog.write_tsv(pl.concat(frames, how="diagonal_relaxed"), sm.output[0])
 
 

@@ -1,6 +1,6 @@
 import polars as pl
 
-from truthflow import runlog
+from truthflow import runlog, validate
 from truthflow.depth import (
     check_graph,
     d3_mink_by_group,
@@ -12,13 +12,18 @@ from truthflow.depth import (
 
 
 def main(sm):
-    questions = pl.read_parquet(sm.input.questions)
-    nodes = pl.read_parquet(sm.input.nodes)
+    questions = validate.read_parquet(sm.input.questions, ["id", "depth"])
+    nodes = validate.read_parquet(
+        sm.input.nodes, ["nodeid", "group", "depth", "direct_predecessors", "direct_successors", "qid"]
+    )
     if nodes.height:
         check_graph(nodes, questions)
-    mink = pl.concat([pl.read_parquet(p) for p in sm.input.mink], how="diagonal_relaxed")
+    mink = pl.concat(
+        [validate.read_parquet(p, ["model", "qid", "depth"]) for p in sm.input.mink], how="diagonal_relaxed"
+    )
+    score_columns = ["model", "qid", "score", "reason"]
     scores = pl.concat(
-        [pl.read_parquet(p).select("model", "qid", "score", "reason") for p in sm.input.scores]
+        [validate.read_parquet(p, score_columns).select(score_columns) for p in sm.input.scores]
     )
     per_question = mink.join(scores, on=["model", "qid"], how="left")
     k = sm.params.k_plot

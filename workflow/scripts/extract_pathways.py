@@ -3,14 +3,16 @@ import time
 import numpy as np
 import polars as pl
 
-from truthflow import runlog
+from truthflow import runlog, validate
 from truthflow.models import load_model
 from truthflow.pathways import extract, locate_all
 
 
 def main(sm):
-    labelled = pl.read_parquet(sm.input.labels)
-    questions = pl.read_parquet(sm.input.data).drop("dataset")
+    labels = ["id", "prompt", "answer", "prompt_ids", "answer_ids", "correct", "match_start", "refusal"]
+    labelled = validate.read_parquet(sm.input.labels, labels)
+    questions = validate.read_parquet(sm.input.data, ["id", "dataset", "question"]).drop("dataset")
+    validate.check_ids(labelled, sm.input.labels, "id", questions["id"], sm.input.data)
     table = labelled.join(questions, on="id", how="left")
     lm = load_model(sm.input.model, sm.params.dtype, gpus=sm.resources.gpu, threads=sm.threads)
     name = f"{sm.wildcards.model}/{sm.wildcards.dataset}"

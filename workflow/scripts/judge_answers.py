@@ -1,14 +1,14 @@
 import polars as pl
 
-from truthflow import runlog
+from truthflow import runlog, validate
 from truthflow.judge import judge_all
 
 
 def main(sm):
-    answers = pl.read_parquet(sm.input.answers)
-    questions = pl.read_parquet(sm.input.data).select(
-        pl.col("id").alias("qid"), "question", "reference_answer"
-    )
+    answers = validate.read_parquet(sm.input.answers, ["qid", "answer", "depth"])
+    data = validate.read_parquet(sm.input.data, ["id", "question", "reference_answer"])
+    validate.check_ids(answers, sm.input.answers, "qid", data["id"], sm.input.data)
+    questions = data.select(pl.col("id").alias("qid"), "question", "reference_answer")
     rows = (
         answers.join(questions, on="qid")
         .select("qid", "question", "answer", pl.col("reference_answer").alias("reference"))

@@ -1,12 +1,14 @@
 import polars as pl
 
-from truthflow import runlog
+from truthflow import runlog, validate
 from truthflow.labels import accuracy_table, label_frame
 
 
 def main(sm):
-    questions = pl.read_parquet(sm.input.data)
-    labelled = label_frame(pl.read_parquet(sm.input.answers), questions)
+    questions = validate.read_parquet(sm.input.data, ["id", "question", "answers"])
+    answers = validate.read_parquet(sm.input.answers, ["id", "answer"])
+    validate.check_ids(answers, sm.input.answers, "id", questions["id"], sm.input.data)
+    labelled = label_frame(answers, questions)
     acc = accuracy_table(labelled, sm.wildcards.model, sm.wildcards.dataset)
     print(acc, flush=True)
     echoes = labelled.filter(pl.col("echo_rejected")).join(questions.select("id", "question"), on="id")

@@ -1,10 +1,10 @@
 import polars as pl
 
-from truthflow import runlog
+from truthflow import runlog, validate
 
 
-def _concat(paths) -> pl.DataFrame:
-    return pl.concat([pl.read_parquet(p) for p in paths], how="diagonal_relaxed")
+def _concat(paths, columns) -> pl.DataFrame:
+    return pl.concat([validate.read_parquet(p, columns) for p in paths], how="diagonal_relaxed")
 
 
 def exact_token_table(pairs, sample_paths) -> pl.DataFrame:
@@ -12,7 +12,7 @@ def exact_token_table(pairs, sample_paths) -> pl.DataFrame:
     and the samples without a matched random control. |E_A| must be comparable across classes (A3)."""
     frames = []
     for (model, dataset), path in zip(pairs, sample_paths, strict=True):
-        s = pl.read_parquet(path)
+        s = validate.read_parquet(path, ["id", "correct"])
         if s.height == 0 or "n_ea" not in s.columns:
             continue
         frames.append(
@@ -47,10 +47,10 @@ def exact_token_table(pairs, sample_paths) -> pl.DataFrame:
 
 
 def main(sm):
-    summary = _concat(sm.input.summary)
-    auc = _concat(sm.input.auc)
-    dropped = _concat(sm.input.dropped)
-    check = _concat(sm.input.check)
+    summary = _concat(sm.input.summary, ["model", "dataset", "knockout", "anchor", "layer", "mean_delta_p"])
+    auc = _concat(sm.input.auc, ["model", "dataset", "layer", "status", "auc", "seed", "n_test"])
+    dropped = _concat(sm.input.dropped, ["model", "dataset", "reason"])
+    check = _concat(sm.input.check, ["model", "dataset", "verdict", "reason"])
     # one row per (model, dataset, reason), with the kept count as reason "kept" so nothing is silent
     kept = pl.DataFrame(
         [
@@ -58,14 +58,16 @@ def main(sm):
                 "model": m,
                 "dataset": d,
                 "reason": "kept",
-                "n": pl.scan_parquet(p).select(pl.len()).collect().item(),
+                "n": validate.count_rows(p, ["id", "correct"]),
             }
             for (m, d), p in zip(sm.params.pairs, sm.input.samples, strict=True)
         ],
         schema={"model": pl.String, "dataset": pl.String, "reason": pl.String, "n": pl.UInt32},
     )
     # drops at loading (repeated ids, no gold answer, n above the usable rows) hold for every model
-    data_dropped = _concat(sm.input.data_dropped) if sm.input.data_dropped else None
+    data_dropped = (
+        _concat(sm.input.data_dropped, ["dataset", "reason", "detail"]) if sm.input.data_dropped else None
+    )
     data_rows = (
         data_dropped.group_by(["dataset", "reason"])
         .agg(pl.len().alias("n"), pl.col("detail").drop_nulls().first())

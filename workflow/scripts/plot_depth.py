@@ -1,13 +1,11 @@
-import polars as pl
-
-from truthflow import runlog
+from truthflow import runlog, validate
 from truthflow.plots_depth import plot_depth_boxes, plot_score_gap_density
 
 
 def main(sm):
     p = sm.params
     plot_depth_boxes(
-        pl.read_parquet(sm.input.depthwise),
+        validate.read_parquet(sm.input.depthwise, ["model", "group", "depth", "mink"]),
         p.models,
         p.titles,
         sm.output.boxes_png,
@@ -15,7 +13,7 @@ def main(sm):
         caption=p.caption if p.show_caption else "",
     )
     plot_score_gap_density(
-        pl.read_parquet(sm.input.subsets),
+        validate.read_parquet(sm.input.subsets, ["model", "group", "subset", "side", "gap"]),
         p.models,
         p.titles,
         sm.output.gap_png,

@@ -1,13 +1,15 @@
-import polars as pl
-
-from truthflow import runlog
+from truthflow import runlog, validate
 from truthflow.plots_pathways import plot_anchored, plot_check, plot_pathways, plot_probe_auc
 
 
 def main(sm):
-    summary = pl.read_parquet(sm.input.summary)
-    auc = pl.read_parquet(sm.input.auc)
-    check = pl.read_parquet(sm.input.check)
+    summary = validate.read_parquet(
+        sm.input.summary, ["model", "dataset", "knockout", "anchor", "layer", "n"]
+    )
+    auc = validate.read_parquet(sm.input.auc, ["model", "dataset", "seed", "layer", "auc", "status"])
+    check = validate.read_parquet(
+        sm.input.check, ["model", "dataset", "verdict", "flip_target", "flip_control"]
+    )
     p = sm.params
     cap = p.caption if p.show_caption else ""
 

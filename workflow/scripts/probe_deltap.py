@@ -1,16 +1,18 @@
 import numpy as np
 import polars as pl
 
-from truthflow import runlog
+from truthflow import runlog, validate
 from truthflow.pathway_check import check, check_frame
 from truthflow.probes import run_probes, summarize
 
 
 def main(sm):
-    samples = pl.read_parquet(sm.input.samples)
-    clean = np.load(sm.input.resid_clean, mmap_mode="r")  # layer slices are read as needed
-    ko = np.load(sm.input.resid_ko, mmap_mode="r")
-    control = np.load(sm.input.resid_control, mmap_mode="r")
+    samples = validate.read_parquet(sm.input.samples, ["id", "correct"])
+    # memory-mapped: layer slices are read as needed; shapes and sizes checked against samples.parquet
+    rows = f", one row per sample of {sm.input.samples}"
+    clean = validate.load_npy(sm.input.resid_clean, (samples.height, None, None), "float16", why=rows)
+    ko = validate.load_npy(sm.input.resid_ko, clean.shape, "float16", why=rows)
+    control = validate.load_npy(sm.input.resid_control, (None, *clean.shape), "float16", why=rows)
     cfg = sm.params.cfg
     labels = samples["correct"].to_numpy().astype(int) if samples.height else np.zeros(0, dtype=int)
     matched = samples["control_matched"].to_numpy() if "control_matched" in samples.columns else None

@@ -2,13 +2,13 @@ import time
 
 import polars as pl
 
-from truthflow import runlog
+from truthflow import runlog, validate
 from truthflow.mink import score_texts
 from truthflow.models import load_model
 
 
 def main(sm):
-    questions = pl.read_parquet(sm.input.data)
+    questions = validate.read_parquet(sm.input.data, ["id", "question", "depth"])
     lm = load_model(sm.input.model, sm.params.dtype, gpus=sm.resources.gpu, threads=sm.threads)
     t0 = time.perf_counter()
     scores = score_texts(
