@@ -262,15 +262,16 @@ def _gone(pid: int, timeout: float = 10) -> bool:
     return False
 
 
-def test_sigterm_stops_a_job_and_removes_its_partial_file(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_stops_a_job_and_removes_its_partial_file(tmp_path, sig):
     job = subprocess.Popen(_job_cmd(tmp_path), stdout=subprocess.PIPE, text=True)
     assert job.stdout.readline() == "writing\n"
     assert list(tmp_path.glob(".out.npy.partial-*"))
-    job.send_signal(signal.SIGTERM)
-    assert job.wait(timeout=10) == 128 + signal.SIGTERM
+    job.send_signal(sig)
+    assert job.wait(timeout=10) == 128 + sig
     assert not list(tmp_path.glob(".out.npy*")) and not (tmp_path / "out.npy").exists()
     log = (tmp_path / "job.log").read_text()
-    assert "truthflow: rule slow_rule stopped by SIGTERM; its partial files removed" in log
+    assert f"truthflow: rule slow_rule stopped by {sig.name}; its partial files removed" in log
     assert "Traceback" not in log
 
 

@@ -3,10 +3,11 @@ masked (`redact`), progress bars reach the log as readable lines, a TruthflowErr
 outputs are written atomically (a killed job never leaves a finished-looking file).
 
 A job dies with the snakemake that started it (Linux: a parent-death signal, and a watch on the snakemake
-process when a shell sits between them); SIGTERM stops it like an error (its partial files removed, exit
-143); partial files that a SIGKILL leaves behind (`.{name}.partial-{pid}`, next to the output: the same file
-system, so the final rename is atomic) are removed when the job next starts. `stop_jobs_on_sigterm` (the
-Snakefile's onstart) makes a SIGTERM to snakemake stop its running jobs instead of waiting for them."""
+process when a shell sits between them); SIGTERM and SIGINT stop it like an error (its partial files removed,
+exit 143 or 130); partial files that a SIGKILL leaves behind (`.{name}.partial-{pid}`, next to the output:
+the same file system, so the final rename is atomic) are removed when the job next starts.
+`stop_jobs_on_sigterm` (the Snakefile's onstart) makes a SIGTERM to snakemake stop its running jobs
+instead of waiting for them."""
 
 from __future__ import annotations
 
@@ -165,12 +166,13 @@ def run(snakemake, main: Callable[[object], None]) -> None:
     except TruthflowError as exc:
         print(f"truthflow error in rule {snakemake.rule}: {exc}", file=sys.stderr)
         code = 1
-    except Stopped as exc:
-        name = signal.Signals(exc.signum).name
+    except (Stopped, KeyboardInterrupt) as exc:  # SIGTERM; SIGINT (Ctrl-C reaches every job of the terminal)
+        signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
+        name = signal.Signals(signum).name
         print(
             f"truthflow: rule {snakemake.rule} stopped by {name}; its partial files removed", file=sys.stderr
         )
-        code = 128 + exc.signum
+        code = 128 + signum
     except Exception:
         # printed through the redacting stream; re-raising would print it again, unredacted
         traceback.print_exc(file=sys.stderr)
