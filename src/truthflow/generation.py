@@ -126,7 +126,7 @@ def newline_token_ids(tokenizer) -> list[int]:
     steps = _decoder_steps(tokenizer)
     types = {s["type"] for s in steps or []}
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    added = set(tokenizer.get_added_vocab().values())
+    added = tokenizer.get_added_vocab()  # content -> id; an added token decodes to its content
     if steps and types == {"ByteLevel"}:
         from transformers.convert_slow_tokenizer import bytes_to_unicode
 
@@ -143,7 +143,7 @@ def newline_token_ids(tokenizer) -> list[int]:
         ids = {i for piece, i in base.items() if "\n" in piece or piece == "<0x0A>"}
     else:
         ids = _decode_scan(tokenizer, tokenizer.get_vocab().values())
-    ids = (ids - added) | _decode_scan(tokenizer, added)  # added tokens decode to their own content
+    ids = (ids - set(added.values())) | {i for content, i in added.items() if "\n" in content}
     out = sorted(ids)
     _NEWLINE_IDS[id(tokenizer)] = (tokenizer, out)
     return out
