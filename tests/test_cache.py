@@ -35,9 +35,13 @@ EDITS = {
             "plot_depth",
             "compare_published",
             "benchmark_table",
+            "table_html",
         },
     ),
-    "mink": ({"score_mink", "depth_tables"}, {"plot_depth", "compare_published", "benchmark_table"}),
+    "mink": (
+        {"score_mink", "depth_tables"},
+        {"plot_depth", "compare_published", "benchmark_table", "table_html"},
+    ),
     "plots_depth": ({"plot_depth"}, set()),
 }
 
