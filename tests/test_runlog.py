@@ -65,8 +65,10 @@ def test_progress_bar_leaves_a_few_readable_lines(tmp_path, capsys) -> None:
     log = open(sm.log[0]).read()
     assert "\r" not in log
     lines = log.splitlines()
-    assert len(lines) <= 3, lines  # the bar's final state and "done" (no interval passed)
-    assert "3000/3000" in lines[0] and lines[-1] == "done"
+    # the bar's final state, "done" (no interval passed) and the job's closing line
+    assert len(lines) <= 4, lines
+    assert "3000/3000" in lines[0] and lines[-2] == "done"
+    assert lines[-1].startswith(f"rule {sm.rule}: done in ") and "wrote" in lines[-1]
     assert capsys.readouterr().err.count("\r") > 100  # the terminal keeps its live bar
 
 

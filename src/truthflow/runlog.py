@@ -162,7 +162,15 @@ def run(snakemake, main: Callable[[object], None]) -> None:
         for path in getattr(snakemake, "output", None) or []:
             for stale in remove_stale_partials(path):
                 print(f"removed {stale}: a partial file left by a killed run of this job", file=sys.stderr)
+        t0 = time.perf_counter()
         main(snakemake)
+        if log_fh:  # every rule log ends with what the job made, so no log is empty
+            outputs = ", ".join(str(o) for o in (getattr(snakemake, "output", None) or [])) or "nothing"
+            sys.stdout.flush()
+            sys.stderr.flush()
+            log_fh.write(
+                f"rule {snakemake.rule}: done in {time.perf_counter() - t0:.1f} s; wrote {outputs}\n"
+            )
     except TruthflowError as exc:
         print(f"truthflow error in rule {snakemake.rule}: {exc}", file=sys.stderr)
         code = 1
