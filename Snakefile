@@ -27,7 +27,7 @@ except TruthflowError as exc:
     raise WorkflowError(f"invalid config: {exc}")
 
 
-validate(config, "workflow/schemas/config.schema.yaml", set_default=True)
+validate(config, "src/truthflow/schemas/config.schema.yaml", set_default=True)
 
 
 include: "workflow/rules/common.smk"

@@ -1,4 +1,4 @@
-"""Config keys, read <=> schema: every key the code reads is in workflow/schemas/config.schema.yaml, and every
+"""Config keys, read <=> schema: every key the code reads is in src/truthflow/schemas/config.schema.yaml, and every
 key of the schema is read by the code.
 
 The code is read statically (Snakefile, workflow/rules/*.smk, src/truthflow/*.py, workflow/scripts/*.py): a
@@ -19,7 +19,7 @@ from conftest import REPO
 
 from truthflow import judge
 
-SCHEMA = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+SCHEMA = yaml.safe_load((REPO / "src" / "truthflow" / "schemas" / "config.schema.yaml").read_text())
 FILES = sorted(
     [
         REPO / "Snakefile",

@@ -382,7 +382,7 @@ def test_parser_change_needs_a_new_parser_version() -> None:
 
 def test_judge_settings_agree_with_the_schema() -> None:
     schema = yaml.safe_load(
-        (Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml").read_text()
+        (Path(__file__).resolve().parents[1] / "src" / "truthflow" / "schemas" / "config.schema.yaml").read_text()
     )
     section = schema["properties"]["depth"]["properties"]["judge"]
     assert section["additionalProperties"] is False

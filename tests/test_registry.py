@@ -16,7 +16,7 @@ from truthflow.config import check_names, fill_entries
 from truthflow.data import load_qa
 from truthflow.errors import TruthflowError
 
-SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA = REPO / "src" / "truthflow" / "schemas" / "config.schema.yaml"
 DEMO = REPO / "data" / "demo"
 
 

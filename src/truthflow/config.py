@@ -11,7 +11,7 @@ import yaml
 from . import registry
 from .errors import TruthflowError
 
-SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA = Path(__file__).resolve().parent / "schemas" / "config.schema.yaml"  # package data
 
 
 def _defaults(props: dict) -> dict:

@@ -5,7 +5,7 @@ Backends: `reference` (token-F1, offline, deterministic), `openai` (any OpenAI-c
 DepthQA / Prometheus: feedback, then `[RESULT] <1-5>`.
 
 Settings are the `depth.judge` section of the config; `JUDGE_DEFAULTS` lists every key this module reads, with
-the defaults of workflow/schemas/config.schema.yaml (a test keeps the two equal).
+the defaults of src/truthflow/schemas/config.schema.yaml (a test keeps the two equal).
 """
 
 from __future__ import annotations
