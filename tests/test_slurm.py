@@ -65,7 +65,12 @@ def test_demo_config_through_slurm_equals_local(demo_run, tmp_path, demo_models_
     _frames_equal(
         pl.read_parquet(local / "pathways_summary.parquet"),
         pl.read_parquet(remote / "pathways_summary.parquet"),
-        ["model", "dataset", "anchor", "layer"],
+        ["model", "dataset", "knockout", "anchor", "layer"],
+    )
+    _frames_equal(
+        pl.read_parquet(local / "pathways_check.parquet"),
+        pl.read_parquet(remote / "pathways_check.parquet"),
+        ["model", "dataset"],
     )
     _frames_equal(
         pl.read_parquet(local / "probe_auc.parquet"),

@@ -18,11 +18,19 @@ def test_outputs(demo_run):
     assert acc.height == 8 and (acc["n"] == 40).all()
     assert acc["n_correct"].sum() > 0
     summary = pl.read_parquet(res / "tables" / "pathways_summary.parquet")
-    assert set(summary["anchor"].unique()) <= {"Q-Anchored", "A-Anchored"} and summary.height > 0
+    assert set(summary["anchor"].unique()) <= {"Q-Anchored", "A-Anchored", "all"} and summary.height > 0
+    assert set(summary["knockout"].unique()) == {"target", "control"}
+    check = pl.read_csv(res / "tables" / "pathways_check.tsv", separator="\t")
+    assert check.height == 8 and set(check["verdict"]) <= {"holds", "does not hold", "inconclusive"}
+    # every rule log says something (at least its closing line)
+    logs = list((res / "logs").rglob("*.log"))
+    assert logs and not [str(p) for p in logs if p.stat().st_size == 0]
     dropped = pl.read_csv(res / "tables" / "dropped_samples.tsv", separator="\t")
     assert "kept" in dropped["reason"].to_list()
     for fig in (
         "pathways_smollm2-135m__gemma3-270m",
+        "pathways_control_smollm2-135m__gemma3-270m",
+        "pathways_check_smollm2-135m__gemma3-270m",
         "probe_auc_smollm2-135m__gemma3-270m",
         "depth_mink_boxes",
         "depth_score_gap_density",
@@ -138,14 +146,19 @@ def test_report_builds_with_comparison_table(demo_run):
     with zipfile.ZipFile(demo_run / "report.zip") as z:
         names = z.namelist()
         html = "".join(z.read(n).decode("utf-8", "ignore") for n in names if n.endswith(".html"))
-    assert any(n.endswith("published_vs_reproduced.tsv") for n in names)
+    # tables are inline HTML pages in the report
+    assert any(n.endswith("published_vs_reproduced.html") for n in names)
+    assert any(n.endswith("pathways_check.html") for n in names)
     assert any(n.endswith("pathways_smollm2-135m__gemma3-270m.png") for n in names)
+    assert any(n.endswith("pathways_check_smollm2-135m__gemma3-270m.png") for n in names)
     assert "knockout.mode=cumulative" in html  # captions name the options
     table = pl.read_csv(demo_run / "results/demo/tables/published_vs_reproduced.tsv", separator="\t")
-    assert set(table["check"]) >= {"Q-Anchored ΔP below A-Anchored", "MIN-K% rises with depth"}
+    assert set(table["check"]) >= {"E_Q knockout beats random control", "MIN-K% rises with depth"}
+    # the split itself is never reported as evidence
+    assert "Q-Anchored ΔP below A-Anchored" not in set(table["check"])
     assert set(table["verdict"]) <= {
         "holds",
         "does not hold",
-        "undefined (an anchor group is empty)",
+        "inconclusive",
         "undefined (a depth is empty)",
     }
