@@ -12,7 +12,7 @@ import pytest
 import tenacity
 from conftest import REPO, small_config, snakemake, write_config
 
-from truthflow import data
+from truthflow import data, hub
 from truthflow.data import load_depthqa, load_qa, question_id, read_local_records
 from truthflow.errors import TruthflowError
 
@@ -280,7 +280,7 @@ def fake_hub(monkeypatch):
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
-    monkeypatch.setattr(data, "HUB_WAIT", tenacity.wait_none())
+    monkeypatch.setattr(hub, "HUB_WAIT", tenacity.wait_none())
     calls = []
 
     def install(*errors):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import json
 import logging
-import os
 import random
 from pathlib import Path
 
@@ -19,6 +18,8 @@ import polars as pl
 
 from . import registry
 from .errors import TruthflowError
+from .hub import HUB_ATTEMPTS, is_transient
+from .hub import retrying as hub_retrying
 from .registry import get_field as _get
 from .registry import question_id  # noqa: F401 - the stable id rule, imported from here by tests
 
@@ -27,8 +28,6 @@ log = logging.getLogger("truthflow.data")
 DEPTHQA_CONFIGS = ("questions", "nodes", "node_to_q")
 DROPPED_SCHEMA = {"dataset": pl.String, "id": pl.String, "reason": pl.String, "detail": pl.String}
 # hub loads: attempts and wait between them (exponential); only transient errors are retried
-HUB_ATTEMPTS = 4
-HUB_WAIT = None  # None: tenacity.wait_exponential(multiplier=2, max=60); tests set tenacity.wait_none()
 
 
 # ---------------------------------------------------------------- raw records
@@ -156,79 +155,17 @@ def read_local_records(path: str | Path, fmt: str = "auto", field: str | None = 
 
 
 # ---------------------------------------------------------------- hub
-_TRANSIENT_NAMES = {
-    "ConnectionError",  # builtin, requests
-    "ConnectTimeout",
-    "ReadTimeout",
-    "Timeout",
-    "TimeoutError",
-    "TimeoutException",
-    "TransportError",  # httpx: network, protocol, proxy, timeouts
-    "NetworkError",
-    "RemoteProtocolError",
-    "ChunkedEncodingError",
-    "IncompleteRead",
-    "ProtocolError",
-}
-
-
-def _offline() -> bool:
-    return any(
-        os.environ.get(v, "").lower() in ("1", "true", "yes", "on")
-        for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-    )
-
-
-def is_transient(exc: BaseException) -> bool:
-    """A network error or an HTTP 429/5xx (anywhere in the exception chain); never in offline mode."""
-    if _offline():
-        return False
-    seen = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        names = {c.__name__ for c in type(cur).__mro__}
-        if "OfflineModeIsEnabled" in names:
-            return False
-        status = getattr(getattr(cur, "response", None), "status_code", None)
-        if isinstance(status, int):
-            return status == 429 or status >= 500
-        if names & _TRANSIENT_NAMES:
-            return True
-        cur = cur.__cause__ or cur.__context__
-    return False
-
-
 def load_hub_records(
     hub: str, config: str | None, split: str, revision: str | None, label: str
 ) -> list[dict]:
     """Every record of one hub split. Transient failures are retried (HUB_ATTEMPTS, exponential wait);
     anything else (unknown id/config/split, bad files) fails at once with one line."""
     import datasets
-    import tenacity
 
-    def before_sleep(state: tenacity.RetryCallState) -> None:
-        exc = state.outcome.exception() if state.outcome else None
-        log.warning(
-            "dataset '%s': hub load of '%s' failed (attempt %d/%d, transient: %s: %s); retrying",
-            label,
-            hub,
-            state.attempt_number,
-            HUB_ATTEMPTS,
-            type(exc).__name__,
-            str(exc)[:200],
-        )
-
-    retrying = tenacity.Retrying(
-        retry=tenacity.retry_if_exception(is_transient),
-        stop=tenacity.stop_after_attempt(HUB_ATTEMPTS),
-        wait=HUB_WAIT if HUB_WAIT is not None else tenacity.wait_exponential(multiplier=2, max=60),
-        before_sleep=before_sleep,
-        reraise=True,
-    )
     what = f"'{hub}' (config {config!r}, split {split!r}, revision {revision!r})"
     try:
-        ds = retrying(datasets.load_dataset, hub, config, split=split, revision=revision)
+        retry = hub_retrying(f"dataset '{label}'", hub)
+        ds = retry(datasets.load_dataset, hub, config, split=split, revision=revision)
     except Exception as exc:  # noqa: BLE001 - DatasetNotFoundError, ValueError(bad split/config), ...
         tried = f"failed {HUB_ATTEMPTS} times (transient)" if is_transient(exc) else "failed"
         raise TruthflowError(
