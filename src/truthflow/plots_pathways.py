@@ -146,6 +146,30 @@ def _status_notes(auc: pl.DataFrame, model: str, ds: str) -> str | None:
     return f"{label(ds)}: {bad['status'][0]}" if bad.height else None
 
 
+def _panel_datasets(table: pl.DataFrame, auc: pl.DataFrame, model: str, notes: list[str]):
+    """The datasets of one model's panel with their rows; a dataset whose probe is undefined goes to
+    `notes` instead."""
+    for ds in datasets_in(table.filter(pl.col("model") == model)) or datasets_in(
+        auc.filter(pl.col("model") == model)
+    ):
+        note = _status_notes(auc, model, ds)
+        if note:
+            notes.append(note)
+            continue
+        yield ds, table.filter((pl.col("model") == model) & (pl.col("dataset") == ds))
+
+
+def _legend_entries(drawn, styles: dict[str, str], names: dict[str, str]) -> tuple[list, list[str]]:
+    """Legend handles for the (series, dataset) pairs drawn, datasets in registry order."""
+    handles, labels = [], []
+    for ds in DATASETS | {d: d for _, d in drawn}:
+        for key, style in styles.items():
+            if (key, ds) in drawn:
+                handles.append(Line2D([], [], color=colour(ds), ls=style, lw=1.6))
+                labels.append(f"{names[key]} ({label(ds)})")
+    return handles, labels
+
+
 def _n_layers(table: pl.DataFrame, model: str) -> int:
     sub = table.filter(pl.col("model") == model)
     return int(sub["layer"].max()) if sub.height and sub["layer"].max() is not None else 0
@@ -173,14 +197,7 @@ def plot_anchored(
         ax.axhline(0, color="0.6", lw=0.8, zorder=0)
         n_layers = _n_layers(summary, model)
         notes = []
-        for ds in datasets_in(summary.filter(pl.col("model") == model)) or datasets_in(
-            auc.filter(pl.col("model") == model)
-        ):
-            note = _status_notes(auc, model, ds)
-            if note:
-                notes.append(note)
-                continue
-            sub = summary.filter((pl.col("model") == model) & (pl.col("dataset") == ds))
+        for ds, sub in _panel_datasets(summary, auc, model, notes):
             for anchor, style in STYLES.items():
                 s = sub.filter(pl.col("anchor") == anchor)
                 if draw_series(ax, s, n_layers, colour(ds), style):
@@ -189,12 +206,7 @@ def plot_anchored(
         _blank_if_empty(ax, notes)
         _notes(ax, notes)
     axes[0][0].set_ylabel("ΔP" if knockout == "target" else "ΔP (random-token control)")
-    handles, labels = [], []
-    for ds in DATASETS | {d: d for _, d in drawn}:
-        for anchor, style in STYLES.items():
-            if (anchor, ds) in drawn:
-                handles.append(Line2D([], [], color=colour(ds), ls=style, lw=1.6))
-                labels.append(f"{anchor} ({label(ds)})")
+    handles, labels = _legend_entries(drawn, STYLES, {a: a for a in STYLES})
     if small_points:
         handles.append(Line2D([], [], color="0.3", marker="o", ls="none", ms=3.5))
         labels.append(f"point: n < {MIN_LINE_N} samples at that layer")
@@ -230,14 +242,7 @@ def plot_check(
             ax.axhline(0, color="0.6", lw=0.8, zorder=0)
         n_layers = _n_layers(unsplit, model)
         notes, verdicts = [], []
-        for ds in datasets_in(unsplit.filter(pl.col("model") == model)) or datasets_in(
-            auc.filter(pl.col("model") == model)
-        ):
-            note = _status_notes(auc, model, ds)
-            if note:
-                notes.append(note)
-                continue
-            sub = unsplit.filter((pl.col("model") == model) & (pl.col("dataset") == ds))
+        for ds, sub in _panel_datasets(unsplit, auc, model, notes):
             for knockout, style in KNOCKOUT_STYLES.items():
                 s = sub.filter(pl.col("knockout") == knockout)
                 if draw_series(top, s, n_layers, colour(ds), style):
@@ -268,13 +273,8 @@ def plot_check(
         _notes(top, notes)
     axes[0][0].set_ylabel("ΔP, all samples")
     axes[1][0].set_ylabel("Flip rate (%)")
-    handles, labels = [], []
     names = {"target": target_label, "control": "random-token control"}
-    for ds in DATASETS | {d: d for _, d in drawn}:
-        for knockout, style in KNOCKOUT_STYLES.items():
-            if (knockout, ds) in drawn:
-                handles.append(Line2D([], [], color=colour(ds), ls=style, lw=1.6))
-                labels.append(f"{names[knockout]} ({label(ds)})")
+    handles, labels = _legend_entries(drawn, KNOCKOUT_STYLES, names)
     _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=2 if len(models) == 1 else 4)
 
 

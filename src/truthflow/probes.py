@@ -214,12 +214,6 @@ def summarize(samples: pl.DataFrame, n_boot: int = 1000, seed: int = 0) -> pl.Da
     """Per (knockout, anchor, layer): n distinct samples, mean ΔP, its seeded bootstrap 95% CI and the mean
     flip rate; anchor 'all' is the unsplit mean over the matched samples (those with a control of exactly
     |E_Q| tokens), the same set for the target and the control. Control rows are matched samples only."""
-    if "knockout" not in samples.columns:  # a table of one knockout condition
-        samples = samples.with_columns(pl.lit(TARGET).alias("knockout"))
-    if "matched" not in samples.columns:
-        samples = samples.with_columns(pl.lit(True).alias("matched"))
-    if "flip_rate" not in samples.columns:
-        samples = samples.with_columns(pl.lit(None, dtype=pl.Float64).alias("flip_rate"))
     split = samples.filter((pl.col("knockout") == TARGET) | pl.col("matched"))
     unsplit = samples.filter(pl.col("matched")).with_columns(pl.lit(ALL).alias("anchor"))
     rows = []
@@ -232,7 +226,7 @@ def summarize(samples: pl.DataFrame, n_boot: int = 1000, seed: int = 0) -> pl.Da
                     "knockout": knockout,
                     "anchor": anchor,
                     "layer": int(layer),
-                    "n": grp["id"].n_unique() if "id" in grp.columns else len(vals),
+                    "n": grp["id"].n_unique(),
                     "mean_delta_p": float(vals.mean()),
                     "ci_low": lo,
                     "ci_high": hi,
