@@ -17,8 +17,8 @@ import polars as pl  # noqa: E402
 import torch  # noqa: E402
 from common import peak_mb  # noqa: E402
 
+import truthflow.depth.mink as mink  # noqa: E402
 import truthflow.generation as generation  # noqa: E402
-import truthflow.mink as mink  # noqa: E402
 from truthflow.models import load_model  # noqa: E402
 
 

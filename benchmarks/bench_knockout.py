@@ -24,7 +24,8 @@ import torch  # noqa: E402
 from common import peak_mb, sync  # noqa: E402
 
 from truthflow.batching import pad_batch  # noqa: E402
-from truthflow.knockout import (  # noqa: E402
+from truthflow.models import load_model  # noqa: E402
+from truthflow.pathways.knockout import (  # noqa: E402
     LayerMasks,
     ResidCapture,
     decoder_layers,
@@ -32,7 +33,6 @@ from truthflow.knockout import (  # noqa: E402
     resid_sweep,
     resid_sweep_multi,
 )
-from truthflow.models import load_model  # noqa: E402
 
 
 def make_case(n: int, length: int, vocab: int, seed: int = 0):

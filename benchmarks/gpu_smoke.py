@@ -24,10 +24,10 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from shapes import SHAPES, random_model  # noqa: E402
 
-from truthflow.knockout import per_layer_reference, resid_sweep_multi  # noqa: E402
-from truthflow.mink import batch_token_statistics  # noqa: E402
-from truthflow.pathway_check import check  # noqa: E402
-from truthflow.probes import run_probes  # noqa: E402
+from truthflow.depth.mink import batch_token_statistics  # noqa: E402
+from truthflow.pathways.check import check  # noqa: E402
+from truthflow.pathways.knockout import per_layer_reference, resid_sweep_multi  # noqa: E402
+from truthflow.pathways.probes import run_probes  # noqa: E402
 
 SHAPES.setdefault(
     "tiny",

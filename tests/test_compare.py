@@ -1,7 +1,7 @@
 import polars as pl
 
 from truthflow.compare import compare
-from truthflow.pathway_check import CHECK_SCHEMA
+from truthflow.pathways.check import CHECK_SCHEMA
 
 
 def _check_row(model, verdict, flip_t, flip_c):

@@ -1,7 +1,7 @@
-"""Config keys, read <=> schema: every key the code reads is in src/truthflow/schemas/config.schema.yaml, and every
+"""Config keys, read <=> schema: every key the code reads is in the schema (src/truthflow/schemas/), and every
 key of the schema is read by the code.
 
-The code is read statically (Snakefile, workflow/rules/*.smk, src/truthflow/*.py, workflow/scripts/*.py): a
+The code is read statically (Snakefile, workflow/rules/*.smk, src/truthflow/**/*.py, workflow/scripts/*.py): a
 read is a chain of string-literal subscripts or `.get`/`.setdefault`/`.pop` calls, or an `"key" in ...` test,
 on something that holds (part of) the config: `config` itself, a variable assigned from such a chain
 (`pw = config["pathways"]`, `for name, spec in config["datasets"].items()`), a rule's `params` in its script
@@ -17,14 +17,14 @@ import pytest
 import yaml
 from conftest import REPO
 
-from truthflow import judge
+from truthflow.depth import judge
 
 SCHEMA = yaml.safe_load((REPO / "src" / "truthflow" / "schemas" / "config.schema.yaml").read_text())
 FILES = sorted(
     [
         REPO / "Snakefile",
         *(REPO / "workflow" / "rules").glob("*.smk"),
-        *(REPO / "src" / "truthflow").glob("*.py"),
+        *(REPO / "src" / "truthflow").rglob("*.py"),
         *(REPO / "workflow" / "scripts").glob("*.py"),
         *(REPO / "workflow" / "report").glob("*.rst"),  # report captions: {{ snakemake.config["run"] }}
     ]
@@ -37,7 +37,7 @@ HANDOFFS = {
     "src/truthflow/registry.py": {"spec": ("datasets", ANY)},  # fill_source: hub defaults into an entry
     "src/truthflow/models.py": {"spec": ("models", ANY), "source": ("models", ANY, "source")},
     # depth.judge: settings = judge_settings(cfg), i.e. {**JUDGE_DEFAULTS, **cfg}
-    "src/truthflow/judge.py": {"cfg": ("depth", "judge"), "settings": ("depth", "judge")},
+    "src/truthflow/depth/judge.py": {"cfg": ("depth", "judge"), "settings": ("depth", "judge")},
 }
 # rule params built by a comprehension over literal keys, not by a chain: the section they are a part of
 PARAM_SECTIONS = {

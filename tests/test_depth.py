@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from truthflow.depth import (
+from truthflow.depth.tables import (
     check_graph,
     d3_mink_by_group,
     depthwise_average,
@@ -244,7 +244,7 @@ def test_per_question_needs_its_columns() -> None:
 
 
 def test_figures_draw_from_thin_and_empty_tables(tmp_path) -> None:
-    from truthflow.plots_depth import plot_depth_boxes, plot_score_gap_density
+    from truthflow.depth.plots import plot_depth_boxes, plot_score_gap_density
 
     depthwise = depthwise_average(per_question(), NODES, k=20)
     gaps, _ = score_gaps(per_question(), NODES)

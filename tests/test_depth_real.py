@@ -9,8 +9,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from truthflow.depth import check_graph, depthwise_average, pooled_by_depth, score_gaps
-from truthflow.judge import judge_all
+from truthflow.depth.judge import judge_all
+from truthflow.depth.tables import check_graph, depthwise_average, pooled_by_depth, score_gaps
 
 REAL = (
     Path(__file__).resolve().parents[2]

@@ -6,14 +6,14 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from truthflow.exact_tokens import (
+from truthflow.generation import build_prompt, encode_prompt
+from truthflow.pathways.tokens import (
     ea_length_table,
     ea_token_count,
     locate,
     question_spans,
     short_answer_span,
 )
-from truthflow.generation import build_prompt, encode_prompt
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -201,7 +201,7 @@ def test_locate_maps_spans_to_tokens(smollm):
 
 
 def test_random_control_positions_are_seeded_and_outside_eq():
-    from truthflow.pathways import control_positions
+    from truthflow.pathways.extract import control_positions
 
     a = control_positions("s1", [3, 4], list(range(10)), seed=0)
     assert a == control_positions("s1", [3, 4], list(range(10)), seed=0)
@@ -213,7 +213,7 @@ def test_random_control_positions_are_seeded_and_outside_eq():
 def test_llm_extractor_runs_on_a_real_model(gemma):
 
     from truthflow.generation import generate_answers
-    from truthflow.pathways import locate_all
+    from truthflow.pathways.extract import locate_all
 
     questions = ["What is the capital of France?", "Who wrote Hamlet?"]
     prompts = [build_prompt(gemma.tokenizer, q, chat=False) for q in questions]
@@ -301,7 +301,7 @@ def test_demo_ea_lengths_comparable(model, dataset):
     question) is at most 1.5x that of correct ones (the matched alias span, echo rule on)."""
     from transformers import AutoTokenizer
 
-    from truthflow.labels import label_frame
+    from truthflow.pathways.labels import label_frame
 
     answers = DEMO_RESULTS / "answers" / model / f"{dataset}.parquet"
     data = DEMO_RESULTS / "data" / f"{dataset}.parquet"

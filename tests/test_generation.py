@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from truthflow import exact_tokens as et
 from truthflow.batching import FAKE_OOM_ENV, next_batch, run_batched
 from truthflow.generation import (
     answer_questions,
@@ -19,6 +18,7 @@ from truthflow.generation import (
     newline_token_ids,
     strip_think,
 )
+from truthflow.pathways import tokens as et
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
 DEMO_SETS = [

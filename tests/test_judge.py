@@ -16,9 +16,9 @@ import polars as pl
 import pytest
 import yaml
 
-from truthflow import judge
+from truthflow.depth import judge
+from truthflow.depth.judge import f1_to_score, judge_all, normalize_text, parse_verdict, read_cache, token_f1
 from truthflow.errors import TruthflowError
-from truthflow.judge import f1_to_score, judge_all, normalize_text, parse_verdict, read_cache, token_f1
 
 KEY_ENV = "TRUTHFLOW_TEST_JUDGE_KEY"
 PARSER_DIGEST = "7562f7a0f139"
@@ -382,7 +382,7 @@ def test_parser_change_needs_a_new_parser_version() -> None:
 
 def test_judge_settings_agree_with_the_schema() -> None:
     schema = yaml.safe_load(
-        (Path(__file__).resolve().parents[1] / "src" / "truthflow" / "schemas" / "config.schema.yaml").read_text()
+        (Path(__file__).resolve().parents[1] / "src/truthflow/schemas/config.schema.yaml").read_text()
     )
     section = schema["properties"]["depth"]["properties"]["judge"]
     assert section["additionalProperties"] is False

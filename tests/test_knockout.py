@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from truthflow.knockout import knockout_mask, per_layer_reference, resid_sweep, window_layers
+from truthflow.pathways.knockout import knockout_mask, per_layer_reference, resid_sweep, window_layers
 
 MIN = torch.finfo(torch.float32).min
 

@@ -3,7 +3,7 @@ import json
 import polars as pl
 import pytest
 
-from truthflow.labels import (
+from truthflow.pathways.labels import (
     accuracy_table,
     choice_options,
     is_refusal,

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from truthflow.errors import TruthflowError
-from truthflow.mink import (
+from truthflow.depth.mink import (
     k_label,
     min_k_percent,
     min_k_plus_plus,
@@ -18,6 +17,7 @@ from truthflow.mink import (
     score_texts,
     token_statistics,
 )
+from truthflow.errors import TruthflowError
 from truthflow.models import LoadedModel
 
 LOGP = np.array([-1.0, -2.0, -3.0, -4.0, -5.0])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from truthflow.mink import min_k_percent, min_k_plus_plus, mink_column, score_texts
+from truthflow.depth.mink import min_k_percent, min_k_plus_plus, mink_column, score_texts
 
 TEXTS = [
     "What are thylakoids?",
@@ -20,7 +20,7 @@ K_GRID = [10, 20, 30]
 
 @pytest.mark.slow
 def test_score_texts_equals_unbatched_forward(smollm) -> None:
-    from truthflow.mink import encode_for_scoring
+    from truthflow.depth.mink import encode_for_scoring
 
     lm = smollm
     table = score_texts(lm, TEXTS, K_GRID, batch_size=3)

@@ -9,8 +9,8 @@ import polars as pl
 import pytest
 from conftest import new_workdir, small_config, snakemake
 
-from truthflow.pathway_check import HOLDS, INCONCLUSIVE, NOT_HOLD, check, per_sample_means, verdict
-from truthflow.pathways import control_positions, knockout_blocks
+from truthflow.pathways.check import HOLDS, INCONCLUSIVE, NOT_HOLD, check, per_sample_means, verdict
+from truthflow.pathways.extract import control_positions, knockout_blocks
 
 
 def test_control_blocks_exactly_eq_count_outside_eq_and_is_seeded():

@@ -5,7 +5,7 @@ import numpy as np
 import polars as pl
 from matplotlib.figure import Figure
 
-from truthflow.plots_pathways import MIN_LINE_N, draw_series, plot_check, plot_pathways, plot_probe_auc
+from truthflow.pathways.plots import MIN_LINE_N, draw_series, plot_check, plot_pathways, plot_probe_auc
 
 SUMMARY = pl.DataFrame(
     {
@@ -82,7 +82,7 @@ def test_small_groups_are_points_and_gaps_break_lines():
 def test_legend_lists_only_present_datasets(tmp_path):
     plot_pathways(SUMMARY, AUC, ["a"], {"a": "A"}, tmp_path / "p.png", tmp_path / "p.pdf")
     # the legend text is in the PDF as TrueType glyph runs; check through the artist instead
-    from truthflow import plots_pathways
+    from truthflow.pathways import plots as plots_pathways
 
     captured = {}
     orig = plots_pathways._finish

@@ -2,7 +2,14 @@ import numpy as np
 import polars as pl
 import pytest
 
-from truthflow.probes import anchors, bootstrap_ci, delta_p, probe_undefined_reason, run_probes, summarize
+from truthflow.pathways.probes import (
+    anchors,
+    bootstrap_ci,
+    delta_p,
+    probe_undefined_reason,
+    run_probes,
+    summarize,
+)
 
 
 def test_delta_p_hand_case():

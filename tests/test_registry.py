@@ -11,10 +11,11 @@ import pytest
 import yaml
 from conftest import REPO
 
-from truthflow import data, exact_tokens, registry
+from truthflow import data, registry
 from truthflow.config import check_names, fill_entries
 from truthflow.data import load_qa
 from truthflow.errors import TruthflowError
+from truthflow.pathways import tokens as exact_tokens
 
 SCHEMA = REPO / "src" / "truthflow" / "schemas" / "config.schema.yaml"
 DEMO = REPO / "data" / "demo"
@@ -163,7 +164,7 @@ def test_config_accepts_registered_names_only():
 
 
 def test_plots_take_names_and_colours_from_the_registry():
-    from truthflow import plots_pathways as pp
+    from truthflow.pathways import plots as pp
 
     assert pp.DATASETS == {s.name: s.display for s in registry.QA_SETS}
     assert {k: pp.COLOURS[k] for k in pp.DATASETS} == {s.name: s.colour for s in registry.QA_SETS}

@@ -18,7 +18,7 @@ from conftest import new_workdir, small_config, snakemake, snakemake_cmd
 
 from truthflow.batching import FAKE_OOM_ENV
 from truthflow.generation import build_prompt, generate_answers
-from truthflow.knockout import resid_sweep
+from truthflow.pathways.knockout import resid_sweep
 from truthflow.runlog import STOP_AT_ENV
 
 pytestmark = pytest.mark.slow

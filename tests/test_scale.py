@@ -1,6 +1,6 @@
 """Memory stays bounded by streaming: the extraction's host memory does not grow with the number of samples
 (residual streams go to memory-mapped files batch by batch). Measured with tracemalloc, which sees every
-numpy allocation on the host, on a tiny random-weight Llama so the test is fast and exact in what it counts."""
+numpy allocation on the host, on a tiny random-weight Llama, so the test is fast and exact."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import tracemalloc
 import numpy as np
 import torch
 
-from truthflow.knockout import resid_sweep_multi
 from truthflow.models import LoadedModel
+from truthflow.pathways.knockout import resid_sweep_multi
 
 
 def _tiny_model():

@@ -71,7 +71,7 @@ def quantitative(published: pl.DataFrame, pathways: pl.DataFrame, depthwise: pl.
 
 
 def qualitative_pathways(check: pl.DataFrame) -> list[dict]:
-    """One row per (model, dataset) from the falsification check (truthflow.pathway_check): E_Q knockout
+    """One row per (model, dataset) from the falsification check (truthflow.pathways.check): E_Q knockout
     against the matched random control. Q-Anchored below A-Anchored is not a check: it follows from the
     split (METHOD A9)."""
     rows = []

@@ -5,7 +5,7 @@ which source fields hold the gold answers, and its E_Q rule (exact question toke
 
 Everything else reads this module: the loader (data.py), the workflow's dataset lists and wildcard
 (common.smk, Snakefile), the config checks (config.py: only registered names are accepted), the E_Q
-extractor (exact_tokens.question_spans) and the figures (plots_pathways). Adding a QA set is one entry here
+extractor (pathways.tokens.question_spans) and the figures (pathways.plots). Adding a QA set is one entry here
 plus its tests.
 
 This module imports nothing from truthflow: every rule's code inputs include it, and it must not pull in
@@ -122,14 +122,14 @@ class QASet:
     required: tuple[str, ...]
     # the source's own id fields, first non-blank wins; none: question_id(name, question)
     id_fields: tuple[str, ...]
-    # the source fields the gold answers (the `answers` column that labels.py matches) are read from
+    # the source fields the gold answers (the `answers` column that pathways/labels.py matches) are read from
     gold_fields: tuple[str, ...]
     # record -> {"question", "answers", <the set's own columns>}; no id (normalize adds it)
     fields: Callable[[dict], dict]
     # own columns that must be integers (converted after the id is known, so a bad value names the sample)
     int_fields: tuple[str, ...] = ()
     # E_Q rule: (question, row) -> sorted character spans, or None where it does not apply (then the
-    # generic deterministic rule of exact_tokens.question_spans is used); None: always the generic rule
+    # generic deterministic rule of pathways.tokens.question_spans is used); None: always the generic rule
     question_spans: Callable[[str, dict], list[Span] | None] | None = None
 
     def normalize(self, record: dict, i: int) -> dict:

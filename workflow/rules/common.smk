@@ -327,7 +327,7 @@ def depth_dir(*parts):
 # a judge that cannot run (openai without its API key) stops the workflow here, dry runs included, before any
 # model job spends hours on answers nobody can score
 if config["depth"]["models"]:
-    from truthflow.judge import check_judge_config  # noqa: E402
+    from truthflow.depth.judge import check_judge_config  # noqa: E402
 
     try:
         check_judge_config(config["depth"]["judge"], os.environ)

@@ -1,7 +1,7 @@
 import polars as pl
 
 from truthflow import runlog, validate
-from truthflow.depth import (
+from truthflow.depth.tables import (
     check_graph,
     d3_mink_by_group,
     depthwise_average,

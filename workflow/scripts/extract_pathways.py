@@ -5,7 +5,7 @@ import polars as pl
 
 from truthflow import runlog, validate
 from truthflow.models import load_model
-from truthflow.pathways import extract, locate_all
+from truthflow.pathways.extract import extract, locate_all
 
 
 def main(sm):

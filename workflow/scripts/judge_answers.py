@@ -1,7 +1,7 @@
 import polars as pl
 
 from truthflow import runlog, validate
-from truthflow.judge import judge_all
+from truthflow.depth.judge import judge_all
 
 
 def main(sm):

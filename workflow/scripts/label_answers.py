@@ -1,7 +1,7 @@
 import polars as pl
 
 from truthflow import runlog, validate
-from truthflow.labels import accuracy_table, label_frame
+from truthflow.pathways.labels import accuracy_table, label_frame
 
 
 def main(sm):

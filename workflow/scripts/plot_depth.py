@@ -1,5 +1,5 @@
 from truthflow import runlog, validate
-from truthflow.plots_depth import plot_depth_boxes, plot_score_gap_density
+from truthflow.depth.plots import plot_depth_boxes, plot_score_gap_density
 
 
 def main(sm):

@@ -1,5 +1,5 @@
 from truthflow import runlog, validate
-from truthflow.plots_pathways import plot_anchored, plot_check, plot_pathways, plot_probe_auc
+from truthflow.pathways.plots import plot_anchored, plot_check, plot_pathways, plot_probe_auc
 
 
 def main(sm):

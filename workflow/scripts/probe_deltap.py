@@ -2,8 +2,8 @@ import numpy as np
 import polars as pl
 
 from truthflow import runlog, validate
-from truthflow.pathway_check import check, check_frame
-from truthflow.probes import run_probes, summarize
+from truthflow.pathways.check import check, check_frame
+from truthflow.pathways.probes import run_probes, summarize
 
 
 def main(sm):

@@ -3,7 +3,7 @@ import time
 import polars as pl
 
 from truthflow import runlog, validate
-from truthflow.mink import score_texts
+from truthflow.depth.mink import score_texts
 from truthflow.models import load_model
 
 

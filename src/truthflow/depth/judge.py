@@ -26,9 +26,9 @@ from pathlib import Path
 import polars as pl
 from tqdm.auto import tqdm
 
-from .errors import TruthflowError
-from .labels import normalize_text
-from .redact import add_secret, redact
+from ..errors import TruthflowError
+from ..redact import add_secret, redact
+from ..text import normalize_text
 
 BACKENDS = ("reference", "openai", "hf")
 REFERENCE_MODEL = "token-f1"
@@ -357,7 +357,7 @@ class HFJudge:
         self.chat = bool(getattr(self.lm.tokenizer, "chat_template", None))
 
     def _load(self):
-        from .models import INFO_FILE, LoadedModel, load_model, pick_device, torch_dtype
+        from ..models import INFO_FILE, LoadedModel, load_model, pick_device, torch_dtype
 
         dtype = str(self.settings["dtype"])
         path = Path(self.model_id)
@@ -380,7 +380,7 @@ class HFJudge:
         return LoadedModel(model=model, tokenizer=tokenizer, info={"name": self.model_id}, device=device)
 
     def _prompt(self, row: dict) -> str:
-        from .generation import build_prompt
+        from ..generation import build_prompt
 
         # some chat templates (Gemma) reject a system turn, so the system text leads the user turn
         content = (
@@ -389,7 +389,7 @@ class HFJudge:
         return build_prompt(self.lm.tokenizer, content, chat=True, instruction="") if self.chat else content
 
     def verdicts(self, rows: list[dict]) -> Iterator[tuple[int, Verdict]]:
-        from .generation import generate_answers
+        from ..generation import generate_answers
 
         # chunks so verdicts reach the cache as they are made, not only after the whole set
         chunk = max(1, self.batch_size * 4)

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from .batching import pad_batch, run_batched
-from .errors import TruthflowError
-from .models import LoadedModel
+from ..batching import pad_batch, run_batched
+from ..errors import TruthflowError
+from ..models import LoadedModel
 
 
 def k_label(k: float) -> str:

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .batching import pad_batch, run_batched
-from .models import LoadedModel
+from ..batching import pad_batch, run_batched
+from ..models import LoadedModel
 
 
 def knockout_mask(valid: torch.Tensor, block: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from .errors import TruthflowError
+from ..errors import TruthflowError
 from .mink import k_label, mink_column
 
 NODE_COLUMNS = ("nodeid", "group", "depth", "direct_predecessors", "direct_successors", "qid")

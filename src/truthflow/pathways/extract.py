@@ -9,10 +9,10 @@ import zlib
 import numpy as np
 import polars as pl
 
-from . import exact_tokens as et
-from .generation import build_prompt, generate_answers
+from ..generation import build_prompt, generate_answers
+from ..models import LoadedModel
+from . import tokens as et
 from .knockout import resid_sweep_multi
-from .models import LoadedModel
 
 EA_PROMPT = (
     "Copy, word for word, the short answer (a name, number or short phrase) that this response gives "

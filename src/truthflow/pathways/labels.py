@@ -4,15 +4,12 @@ echo rule, refusal flags."""
 from __future__ import annotations
 
 import re
-import string
 from dataclasses import dataclass
 
 import polars as pl
 
-from .exact_tokens import STOPWORDS
+from ..text import ARTICLES, PUNCT, STOPWORDS, Word, normalize_text, normalized_words  # noqa: F401
 
-ARTICLES = {"a", "an", "the"}
-PUNCT = set(string.punctuation) | {"“", "”", "‘", "’", "–", "—", "…", "«", "»"}
 REFUSAL_PATTERNS = [
     r"\bi (?:do not|don't|dont) know\b",
     r"\bunknown\b",
@@ -49,35 +46,6 @@ NAME_CONNECTORS = {
 }
 _BOUNDARY = re.compile(r"[,;:?!()\[\]]")
 MAX_OPTION_WORDS = 6
-
-Word = tuple[str, int, int]
-
-
-def normalized_words(text: str) -> list[Word]:
-    """Words of the normalized text with the [start, end) character span each covers in `text`.
-    Normalization: lowercase, punctuation dropped, articles a/an/the dropped, whitespace folded."""
-    words: list[Word] = []
-    cur: list[str] = []
-    start = end = -1
-    for i, ch in enumerate(text):
-        if ch in PUNCT:
-            continue  # dropped, does not split a word ("U.S." -> "us")
-        if ch.isspace():
-            if cur:
-                words.append(("".join(cur), start, end))
-                cur = []
-            continue
-        if not cur:
-            start = i
-        cur.append(ch.lower())
-        end = i + 1
-    if cur:
-        words.append(("".join(cur), start, end))
-    return [w for w in words if w[0] not in ARTICLES]
-
-
-def normalize_text(text: str) -> str:
-    return " ".join(w for w, _, _ in normalized_words(text))
 
 
 def _find_all(tokens: list[str], target: list[str]) -> list[int]:

@@ -5,17 +5,8 @@ from __future__ import annotations
 
 import re
 
-from . import registry
-
-STOPWORDS = set(
-    """a an the of in on at to for from by with about as into like through after over between out
-against during without before under around among is are was were be been being am do does did has have had
-what which who whom whose when where why how that this these those it its it's he she they them his her their
-there here and or but if then than so not no nor too very can will just should would could may
-might must shall
-name named called one first last many much most more some any each other another same such own only also
-does did doing done i you we us our your my me""".split()
-)
+from .. import registry
+from ..text import STOPWORDS
 
 WH_WORDS = {"what", "which", "who", "whom", "whose", "when", "where", "why", "how"}
 # words that frame a question or an answer without being its subject, property or answer
