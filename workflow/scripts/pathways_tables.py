@@ -1,6 +1,7 @@
 import polars as pl
 
 from truthflow import runlog, validate
+from truthflow.pathways.tokens import CLASS_TABLE_SCHEMA, class_table
 
 
 def _concat(paths, columns) -> pl.DataFrame:
@@ -8,42 +9,14 @@ def _concat(paths, columns) -> pl.DataFrame:
 
 
 def exact_token_table(pairs, sample_paths) -> pl.DataFrame:
-    """Per (model, dataset, class): n, mean |E_A| and |E_Q| in tokens, the E_Q share of the question tokens,
-    and the samples without a matched random control. |E_A| must be comparable across classes (A3)."""
     frames = []
     for (model, dataset), path in zip(pairs, sample_paths, strict=True):
         s = validate.read_parquet(path, ["id", "correct"])
-        if s.height == 0 or "n_ea" not in s.columns:
-            continue
-        frames.append(
-            s.group_by(
-                pl.when(pl.col("correct")).then(pl.lit("correct")).otherwise(pl.lit("wrong")).alias("class")
-            )
-            .agg(
-                pl.len().alias("n"),
-                pl.col("n_ea").mean().round(2).alias("mean_ea_tokens"),
-                pl.col("n_eq").mean().round(2).alias("mean_eq_tokens"),
-                (pl.col("n_eq") / pl.col("question_positions").list.len())
-                .median()
-                .round(3)
-                .alias("median_eq_share"),
-                (~pl.col("control_matched")).sum().alias("n_no_matched_control"),
-            )
-            .select(pl.lit(model).alias("model"), pl.lit(dataset).alias("dataset"), pl.all())
-        )
-    schema = {
-        "model": pl.String,
-        "dataset": pl.String,
-        "class": pl.String,
-        "n": pl.UInt32,
-        "mean_ea_tokens": pl.Float64,
-        "mean_eq_tokens": pl.Float64,
-        "median_eq_share": pl.Float64,
-        "n_no_matched_control": pl.UInt32,
-    }
+        if s.height and "n_ea" in s.columns:
+            frames.append(class_table(s, model, dataset))
     if not frames:
-        return pl.DataFrame(schema=schema)
-    return pl.concat(frames, how="diagonal_relaxed").cast(schema).sort(["model", "dataset", "class"])
+        return pl.DataFrame(schema=CLASS_TABLE_SCHEMA)
+    return pl.concat(frames).sort(["model", "dataset", "class"])
 
 
 def main(sm):

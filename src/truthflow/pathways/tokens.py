@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+import polars as pl
+
 from .. import registry
 from ..text import STOPWORDS
 
@@ -502,4 +505,67 @@ def ea_length_table(
             "ratio": [mw / mc if sizes[True] and sizes[False] else float("nan")],
             "n_wrong_ea_missing": [missing],
         }
+    )
+
+
+CLASS_TABLE_SCHEMA = {
+    "model": pl.String,
+    "dataset": pl.String,
+    "class": pl.String,
+    "n": pl.UInt32,
+    "mean_ea_tokens": pl.Float64,
+    "mean_eq_tokens": pl.Float64,
+    "median_eq_share": pl.Float64,
+    "n_no_matched_control": pl.UInt32,
+    "auc_ea_length_only": pl.Float64,
+    "auc_position_only": pl.Float64,
+}
+
+
+def position_only_auc(correct: np.ndarray, value: np.ndarray) -> float:
+    """How well a position feature alone separates the classes: the ROC AUC of `value` for 'wrong' (the
+    larger value, the more likely wrong), folded to >= 0.5 (a feature that separates the other way counts
+    as well), so 0.5 means no separation and 1.0 a perfect one. NaN with one class only. Ties count 1/2."""
+    correct = np.asarray(correct, dtype=bool)
+    value = np.asarray(value, dtype=float)
+    wrong, right = value[~correct], value[correct]
+    if not len(wrong) or not len(right):
+        return float("nan")
+    greater = (wrong[:, None] > right[None, :]).sum() + 0.5 * (wrong[:, None] == right[None, :]).sum()
+    auc = float(greater / (len(wrong) * len(right)))
+    return max(auc, 1.0 - auc)
+
+
+def class_table(samples: pl.DataFrame, model: str, dataset: str) -> pl.DataFrame:
+    """Per answer class of one (model, dataset): n, mean |E_A| and |E_Q| in tokens, the median E_Q share of
+    the question tokens, the samples without a matched random control, and the position confound check
+    (A3): how well |E_A| alone, and the probe position alone, separate correct from wrong answers (AUC
+    folded to >= 0.5; the same value on both class rows). A probe AUC not clearly above these could be
+    reading position, not truthfulness."""
+    correct = samples["correct"].to_numpy()
+    auc_len = position_only_auc(correct, samples["n_ea"].to_numpy())
+    auc_pos = position_only_auc(correct, samples["probe_position"].to_numpy())
+    return (
+        samples.group_by(
+            pl.when(pl.col("correct")).then(pl.lit("correct")).otherwise(pl.lit("wrong")).alias("class")
+        )
+        .agg(
+            pl.len().alias("n"),
+            pl.col("n_ea").mean().round(2).alias("mean_ea_tokens"),
+            pl.col("n_eq").mean().round(2).alias("mean_eq_tokens"),
+            (pl.col("n_eq") / pl.col("question_positions").list.len())
+            .median()
+            .round(3)
+            .alias("median_eq_share"),
+            (~pl.col("control_matched")).sum().alias("n_no_matched_control"),
+        )
+        .select(
+            pl.lit(model).alias("model"),
+            pl.lit(dataset).alias("dataset"),
+            pl.all(),
+            pl.lit(round(auc_len, 3)).alias("auc_ea_length_only"),
+            pl.lit(round(auc_pos, 3)).alias("auc_position_only"),
+        )
+        .cast(CLASS_TABLE_SCHEMA)
+        .sort("class")
     )
