@@ -18,6 +18,9 @@ SCHEMA = {
 }
 
 
+EXPERIMENT_KINDS = ("patching", "answer_only", "awareness", "detection")
+
+
 def _row(check, model, dataset, detail, published, rng, reproduced, verdict) -> dict:
     return {
         "check": check,
@@ -31,11 +34,65 @@ def _row(check, model, dataset, detail, published, rng, reproduced, verdict) -> 
     }
 
 
-def quantitative(published: pl.DataFrame, pathways: pl.DataFrame, depthwise: pl.DataFrame) -> list[dict]:
+def _experiment_value(p: dict, experiments: dict[str, pl.DataFrame]) -> tuple[float, str] | None:
+    """This run's value for a published Section 3.2-5 number (kinds patching, answer_only, awareness,
+    detection), or None when the run has no such row (model not run, experiment off, undefined)."""
+    key = (pl.col("model") == p["model"]) & (pl.col("dataset") == p["dataset"])
+    kind = p["kind"]
+    if kind in ("patching", "answer_only"):
+        rows = experiments.get("rows")
+        if rows is None:
+            return None
+        cond = "E_Q" if kind == "patching" else "-ΔP"
+        sub = rows.filter(
+            key
+            & (pl.col("experiment") == kind)
+            & (pl.col("condition") == cond)
+            & (pl.col("group") == p["anchor"])
+        ).drop_nulls("value")
+        what = "flip rate (%) under E_Q patching" if kind == "patching" else "−ΔP (%) from the answer alone"
+        return (float(sub["value"][0]), f"{what}, {p['anchor']} ({p['source']})") if sub.height else None
+    if kind == "awareness":
+        aw = experiments.get("awareness")
+        if aw is None:
+            return None
+        sub = aw.filter(key).drop_nulls("auc").group_by("layer").agg(pl.col("auc").mean())
+        if not sub.height:
+            return None
+        best = sub.sort(["auc", "layer"], descending=[True, False])
+        layer = int(best["layer"][0])
+        return 100 * float(
+            best["auc"][0]
+        ), f"pathway-awareness AUC (%), best layer {layer} ≠ K ({p['source']})"
+    if kind == "detection":
+        det = experiments.get("detection")
+        if det is None:
+            return None
+        sub = det.filter(key & (pl.col("method") == p["method"])).drop_nulls("auc")
+        sub = sub.filter(pl.col("status").str.starts_with("ok"))
+        if not sub.height:
+            return None
+        return 100 * float(
+            sub["auc"].mean()
+        ), f"{p['method']} test AUC (%), mean of {sub.height} seeds ({p['source']})"
+    return None
+
+
+def quantitative(
+    published: pl.DataFrame,
+    pathways: pl.DataFrame,
+    depthwise: pl.DataFrame,
+    experiments: dict[str, pl.DataFrame] | None = None,
+) -> list[dict]:
     rows = []
     for p in published.iter_rows(named=True):
         rng = f"[{p['low']:g}, {p['high']:g}]"
-        if p["kind"] == "delta_p":
+        if p["kind"] in EXPERIMENT_KINDS:
+            found = _experiment_value(p, experiments or {})
+            if found is None:
+                continue
+            value, detail = found
+        elif p["kind"] == "delta_p":
             sub = pathways.filter(
                 (pl.col("knockout") == "target")
                 & (pl.col("model") == p["model"])
@@ -48,12 +105,14 @@ def quantitative(published: pl.DataFrame, pathways: pl.DataFrame, depthwise: pl.
                 continue
             value = float(sub["mean_delta_p"].mean())
             detail = f"mean ΔP, {p['anchor']}, layer {int(p['layer'])} ({p['source']})"
-        else:
+        elif p["kind"] == "median_mink":
             sub = depthwise.filter((pl.col("model") == p["model"]) & (pl.col("depth") == int(p["depth"])))
             if sub.height == 0:
                 continue
             value = float(sub["mink"].median())
             detail = f"median depthwise MIN-K%, depth {int(p['depth'])} ({p['source']})"
+        else:
+            raise ValueError(f"published.tsv: unknown kind '{p['kind']}'")
         verdict = "within range" if p["low"] <= value <= p["high"] else "outside range"
         rows.append(
             _row(
@@ -135,6 +194,7 @@ def compare(
     depthwise: pl.DataFrame | None,
     pooled: pl.DataFrame | None,
     check: pl.DataFrame | None = None,
+    experiments: dict[str, pl.DataFrame] | None = None,
 ) -> pl.DataFrame:
     pathways = (
         pathways
@@ -156,7 +216,7 @@ def compare(
         else pl.DataFrame(schema={"model": pl.String, "depth": pl.Int64, "mink": pl.Float64})
     )
     # qualitative checks are stated for every model; paper models also get their published values
-    rows = quantitative(published, pathways, depthwise)
+    rows = quantitative(published, pathways, depthwise, experiments)
     if check is not None:
         rows += qualitative_pathways(check)
     if pooled is not None:

@@ -34,6 +34,12 @@ _PRODUCERS: list[tuple[re.Pattern[str], str]] = [
         (r"labels/[^/]+/[^/]+\.(parquet|accuracy\.tsv)", "label_answers"),
         (r"pathways/[^/]+/[^/]+/(samples\.parquet|dropped\.parquet|resid_[a-z]+\.npy)", "extract_pathways"),
         (r"pathways/[^/]+/[^/]+/(probe_auc|deltap|summary|check)\.parquet", "probe_deltap"),
+        (r"pathways/[^/]+/[^/]+/exp_((patch|answer_only|pr)\.npy|scores\.parquet)", "extract_experiments"),
+        (r"pathways/[^/]+/[^/]+/exp_(rows|awareness|detection|samples)\.parquet", "pathway_experiments"),
+        (
+            r"tables/pathways_(experiments|awareness|detection|table3|experiment_samples)\.(parquet|tsv)",
+            "experiment_tables",
+        ),
         (r"depth/[^/]+/mink\.parquet", "score_mink"),
         (r"depth/[^/]+/answers\.parquet", "answer_depthqa"),
         (r"depth/[^/]+/scores\.parquet", "judge_answers"),

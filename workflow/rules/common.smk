@@ -181,6 +181,10 @@ def all_targets():
                     "probe_auc",
                 )
             ]
+            targets += [
+                res("figures", f"pathways_{fig}_{pair_name(pair)}.png")
+                for fig in EXPERIMENT_FIGURES
+            ]
     if config["depth"]["models"]:
         targets += [
             res("tables", "depth_per_question.parquet"),
@@ -201,7 +205,14 @@ def all_targets():
     if pw["models"] and pw["datasets"]:
         targets += [
             res("tables", f"{t}.tsv")
-            for t in ("pathways_check", "exact_tokens", "probe_auc")
+            for t in (
+                "pathways_check",
+                "exact_tokens",
+                "probe_auc",
+                "pathways_experiments",
+                "pathways_awareness",
+                "pathways_table3",
+            )
         ]
     return targets + report_tables(targets)
 
@@ -214,6 +225,12 @@ REPORT_TABLES = {
         "pathways_check_table.rst",
     ),
     "exact_tokens": ("Exact tokens per answer class", "exact_tokens.rst"),
+    "pathways_experiments": (
+        "Patching, answer-only, knowledge boundary, saliency per group",
+        "pathways_experiments_table.rst",
+    ),
+    "pathways_awareness": ("Pathway awareness AUC by layer", "pathways_awareness_table.rst"),
+    "pathways_table3": ("Hallucination detection (the paper's Table 3)", "pathways_table3.rst"),
     "probe_auc": ("Probe AUC by layer", "probe_auc_table.rst"),
     "dropped_samples": ("Kept and dropped samples", "dropped.rst"),
     "published_vs_reproduced": ("Published vs reproduced", "compare.rst"),
@@ -232,6 +249,10 @@ def report_tables(targets):
     """The inline HTML page of every report table that this run makes."""
     made = {Path(t).stem for t in targets if t.endswith(".tsv")}
     return [res("report", f"{name}.html") for name in REPORT_TABLES if name in made]
+
+
+# the experiment figures of rule plot_experiments, one of each per model pair: figures/pathways_<name>_<pair>
+EXPERIMENT_FIGURES = ("patching", "answer_only", "boundary", "saliency", "awareness")
 
 
 def pair_name(pair):

@@ -132,3 +132,125 @@ rule plot_pathways:
         target=config["pathways"]["knockout"]["target"],
     script:
         "../scripts/plot_pathways.py"
+
+
+# ---------------------------------------------------------------- Section 3.2-5 experiments (A12-A17)
+rule extract_experiments:
+    input:
+        samples=pw_dir("samples.parquet"),
+        labels=res("labels", "{model}", "{dataset}.parquet"),
+        data=res("data", "{dataset}.parquet"),
+        auc=pw_dir("probe_auc.parquet"),
+        model=model_dir,
+        code=code(),
+    output:
+        patch=pw_dir("exp_patch.npy"),
+        answer_only=pw_dir("exp_answer_only.npy"),
+        pr=pw_dir("exp_pr.npy"),
+        scores=pw_dir("exp_scores.parquet"),
+    log:
+        res("logs", "extract_experiments", "{model}", "{dataset}.log"),
+    benchmark:
+        res("benchmarks", "extract_experiments", "{model}", "{dataset}.tsv")
+    conda:
+        "../../envs/truthflow.yaml"
+    threads: MODEL_THREADS
+    resources:
+        gpu=lambda w: gpu_resources(w.model)["gpu"],
+        mem_mb=lambda w: gpu_resources(w.model)["mem_mb"],
+        runtime=lambda w: gpu_resources(w.model)["runtime"],
+        batch_size=lambda w: model_spec(w.model)["batch_size"],
+    params:
+        chat=lambda w: model_spec(w.model)["chat"],
+        dtype=lambda w: model_spec(w.model)["dtype"],
+        chat_template_kwargs=lambda w: model_spec(w.model)["chat_template_kwargs"],
+        cfg=config["pathways"]["experiments"],
+    script:
+        "../scripts/extract_experiments.py"
+
+
+rule pathway_experiments:
+    input:
+        samples=pw_dir("samples.parquet"),
+        deltap=pw_dir("deltap.parquet"),
+        resid_clean=pw_dir("resid_clean.npy"),
+        data=res("data", "{dataset}.parquet"),
+        patch=pw_dir("exp_patch.npy"),
+        answer_only=pw_dir("exp_answer_only.npy"),
+        pr=pw_dir("exp_pr.npy"),
+        scores=pw_dir("exp_scores.parquet"),
+        code=code(),
+    output:
+        rows=pw_dir("exp_rows.parquet"),
+        awareness=pw_dir("exp_awareness.parquet"),
+        detection=pw_dir("exp_detection.parquet"),
+        per_sample=pw_dir("exp_samples.parquet"),
+    log:
+        res("logs", "pathway_experiments", "{model}", "{dataset}.log"),
+    conda:
+        "../../envs/truthflow.yaml"
+    params:
+        cfg=config["pathways"]["experiments"],
+        probe=config["pathways"]["probe"],
+        bootstrap=config["pathways"]["bootstrap"],
+    script:
+        "../scripts/pathway_experiments.py"
+
+
+rule experiment_tables:
+    input:
+        rows=pw_inputs("exp_rows.parquet"),
+        awareness=pw_inputs("exp_awareness.parquet"),
+        detection=pw_inputs("exp_detection.parquet"),
+        per_sample=pw_inputs("exp_samples.parquet"),
+        code=code(),
+    output:
+        rows=res("tables", "pathways_experiments.parquet"),
+        rows_tsv=res("tables", "pathways_experiments.tsv"),
+        awareness=res("tables", "pathways_awareness.parquet"),
+        awareness_tsv=res("tables", "pathways_awareness.tsv"),
+        detection=res("tables", "pathways_detection.parquet"),
+        table3=res("tables", "pathways_table3.tsv"),
+        per_sample=res("tables", "pathways_experiment_samples.parquet"),
+    log:
+        res("logs", "experiment_tables.log"),
+    localrule: True
+    conda:
+        "../../envs/truthflow.yaml"
+    script:
+        "../scripts/experiment_tables.py"
+
+
+rule plot_experiments:
+    input:
+        rows=res("tables", "pathways_experiments.parquet"),
+        awareness=res("tables", "pathways_awareness.parquet"),
+        per_sample=res("tables", "pathways_experiment_samples.parquet"),
+        code=code(),
+    output:
+        **{
+            f"{fig}_{ext}": (
+                report(
+                    res("figures", f"pathways_{fig}_{{pair}}.png"),
+                    category="Pathways experiments",
+                    caption=f"../report/pathways_{fig}.rst",
+                )
+                if ext == "png"
+                else res("figures", f"pathways_{fig}_{{pair}}.pdf")
+            )
+            for fig in EXPERIMENT_FIGURES
+            for ext in ("png", "pdf")
+        },
+    log:
+        res("logs", "plot_experiments", "{pair}.log"),
+    localrule: True
+    conda:
+        "../../envs/truthflow.yaml"
+    params:
+        models=lambda w: pair_models(w.pair),
+        titles=lambda w: {
+            m: model_spec(m).get("display_name", m) for m in pair_models(w.pair)
+        },
+        show_caption=config["figures"]["caption"],
+    script:
+        "../scripts/plot_experiments.py"

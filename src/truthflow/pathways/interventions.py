@@ -1,0 +1,278 @@
+"""The new forward passes of the Section 3.2-5 experiments (docs/method.md A12-A17), all at one probe layer K:
+token patching (E_Q ids replaced by a donor's), the answer alone, Pathway Reweighting (attention on
+E_Q -> answer edges scaled), and the detection baselines (P(True), answer-token log-probabilities).
+
+Every pass reuses the knockout stage's batching (length-sorted, OOM back-off) and float 4D masks, and stops
+at layer K: layers above K cannot change the residual stream at K.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import zlib
+
+import numpy as np
+import torch
+
+from ..batching import pad_batch, run_batched
+from ..models import LoadedModel
+from .knockout import ResidCapture, _Stop, decoder_layers, knockout_mask
+
+
+# ------------------------------------------------------------------ token patching (A12)
+def _rng(seed: int, key: str) -> random.Random:
+    return random.Random(f"{seed}:{zlib.crc32(key.encode())}")
+
+
+def choose_donors(ids: list[str], eq_lengths: list[int], seed: int) -> list[tuple[int, bool]]:
+    """Donor of each sample: a seeded random OTHER sample of the same dataset with the same |E_Q| (so the
+    swap keeps every length and position), else any other sample (its E_Q ids are then cycled or cut to
+    |E_Q|: length_matched False, counted). Returns (donor index, length_matched) per sample; (-1, False) for
+    a dataset of one sample."""
+    by_len: dict[int, list[int]] = {}
+    for i, n in enumerate(eq_lengths):
+        by_len.setdefault(n, []).append(i)
+    out = []
+    for i, sid in enumerate(ids):
+        rng = _rng(seed, sid)
+        same = [j for j in by_len.get(eq_lengths[i], []) if j != i]
+        if same:
+            out.append((rng.choice(same), True))
+            continue
+        others = [j for j in range(len(ids)) if j != i]
+        out.append((rng.choice(others), False) if others else (-1, False))
+    return out
+
+
+def donor_tokens(donor_eq_ids: list[int], n: int) -> list[int]:
+    """The donor's E_Q token ids fitted to n positions: cut, or cycled when shorter."""
+    if not donor_eq_ids:
+        return []
+    return [donor_eq_ids[k % len(donor_eq_ids)] for k in range(n)]
+
+
+def patch(seq: list[int], positions: list[int], tokens: list[int]) -> list[int]:
+    """seq with seq[positions[k]] = tokens[k] (same length, every other token unchanged)."""
+    if len(positions) != len(tokens):
+        raise ValueError(f"{len(positions)} positions but {len(tokens)} tokens")
+    out = list(seq)
+    for p, t in zip(positions, tokens, strict=True):
+        out[p] = t
+    return out
+
+
+def patched_inputs(
+    ids: list[str],
+    seqs: list[list[int]],
+    eq_positions: list[list[int]],
+    control_positions: list[list[int] | None],
+    seed: int,
+) -> dict:
+    """The two patching conditions: E_Q replaced by the donor's E_Q ids, and the control: the same donor ids
+    written over |E_Q| random non-E_Q question tokens (the knockout's first matched control draw; None when
+    the sample has none, then its control input is the unpatched sequence and it is left out)."""
+    eq_ids = [[s[p] for p in e] for s, e in zip(seqs, eq_positions, strict=True)]
+    donors = choose_donors(ids, [len(e) for e in eq_positions], seed)
+    target, control, donor_ids, matched = [], [], [], []
+    for i, (j, same) in enumerate(donors):
+        toks = donor_tokens(eq_ids[j], len(eq_positions[i])) if j >= 0 else []
+        ok = j >= 0 and len(toks) == len(eq_positions[i])
+        target.append(patch(seqs[i], eq_positions[i], toks) if ok else list(seqs[i]))
+        ctrl = control_positions[i]
+        control.append(patch(seqs[i], ctrl, toks) if ok and ctrl else list(seqs[i]))
+        donor_ids.append(ids[j] if j >= 0 else "")
+        matched.append(same)
+    return {"target": target, "control": control, "donor": donor_ids, "length_matched": matched}
+
+
+# ------------------------------------------------------------------ answer only (A13)
+def answer_only_inputs(
+    seqs: list[list[int]], prompt_lens: list[int], probe_pos: list[int], bos_id: int | None
+) -> tuple[list[list[int]], list[int]]:
+    """The answer without the question: [BOS] + the answer's token ids, the probe at the same answer token
+    (its position shifted by the prompt's length, plus one for the BOS when the tokenizer has one)."""
+    lead = [bos_id] if bos_id is not None else []
+    out, pos = [], []
+    for s, n, p in zip(seqs, prompt_lens, probe_pos, strict=True):
+        if not n <= p < len(s):
+            raise ValueError(
+                f"probe position {p} is not in the answer (prompt {n} tokens, sequence {len(s)})"
+            )
+        out.append(lead + list(s[n:]))
+        pos.append(p - n + len(lead))
+    return out, pos
+
+
+# ------------------------------------------------------------------ Pathway Reweighting (A16)
+def reweight_mask(
+    valid: torch.Tensor, queries: torch.Tensor, keys: torch.Tensor, factor: float, dtype: torch.dtype
+) -> torch.Tensor:
+    """The causal padding mask (as knockout_mask, nothing blocked) plus log(factor) on every allowed cell
+    (i, j) with query i in `queries` and key j in `keys` ([B, T] bool each). An additive log(f) before the
+    softmax multiplies those attention weights by f and renormalizes each row: softmax(s + log f · 1_E) ∝
+    exp(s) · f^(1_E)."""
+    base = knockout_mask(valid, torch.zeros_like(valid), dtype)  # [B, 1, T, T]
+    if factor == 1.0:
+        return base
+    if factor <= 0:
+        raise ValueError(f"reweighting factor must be > 0, got {factor}")
+    edges = queries[:, :, None] & keys[:, None, :] & (base[:, 0] == 0)
+    return base + edges[:, None].to(dtype) * math.log(factor)
+
+
+def _positions_tensor(rows: list[list[int]], shape, device) -> torch.Tensor:
+    t = torch.zeros(shape, dtype=torch.bool)
+    for r, pos in enumerate(rows):
+        if pos:
+            t[r, pos] = True
+    return t.to(device)
+
+
+@torch.inference_mode()
+def resid_at_layer(
+    lm: LoadedModel,
+    seqs: list[list[int]],
+    probe_pos: list[int],
+    layer: int,
+    batch_size: int,
+    edges: tuple[list[list[int]], list[list[int]]] | None = None,
+    factor: float = 1.0,
+    desc: str = "pass",
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """Residual stream after decoder layer `layer` (1-based) at probe_pos, [N, D]; the pass stops there.
+    edges=(queries, keys) per sample with `factor` reweights those attention edges in every layer."""
+    model = lm.model
+    layers = decoder_layers(model)
+    if not 1 <= layer <= len(layers):
+        raise ValueError(f"layer {layer} is not in 1..{len(layers)}")
+    base = getattr(model, model.base_model_prefix)
+    device = next(model.parameters()).device
+    dtype = next(model.parameters()).dtype
+    pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
+    hidden = model.config.get_text_config().hidden_size
+    if out is None:
+        out = np.zeros((len(seqs), hidden), dtype=np.float16)
+    seqs = [s[: p + 1] for s, p in zip(seqs, probe_pos, strict=True)]
+    order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
+
+    def step(idx: list[int]) -> None:
+        ids, valid = pad_batch([seqs[i] for i in idx], pad_id, side="right")
+        ids, valid = ids.to(device), valid.to(device)
+        if edges is None:
+            mask = knockout_mask(valid, torch.zeros_like(valid), dtype)
+        else:
+            q = _positions_tensor([edges[0][i] for i in idx], ids.shape, device)
+            k = _positions_tensor([edges[1][i] for i in idx], ids.shape, device)
+            mask = reweight_mask(valid, q, k, factor, dtype)
+        cap = ResidCapture(layers, stop_after=layer - 1)
+        cap.set_positions([probe_pos[i] for i in idx])
+        try:
+            try:
+                base(input_ids=ids, attention_mask=mask, use_cache=False)
+            except _Stop:
+                pass
+            out[idx] = cap.resid_post[layer - 1].float().cpu().numpy().astype(out.dtype)
+        finally:
+            cap.remove()
+
+    run_batched(order, batch_size, step, desc=desc)
+    return out
+
+
+# ------------------------------------------------------------------ detection baselines (A17)
+@torch.inference_mode()
+def answer_logprobs(
+    lm: LoadedModel,
+    seqs: list[list[int]],
+    ea_positions: list[list[int]],
+    batch_size: int,
+    desc: str = "logits",
+) -> tuple[np.ndarray, np.ndarray]:
+    """Logits-mean / Logits-min: the mean and the minimum log-probability of the E_A tokens, teacher-forced
+    (token at position p scored from position p-1). The LM head runs only on the positions needed (a full
+    [B, T, V] logit tensor of a 262k vocabulary would not fit)."""
+    model = lm.model
+    base = getattr(model, model.base_model_prefix)
+    head = model.get_output_embeddings()
+    device = next(model.parameters()).device
+    dtype = next(model.parameters()).dtype
+    pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
+    softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
+    mean = np.full(len(seqs), np.nan)
+    low = np.full(len(seqs), np.nan)
+    ends = [max(e) + 1 if e else 0 for e in ea_positions]
+    order = sorted(range(len(seqs)), key=lambda i: -ends[i])
+
+    def step(idx: list[int]) -> None:
+        ids, valid = pad_batch([seqs[i][: max(1, ends[i])] for i in idx], pad_id, side="right")
+        ids, valid = ids.to(device), valid.to(device)
+        mask = knockout_mask(valid, torch.zeros_like(valid), dtype)
+        h = base(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+        for r, i in enumerate(idx):
+            pos = [p for p in ea_positions[i] if p >= 1]
+            if not pos:
+                continue
+            prev = torch.tensor([p - 1 for p in pos], device=device)
+            logits = head(h[r, prev]).float()
+            if softcap:  # Gemma caps its logits; log-probabilities follow the capped logits
+                logits = torch.tanh(logits / softcap) * softcap
+            lp = torch.log_softmax(logits, dim=-1)
+            tok = ids[r, torch.tensor(pos, device=device)]
+            vals = lp[torch.arange(len(pos), device=device), tok].cpu().numpy()
+            mean[i], low[i] = float(vals.mean()), float(vals.min())
+
+    run_batched(order, batch_size, step, desc=desc)
+    return mean, low
+
+
+P_TRUE_TEMPLATE = (
+    "Question: {question}\nProposed answer: {answer}\n"
+    "Is the proposed answer true or false? Reply with one word: True or False."
+)
+
+
+def verdict_token_ids(tokenizer) -> tuple[list[int], list[int]]:
+    """First token ids of 'True' and 'False', with and without a leading space (deduplicated)."""
+
+    def first(words):
+        out = []
+        for w in words:
+            ids = tokenizer(w, add_special_tokens=False)["input_ids"]
+            if ids and ids[0] not in out:
+                out.append(ids[0])
+        return out
+
+    t, f = first(["True", " True", "true", " true"]), first(["False", " False", "false", " false"])
+    return [i for i in t if i not in f], [i for i in f if i not in t]
+
+
+@torch.inference_mode()
+def p_true(lm: LoadedModel, prompts: list[list[int]], batch_size: int, desc: str = "P(True)") -> np.ndarray:
+    """P(True) (Kadavath et al. 2022): the model's probability of 'True' against 'False' as the next token
+    after a prompt asking whether the proposed answer is true: softmax over the two sets of first-token
+    ids, P = Σ exp(logit True ids) / Σ exp(logit True ∪ False ids)."""
+    model = lm.model
+    base = getattr(model, model.base_model_prefix)
+    head = model.get_output_embeddings()
+    device = next(model.parameters()).device
+    dtype = next(model.parameters()).dtype
+    pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
+    t_ids, f_ids = verdict_token_ids(lm.tokenizer)
+    out = np.full(len(prompts), np.nan)
+    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+
+    def step(idx: list[int]) -> None:
+        ids, valid = pad_batch([prompts[i] for i in idx], pad_id, side="right")
+        ids, valid = ids.to(device), valid.to(device)
+        mask = knockout_mask(valid, torch.zeros_like(valid), dtype)
+        h = base(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+        last = torch.tensor([len(prompts[i]) - 1 for i in idx], device=device)
+        logits = head(h[torch.arange(len(idx), device=device), last]).float()
+        lt = torch.logsumexp(logits[:, t_ids], dim=-1)
+        lf = torch.logsumexp(logits[:, f_ids], dim=-1)
+        out[idx] = torch.sigmoid(lt - lf).cpu().numpy()
+
+    run_batched(order, batch_size, step, desc=desc)
+    return out

@@ -1,0 +1,240 @@
+"""Attention saliency ("Two Pathways to Truthfulness", Fig. 1): how much the loss on the model's own answer
+flows through attention edges leaving the exact question tokens E_Q.
+
+Definition. One sequence x_0..x_{n-1} is the prompt ids followed by the model's own answer ids; the answer
+starts at position s = answer_start (1 <= s < n). The loss is the mean negative log-likelihood of the answer
+tokens, teacher-forced,
+
+    L = -1/(n - s) * sum_{t = s}^{n-1} log p(x_t | x_0..x_{t-1})
+
+(position t is predicted from the logits at position t - 1). For decoder layer l and head h, A^l_h is the
+attention-probability matrix [n, n] (query i, key j; zero above the diagonal) exactly as the model's eager
+attention multiplies it with the values, and the saliency of the edge j -> i is
+
+    S^l(i, j) = sum_h | A^l_h(i, j) * dL/dA^l_h(i, j) |.
+
+Per sample and layer two numbers are reported (pooled means over sets of cells, E_Q and E_A are 0-based
+token positions into the sequence):
+
+    S(E_Q->E_A) = mean of S^l(i, j) over the cells {(i, j) : i in E_A, j in E_Q};
+    S(E_Q->*)   = mean of S^l(i, j) over the cells {(i, j) : j in E_Q, j < i < n}, i.e. every later
+                  position of the sequence (later E_Q tokens, the rest of the prompt, the answer);
+                  padding positions are never counted.
+
+An empty cell set gives NaN. Duplicate positions in E_Q or E_A count once. Cells the loss cannot see
+have S = 0 exactly: the last position's query row in every layer (its logits predict nothing) and, in the
+last layer, the query rows before s - 1 (their logits are not scored); so an E_A holding only the final
+token of the sequence gets S(E_Q->E_A) = 0.
+
+Computation. dL/dA needs the attention probabilities inside the autograd graph, so the stage runs under
+`eager` attention: a model loaded with another implementation (sdpa, flash) is switched with
+`model.set_attn_implementation("eager")` for the call and switched back afterwards. With
+`output_attentions=True` eager attention returns the very probability tensors it multiplies with the values
+(dropout is the identity in eval mode), and `torch.autograd.grad` of the loss with respect to them gives
+dL/dA; a returned tensor outside the graph makes autograd fail loudly. The graph is rooted at the input
+embeddings (detached, requires_grad), and the parameters are frozen for the call, so no parameter gradient
+is ever computed, stored or accumulated, and a model whose parameters are already frozen works too.
+
+Batches are right-padded (`pad_batch(side="right")`): a real row never attends to a later (padding) key, so
+each sample's probabilities and loss are those of its own unpadded pass. The batch loss is the SUM of the
+per-sample mean losses, so the gradient at sample b's attention is dL_b/dA_b: batched equals one at a time.
+S is reduced layer by layer in float32 and the gradients of a layer are dropped once reduced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+
+from ..batching import pad_batch, run_batched
+from ..errors import TruthflowError
+from ..models import LoadedModel
+
+
+# ------------------------------------------------------------------------------------------- reduction
+def pair_masks(
+    n: int, eq: Sequence[int], ea: Sequence[int], width: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two cell sets of one sample as bool [width, width] masks (query i, key j), width >= n:
+    (i in E_A, j in E_Q) and (j in E_Q, j < i < n)."""
+    width = n if width is None else width
+    key_q = torch.zeros(width, dtype=torch.bool)
+    query_a = torch.zeros(width, dtype=torch.bool)
+    for name, pos, flags in (("E_Q", eq, key_q), ("E_A", ea, query_a)):
+        bad = [p for p in pos if not 0 <= int(p) < n]
+        if bad:
+            raise ValueError(f"{name} positions {bad[:5]} are outside the sequence of {n} tokens")
+        if len(pos):
+            flags[torch.as_tensor(list(pos), dtype=torch.long)] = True
+    idx = torch.arange(width)
+    later = (idx[:, None] > idx[None, :]) & (idx[:, None] < n)
+    to_answer = query_a[:, None] & key_q[None, :]
+    to_all = later & key_q[None, :]
+    return to_answer, to_all
+
+
+def _masked_mean(s: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """s [..., T, T], mask [T, T] (or broadcastable): mean over the masked cells (NaN when none)."""
+    count = mask.sum(dim=(-2, -1))
+    total = (s * mask).sum(dim=(-2, -1))
+    return torch.where(count > 0, total / count.clamp(min=1), torch.full_like(total, float("nan")))
+
+
+def reduce_saliency(
+    s: torch.Tensor, eq: Sequence[int], ea: Sequence[int], n: int | None = None
+) -> np.ndarray:
+    """S of one sample, [L, T, T] (or [T, T]) with n <= T real positions -> float32 [L, 2] (or [2]):
+    [..., 0] = S(E_Q->E_A), [..., 1] = S(E_Q->*) (module docstring)."""
+    s = torch.as_tensor(s)
+    width = s.shape[-1]
+    n = width if n is None else n
+    to_answer, to_all = pair_masks(n, eq, ea, width)
+    s = s.float()
+    out = torch.stack([_masked_mean(s, to_answer.to(s.device)), _masked_mean(s, to_all.to(s.device))], dim=-1)
+    return out.cpu().numpy().astype(np.float32)
+
+
+# ------------------------------------------------------------------------------------ eager attention
+@contextmanager
+def eager_attention(model):
+    """Run the block under `eager` attention; a model loaded with another implementation is switched for
+    the block and switched back after it."""
+    before = getattr(model.config, "_attn_implementation", None)
+    if before == "eager":
+        yield
+        return
+    if not hasattr(model, "set_attn_implementation"):
+        raise TruthflowError(
+            f"saliency needs eager attention; the model uses '{before}' and this transformers version "
+            f"cannot switch it: load the model with attn_implementation='eager'"
+        )
+    model.set_attn_implementation("eager")
+    if getattr(model.config, "_attn_implementation", None) != "eager":
+        raise TruthflowError(
+            f"saliency needs eager attention; {type(model).__name__} could not be switched from '{before}' "
+            f"to 'eager': load the model with attn_implementation='eager'"
+        )
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(before)
+
+
+@contextmanager
+def frozen_parameters(model):
+    """requires_grad False on every parameter for the block (restored after it)."""
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+    try:
+        for p, _ in flags:
+            p.requires_grad_(False)
+        yield
+    finally:
+        for p, flag in flags:
+            p.requires_grad_(flag)
+
+
+# ------------------------------------------------------------------------------------- loss and dL/dA
+def answer_loss(
+    logits: torch.Tensor, ids: torch.Tensor, lengths: Sequence[int], answer_start: Sequence[int], first: int
+) -> torch.Tensor:
+    """Sum over rows of the mean NLL of the answer tokens. logits [B, K, V] hold positions first..first+K-1
+    of each row; position t is predicted by the logits at t - 1."""
+    dtype = torch.promote_types(logits.dtype, torch.float32)  # float32, or float64 for a float64 model
+    logp = torch.log_softmax(logits.to(dtype), dim=-1)
+    total = logp.new_zeros(())
+    for row, (n, s) in enumerate(zip(lengths, answer_start, strict=True)):
+        targets = ids[row, s:n].to(logp.device)
+        pred = logp[row, s - 1 - first : n - 1 - first]  # [n - s, V]
+        total = total + (-pred.gather(-1, targets[:, None]).squeeze(-1)).mean()
+    return total
+
+
+def _check_start(n: int, start: int) -> None:
+    if not 1 <= start < n:
+        raise ValueError(f"answer_start {start} must lie in [1, {n - 1}] for a sequence of {n} tokens")
+
+
+def attention_and_grads(
+    lm: LoadedModel, seqs: list[list[int]], answer_start: list[int]
+) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
+    """One right-padded batch: (summed per-sample loss, [A^l [B, H, T, T]], [dL/dA^l], valid [B, T]).
+    The caller must already be in `eager_attention` (and, to skip parameter gradients, in
+    `frozen_parameters`)."""
+    model = lm.model
+    for s, a in zip(seqs, answer_start, strict=True):
+        _check_start(len(s), a)
+    pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
+    ids, valid = pad_batch(seqs, pad_id, side="right")
+    embed = model.get_input_embeddings()
+    device = embed.weight.device
+    ids, valid = ids.to(device), valid.to(device)
+    width = ids.shape[1]
+    first = min(answer_start) - 1  # the first position whose logits the loss needs
+    with torch.enable_grad():
+        embeds = embed(ids).detach().requires_grad_(True)
+        out = model(
+            inputs_embeds=embeds,
+            attention_mask=valid.long(),
+            use_cache=False,
+            output_attentions=True,
+            logits_to_keep=width - first,
+        )
+        attns = list(out.attentions or ())
+        n_layers = model.config.get_text_config().num_hidden_layers
+        if len(attns) != n_layers or any(a is None for a in attns):
+            raise TruthflowError(
+                f"saliency: the model returned {len(attns)} attention maps for {n_layers} layers "
+                f"(attention '{model.config._attn_implementation}' must be eager)"
+            )
+        loss = answer_loss(out.logits, ids, [len(s) for s in seqs], answer_start, first)
+        del out
+        grads = list(torch.autograd.grad(loss, attns))
+    return loss.detach(), [a.detach() for a in attns], grads, valid
+
+
+# ------------------------------------------------------------------------------------------------- stage
+def saliency(
+    lm: LoadedModel,
+    seqs: list[list[int]],
+    answer_start: list[int],
+    eq_positions: list[list[int]],
+    ea_positions: list[list[int]],
+    batch_size: int,
+    desc: str = "saliency",
+) -> np.ndarray:
+    """Attention saliency of every sample at every layer: float32 [N, L, 2], [..., 0] = S(E_Q->E_A),
+    [..., 1] = S(E_Q->*), layers 1..L in order (module docstring)."""
+    n = len(seqs)
+    if not (len(answer_start) == len(eq_positions) == len(ea_positions) == n):
+        raise ValueError("seqs, answer_start, eq_positions and ea_positions must have the same length")
+    model = lm.model
+    n_layers = model.config.get_text_config().num_hidden_layers
+    result = np.full((n, n_layers, 2), np.nan, dtype=np.float32)
+    for s, a, eq, ea in zip(seqs, answer_start, eq_positions, ea_positions, strict=True):
+        _check_start(len(s), a)  # bad inputs fail before any model work
+        pair_masks(len(s), eq, ea)
+    order = sorted(range(n), key=lambda i: -len(seqs[i]))
+
+    def step(idx: list[int]) -> None:
+        _, attns, grads, valid = attention_and_grads(
+            lm, [seqs[i] for i in idx], [answer_start[i] for i in idx]
+        )
+        width = valid.shape[1]
+        masks = [pair_masks(len(seqs[i]), eq_positions[i], ea_positions[i], width) for i in idx]
+        to_answer = torch.stack([m[0] for m in masks]).to(valid.device)  # [B, T, T]
+        to_all = torch.stack([m[1] for m in masks]).to(valid.device)
+        per_layer = []
+        for layer in range(len(attns)):
+            a, g = attns[layer], grads[layer]
+            s = (a.float() * g.float()).abs().sum(dim=1)  # [B, T, T]
+            attns[layer] = grads[layer] = None  # free this layer as soon as it is reduced
+            s = s.to(valid.device)
+            per_layer.append(torch.stack([_masked_mean(s, to_answer), _masked_mean(s, to_all)], dim=-1))
+        result[idx] = torch.stack(per_layer, dim=1).cpu().numpy()
+
+    with eager_attention(model), frozen_parameters(model):
+        run_batched(order, batch_size, step, desc=desc)
+    return result
