@@ -182,7 +182,7 @@ def all_targets():
                 )
             ]
             targets += [
-                res("figures", f"pathways_{fig}_{pair_name(pair)}.png")
+                res("figures", f"experiment_{fig}_{pair_name(pair)}.png")
                 for fig in EXPERIMENT_FIGURES
             ]
     if config["depth"]["models"]:
@@ -251,7 +251,7 @@ def report_tables(targets):
     return [res("report", f"{name}.html") for name in REPORT_TABLES if name in made]
 
 
-# the experiment figures of rule plot_experiments, one of each per model pair: figures/pathways_<name>_<pair>
+# the experiment figures of rule plot_experiments, one of each per model pair: figures/experiment_<name>_<pair>
 EXPERIMENT_FIGURES = ("patching", "answer_only", "boundary", "saliency", "awareness")
 
 

@@ -231,12 +231,12 @@ rule plot_experiments:
         **{
             f"{fig}_{ext}": (
                 report(
-                    res("figures", f"pathways_{fig}_{{pair}}.png"),
+                    res("figures", f"experiment_{fig}_{{pair}}.png"),
                     category="Pathways experiments",
                     caption=f"../report/pathways_{fig}.rst",
                 )
                 if ext == "png"
-                else res("figures", f"pathways_{fig}_{{pair}}.pdf")
+                else res("figures", f"experiment_{fig}_{{pair}}.pdf")
             )
             for fig in EXPERIMENT_FIGURES
             for ext in ("png", "pdf")

@@ -121,9 +121,11 @@ def reweight_mask(
     return base + edges[:, None].to(dtype) * math.log(factor)
 
 
-def _positions_tensor(rows: list[list[int]], shape, device) -> torch.Tensor:
+def _positions_tensor(rows: list[list[int]], lengths: list[int], shape, device) -> torch.Tensor:
+    """[B, T] bool of the given positions; positions at or past a row's length (after its probe) are dropped."""
     t = torch.zeros(shape, dtype=torch.bool)
-    for r, pos in enumerate(rows):
+    for r, (pos, n) in enumerate(zip(rows, lengths, strict=True)):
+        pos = [p for p in pos if p < n]
         if pos:
             t[r, pos] = True
     return t.to(device)
@@ -163,8 +165,9 @@ def resid_at_layer(
         if edges is None:
             mask = knockout_mask(valid, torch.zeros_like(valid), dtype)
         else:
-            q = _positions_tensor([edges[0][i] for i in idx], ids.shape, device)
-            k = _positions_tensor([edges[1][i] for i in idx], ids.shape, device)
+            lengths = [len(seqs[i]) for i in idx]
+            q = _positions_tensor([edges[0][i] for i in idx], lengths, ids.shape, device)
+            k = _positions_tensor([edges[1][i] for i in idx], lengths, ids.shape, device)
             mask = reweight_mask(valid, q, k, factor, dtype)
         cap = ResidCapture(layers, stop_after=layer - 1)
         cap.set_positions([probe_pos[i] for i in idx])

@@ -1,0 +1,244 @@
+"""Section 3.2-5 experiments (docs/method.md A12-A17): hand-computed cases for the donor swap, the answer-only
+input, the Pathway Reweighting mask (only the intended edges, and what it does to the softmax), flip
+counting, and exactness of the early-stopping passes on a tiny random-weight Llama."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+import transformers
+
+from truthflow.models import LoadedModel
+from truthflow.pathways import experiments as ex
+from truthflow.pathways import interventions as iv
+from truthflow.pathways.knockout import knockout_mask, resid_sweep
+
+MIN = torch.finfo(torch.float32).min
+
+
+# ------------------------------------------------------------------ A12 token patching
+def test_donor_swap_keeps_lengths_hand_case():
+    ids = ["a", "b", "c", "d"]
+    seqs = [[1, 10, 11, 2, 3], [1, 20, 21, 2, 4], [1, 30, 2, 5, 6], [1, 2, 40, 7, 8]]
+    eq = [[1, 2], [1, 2], [1], [2]]  # a, b: |E_Q| 2; c, d: |E_Q| 1
+    ctrl = [[3, 4], None, [3], [3]]
+    out = iv.patched_inputs(ids, seqs, eq, ctrl, seed=0)
+    # same-length donors exist for everyone: a <-> b, c <-> d
+    assert out["donor"] == ["b", "a", "d", "c"] and all(out["length_matched"])
+    assert out["target"][0] == [1, 20, 21, 2, 3]  # b's E_Q ids written over a's E_Q
+    assert out["target"][2] == [1, 40, 2, 5, 6]
+    assert out["target"][3] == [1, 2, 30, 7, 8]
+    assert out["control"][0] == [1, 10, 11, 20, 21]  # the same donor ids over the control positions
+    assert out["control"][1] == seqs[1]  # no control: unpatched (and left out downstream)
+    assert all(len(t) == len(s) for t, s in zip(out["target"], seqs, strict=True))
+    # seeded: the same seed gives the same donors
+    assert iv.patched_inputs(ids, seqs, eq, ctrl, seed=0)["donor"] == out["donor"]
+
+
+def test_donor_of_another_length_is_cycled_or_cut_and_counted():
+    donors = iv.choose_donors(["a", "b"], [3, 1], seed=1)
+    assert donors == [(1, False), (0, False)]
+    assert iv.donor_tokens([7], 3) == [7, 7, 7]
+    assert iv.donor_tokens([7, 8, 9], 2) == [7, 8]
+    assert iv.choose_donors(["only"], [2], seed=0) == [(-1, False)]
+    with pytest.raises(ValueError):
+        iv.patch([1, 2, 3], [0, 1], [5])
+
+
+# ------------------------------------------------------------------ A13 answer only
+def test_answer_only_input_construction():
+    seqs = [[1, 50, 51, 52, 60, 61, 62], [1, 50, 70]]
+    out, pos = iv.answer_only_inputs(seqs, prompt_lens=[4, 2], probe_pos=[5, 2], bos_id=1)
+    assert out == [[1, 60, 61, 62], [1, 70]]
+    assert pos == [2, 1]  # the same answer token: 61 and 70
+    assert [o[p] for o, p in zip(out, pos, strict=True)] == [61, 70]
+    out, pos = iv.answer_only_inputs(seqs, [4, 2], [5, 2], bos_id=None)
+    assert out == [[60, 61, 62], [70]] and pos == [1, 0]
+    with pytest.raises(ValueError):
+        iv.answer_only_inputs(seqs, [4, 2], [3, 2], bos_id=None)  # probe inside the prompt
+
+
+# ------------------------------------------------------------------ A16 Pathway Reweighting
+def test_reweight_mask_touches_only_the_intended_edges():
+    valid = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]], dtype=torch.bool)
+    queries = torch.tensor([[0, 0, 0, 1, 1], [0, 0, 1, 1, 0]], dtype=torch.bool)
+    keys = torch.tensor([[0, 1, 1, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.bool)
+    clean = knockout_mask(valid, torch.zeros_like(valid), torch.float32)
+    mask = iv.reweight_mask(valid, queries, keys, 2.0, torch.float32)
+    diff = (mask - clean)[:, 0]
+    log2 = float(np.log(2.0))
+    expected0 = torch.zeros(5, 5)
+    expected0[3, 1] = expected0[3, 2] = expected0[4, 1] = expected0[4, 2] = log2
+    expected1 = torch.zeros(5, 5)
+    expected1[2, 0] = expected1[3, 0] = log2  # query 4 is padding: untouched
+    assert torch.allclose(diff[0], expected0) and torch.allclose(diff[1], expected1)
+    assert (mask[clean == MIN] == MIN).all()  # blocked cells stay blocked
+    assert torch.equal(iv.reweight_mask(valid, queries, keys, 1.0, torch.float32), clean)
+    with pytest.raises(ValueError):
+        iv.reweight_mask(valid, queries, keys, 0.0, torch.float32)
+
+
+def test_log_factor_multiplies_the_attention_weights_and_renormalizes():
+    scores = torch.tensor([0.3, -1.2, 0.8, 0.1])
+    add = torch.tensor([0.0, np.log(3.0), 0.0, np.log(3.0)], dtype=torch.float32)
+    got = torch.softmax(scores + add, dim=0)
+    w = torch.exp(scores) * torch.tensor([1.0, 3.0, 1.0, 3.0])
+    assert torch.allclose(got, w / w.sum(), atol=1e-7)
+
+
+# ------------------------------------------------------------------ passes on a tiny real architecture
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(
+        num_hidden_layers=3,
+        hidden_size=32,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        vocab_size=64,
+        max_position_embeddings=128,
+    )
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    return LoadedModel(model=model, tokenizer=SimpleNamespace(pad_token_id=0), info={}, device="cpu")
+
+
+def _seqs():
+    rng = np.random.default_rng(3)
+    return [[int(t) for t in rng.integers(1, 64, n)] for n in (12, 9, 15)]
+
+
+def test_stopped_pass_equals_the_full_sweep_at_layer_k(tiny):
+    seqs = _seqs()
+    probe = [10, 8, 13]
+    clean, _ = resid_sweep(tiny, seqs, probe, [[], [], []], batch_size=2, out_dtype=np.float32)
+    for layer in (1, 2, 3):
+        got = iv.resid_at_layer(tiny, seqs, probe, layer, batch_size=3, out=np.zeros((3, 32), np.float32))
+        assert np.allclose(got, clean[:, layer - 1], atol=1e-5)
+    # factor 1 on any edges is the clean pass
+    edges = ([[9, 10], [7, 8], [12, 13]], [[1, 2], [3], [0, 4]])
+    same = iv.resid_at_layer(
+        tiny, seqs, probe, 3, 3, edges=edges, factor=1.0, out=np.zeros((3, 32), np.float32)
+    )
+    assert np.allclose(same, clean[:, 2], atol=1e-5)
+    up = iv.resid_at_layer(
+        tiny, seqs, probe, 3, 3, edges=edges, factor=4.0, out=np.zeros((3, 32), np.float32)
+    )
+    assert not np.allclose(up, clean[:, 2], atol=1e-3)
+    # edges whose queries come after the probe position change nothing at the probe
+    late = ([[11], [8], [14]], [[1], [3], [0]])
+    after = iv.resid_at_layer(
+        tiny, seqs, [10, 7, 13], 3, 3, edges=late, factor=4.0, out=np.zeros((3, 32), np.float32)
+    )
+    ref = iv.resid_at_layer(tiny, seqs, [10, 7, 13], 3, 3, out=np.zeros((3, 32), np.float32))
+    assert np.allclose(after, ref, atol=1e-5)
+
+
+def test_answer_logprobs_match_the_full_logits(tiny):
+    seqs = _seqs()
+    ea = [[5, 6], [8], [3, 9, 10]]
+    mean, low = iv.answer_logprobs(tiny, seqs, ea, batch_size=2)
+    with torch.no_grad():
+        for i, s in enumerate(seqs):
+            lp = torch.log_softmax(tiny.model(torch.tensor([s])).logits[0].float(), -1)
+            vals = np.array([lp[p - 1, s[p]].item() for p in ea[i]])
+            assert mean[i] == pytest.approx(vals.mean(), abs=1e-5)
+            assert low[i] == pytest.approx(vals.min(), abs=1e-5)
+
+
+def test_p_true_is_the_two_way_softmax(tiny):
+    class Tok:
+        pad_token_id = 0
+
+        def __call__(self, text, add_special_tokens=False):
+            return {
+                "input_ids": [
+                    {"True": 5, " True": 5, "true": 6, " true": 6}.get(text, 7 if "alse" in text else 8)
+                ]
+            }
+
+    lm = LoadedModel(model=tiny.model, tokenizer=Tok(), info={}, device="cpu")
+    assert iv.verdict_token_ids(lm.tokenizer) == ([5, 6], [7])
+    prompts = _seqs()
+    got = iv.p_true(lm, prompts, batch_size=2)
+    with torch.no_grad():
+        for i, s in enumerate(prompts):
+            logits = tiny.model(torch.tensor([s])).logits[0, -1].float()
+            lt, lf = torch.logsumexp(logits[[5, 6]], 0), logits[7]
+            assert got[i] == pytest.approx(torch.sigmoid(lt - lf).item(), abs=1e-5)
+
+
+# ------------------------------------------------------------------ flip counting and group summaries
+def test_patching_flip_counting_hand_case():
+    # 2 seeds x 4 samples; probabilities of 'correct'
+    prob = np.array([[0.9, 0.8, 0.6, 0.3], [0.7, 0.4, 0.6, 0.2]])
+    patched = np.array([[0.2, 0.9, 0.4, 0.1], [0.6, 0.1, 0.3, 0.1]])
+    control = np.array([[0.9, 0.9, 0.7, 0.1], [0.3, 0.9, 0.6, 0.1]])
+    correct = np.array([1, 1, 1, 0])
+    groups = np.array([True, True, False, False])
+    rows = ex.patching_rows(prob, patched, control, correct, groups, np.array([1, 0, 1, 1], bool), 3, 100, 0)
+    by = {(r["condition"], r["group"]): r for r in rows}
+    # sample 0: both seeds predict correct; seed 0 flips -> 50%. sample 1: mean 0.6 -> eligible; only seed 0
+    # predicts correct and it does not flip -> 0%. sample 2: both seeds predict correct, both flip -> 100%.
+    # sample 3: wrong answer -> not eligible.
+    assert by[("E_Q", "Q-Anchored")]["n"] == 2 and by[("E_Q", "Q-Anchored")]["value"] == pytest.approx(25.0)
+    assert by[("E_Q", "A-Anchored")]["n"] == 1 and by[("E_Q", "A-Anchored")]["value"] == pytest.approx(100.0)
+    # control: sample 1 has none; sample 0 flips in seed 1 -> 50%; sample 2 never -> 0%
+    assert by[("random", "Q-Anchored")]["n"] == 1 and by[("random", "Q-Anchored")]["value"] == pytest.approx(
+        50.0
+    )
+    assert by[("random", "A-Anchored")]["value"] == pytest.approx(0.0)
+    assert np.isnan(by[("random", "A-Anchored")]["ci_low"])  # one sample: no CI, never a zero-width one
+
+
+def test_answer_only_minus_delta_p_hand_case():
+    prob = np.array([[0.8, 0.2]])  # sample 0 predicted correct (p 0.8), sample 1 wrong (p 0.8)
+    prob_ao = np.array([[0.4, 0.6]])
+    rows = ex.answer_only_rows(prob, prob_ao, np.array([True, False]), 5, 100, 0)
+    # sample 0: ΔP = 100 (0.4 - 0.8) / 0.8 = -50 -> -ΔP 50; sample 1: p_ko(wrong) 0.4 -> -ΔP 50
+    assert [r["value"] for r in rows] == [pytest.approx(50.0), pytest.approx(50.0)]
+
+
+def test_boundary_rows_and_groups_hand_case():
+    deltap = pl.DataFrame(
+        {
+            "id": ["a", "b", "c", "a", "b", "c"],
+            "layer": [1, 1, 1, 2, 2, 2],
+            "knockout": ["target"] * 6,
+            "anchor": ["Q-Anchored", "A-Anchored", "A-Anchored", "Q-Anchored", "Q-Anchored", "A-Anchored"],
+        }
+    )
+    assert ex.groups_at(deltap, ["a", "b", "c"], 2).tolist() == [True, True, False]
+    rows = ex.boundary_rows(
+        deltap,
+        {"a": True, "b": False, "c": True},
+        {"a": False, "b": True, "c": False},
+        {"a": 100.0, "b": 10.0, "c": 0.0},
+        2,
+        50,
+        0,
+    )
+    by = {(r["condition"], r["group"], r["layer"]): r for r in rows}
+    assert by[("accuracy", "A-Anchored", 1)]["value"] == pytest.approx(50.0)
+    assert by[("accuracy", "Q-Anchored", 2)]["value"] == pytest.approx(50.0)
+    assert by[("refusal", "Q-Anchored", 2)]["value"] == pytest.approx(50.0)
+    # popularity only at K = 2; c's s_pop 0 has no log and is left out
+    assert by[("log10 popularity", "Q-Anchored", 2)]["value"] == pytest.approx(1.5)
+    assert by[("log10 popularity", "A-Anchored", 2)]["n"] == 0
+    assert ("log10 popularity", "Q-Anchored", 1) not in by
+    with pytest.raises(ValueError, match="no knockout anchor"):
+        ex.groups_at(deltap, ["a", "zz"], 1)
+
+
+def test_experiment_layer_choice():
+    auc = pl.DataFrame(
+        {"layer": [1, 2, 3, 1, 2, 3], "auc": [0.6, 0.8, 0.8, 0.7, 0.8, 0.8], "status": ["ok"] * 6}
+    )
+    assert ex.experiment_layer("auto", auc, 3)[0] == 2  # tie between 2 and 3: the lowest
+    assert ex.experiment_layer(3, auc, 3) == (3, "pathways.experiments.layer")
+    with pytest.raises(ValueError, match="has 3 layers"):
+        ex.experiment_layer(4, auc, 3)
+    undefined = pl.DataFrame({"layer": [None], "auc": [None], "status": ["probe undefined: one class"]})
+    assert ex.experiment_layer("auto", undefined, 30) == (15, "probe undefined: middle layer")
