@@ -168,7 +168,7 @@ def check_names(config: dict) -> None:
     ps = config["pathways"]
     if ps["anchor_split"] == "fixed_layer" and ps.get("fixed_layer") is None:
         raise TruthflowError("config key 'pathways.fixed_layer' must be set when anchor_split is fixed_layer")
-    layer = ps["experiments"]["layer"]
+    layer = ps.get("experiments", {}).get("layer", "auto")
     if isinstance(layer, str) and layer != "auto" or isinstance(layer, int) and layer < 1:
         raise TruthflowError(
             f"config key 'pathways.experiments.layer' must be 'auto' or a layer number >= 1, got {layer!r}"

@@ -164,7 +164,7 @@ rule extract_experiments:
         chat=lambda w: model_spec(w.model)["chat"],
         dtype=lambda w: model_spec(w.model)["dtype"],
         chat_template_kwargs=lambda w: model_spec(w.model)["chat_template_kwargs"],
-        cfg=config["pathways"]["experiments"],
+        experiments=config["pathways"]["experiments"],
     script:
         "../scripts/extract_experiments.py"
 
@@ -190,7 +190,7 @@ rule pathway_experiments:
     conda:
         "../../envs/truthflow.yaml"
     params:
-        cfg=config["pathways"]["experiments"],
+        experiments=config["pathways"]["experiments"],
         probe=config["pathways"]["probe"],
         bootstrap=config["pathways"]["bootstrap"],
     script:

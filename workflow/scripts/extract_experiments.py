@@ -13,7 +13,7 @@ from truthflow.pathways.saliency import saliency
 
 
 def main(sm):
-    cfg = sm.params.cfg
+    cfg = sm.params.experiments
     name = f"{sm.wildcards.model}/{sm.wildcards.dataset}"
     samples = validate.read_parquet(
         sm.input.samples, ["id", "correct", "eq_positions", "ea_positions", "probe_position"]

@@ -7,7 +7,8 @@ from truthflow.pathways.detection import awareness_auc, detection_table
 
 
 def main(sm):
-    cfg, probe, boot = sm.params.cfg, sm.params.probe, sm.params.bootstrap
+    cfg = sm.params.experiments
+    probe, boot = sm.params.probe, sm.params.bootstrap
     model, dataset = sm.wildcards.model, sm.wildcards.dataset
     name = f"{model}/{dataset}"
     samples = validate.read_parquet(sm.input.samples, ["id", "correct", "refusal"])
