@@ -11,6 +11,7 @@ panel; legends list only what is drawn. No function raises on empty or degenerat
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Collection, Mapping
 
 import numpy as np
@@ -95,7 +96,11 @@ def _blank(ax, note: str, notes: list[str]) -> None:
 
 
 def _text_lines(ax, lines: list[tuple[str, str]], x: float, y: float, ha: str, va: str = "top") -> None:
-    """Coloured lines of small text stacked from (x, y) in axes coordinates."""
+    """Coloured lines of small text stacked from (x, y) in axes coordinates, each wrapped to the panel's
+    width (a long note never runs out of its panel)."""
+    width_in = ax.get_position().width * ax.figure.get_figwidth()
+    chars = max(24, int(width_in * 15))
+    lines = [(part, col) for text, col in lines for part in (textwrap.wrap(text, chars) or [""])]
     step = -0.065 if va == "top" else 0.065
     order = lines if va == "top" else lines[::-1]
     for i, (text, col) in enumerate(order):
