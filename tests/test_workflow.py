@@ -32,11 +32,21 @@ def test_outputs(demo_run):
         "pathways_control_smollm2-135m__gemma3-270m",
         "pathways_check_smollm2-135m__gemma3-270m",
         "probe_auc_smollm2-135m__gemma3-270m",
+        *(
+            f"experiment_{f}_smollm2-135m__gemma3-270m"
+            for f in ("patching", "answer_only", "boundary", "saliency", "awareness")
+        ),
         "depth_mink_boxes",
         "depth_score_gap_density",
     ):
         for ext in ("png", "pdf"):
             assert (res / "figures" / f"{fig}.{ext}").stat().st_size > 10_000
+    # the Section 3.2-5 experiments: Table 3 in the paper's layout, every method for both models
+    table3 = pl.read_csv(res / "tables" / "pathways_table3.tsv", separator="\t")
+    assert table3.height == 16 and {"PopQA", "TriviaQA", "HotpotQA", "NQ"} <= set(table3.columns)
+    assert set(table3["method"]) >= {"P(True)", "Logits-mean", "Logits-min", "Probing", "MoP", "PR"}
+    rows = pl.read_parquet(res / "tables" / "pathways_experiments.parquet")
+    assert {"patching", "answer_only", "boundary", "saliency"} <= set(rows["experiment"])
     clean = __import__("numpy").load(res / "pathways" / "gemma3-270m" / "nq" / "resid_clean.npy")
     assert clean.dtype == "float16" and clean.shape[1:] == (18, 640)
     per_q = pl.read_parquet(res / "tables" / "depth_per_question.parquet")
@@ -77,6 +87,7 @@ def test_changing_one_dataset_n_reruns_only_that_dataset(demo_run, tmp_path):
         write_config(demo_run, small_config())
     assert jobs.get("download_dataset") == 1
     assert jobs.get("generate_answers") == 2 and jobs.get("extract_pathways") == 2
+    assert jobs.get("extract_experiments") == 2
     assert "score_mink" not in jobs and "prepare_model" not in jobs
 
 
@@ -151,6 +162,8 @@ def test_report_builds_with_comparison_table(demo_run):
     assert any(n.endswith("pathways_check.html") for n in names)
     assert any(n.endswith("pathways_smollm2-135m__gemma3-270m.png") for n in names)
     assert any(n.endswith("pathways_check_smollm2-135m__gemma3-270m.png") for n in names)
+    assert any(n.endswith("experiment_patching_smollm2-135m__gemma3-270m.png") for n in names)
+    assert any(n.endswith("pathways_table3.html") for n in names)
     assert "knockout.mode=cumulative" in html  # captions name the options
     table = pl.read_csv(demo_run / "results/demo/tables/published_vs_reproduced.tsv", separator="\t")
     assert set(table["check"]) >= {"E_Q knockout beats random control", "MIN-K% rises with depth"}
