@@ -317,7 +317,9 @@ def all_benchmarks(wildcards=None):
         res("benchmarks", "generate_answers", m, f"{d}.tsv") for m, d in qa_pairs()
     ]
     paths += [
-        res("benchmarks", "extract_pathways", m, f"{d}.tsv") for m, d in pw_pairs()
+        res("benchmarks", rule, m, f"{d}.tsv")
+        for rule in ("extract_pathways", "extract_experiments")
+        for m, d in pw_pairs()
     ]
     for m in config["depth"]["models"]:
         paths += [

@@ -1,0 +1,52 @@
+"""The paper configs plan the whole set of stages on the paper's models (a dry run: nothing is downloaded)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _planned(out: str) -> dict[str, int]:
+    jobs, table = {}, False
+    for line in out.splitlines():
+        if line.startswith("job ") and "count" in line:
+            table = True
+            continue
+        parts = line.split()
+        if table and len(parts) == 2 and parts[1].isdigit():
+            if parts[0] == "total":
+                break
+            jobs[parts[0]] = int(parts[1])
+    return jobs
+
+
+def test_paper_pathways_config_plans_every_experiment(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(tmp_path),
+            "--configfile",
+            str(REPO / "configs" / "paper-pathways.yaml"),
+            "-n",
+            "--cores",
+            "8",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = _planned(proc.stdout + proc.stderr)
+    # 12 models x 4 QA sets: the ΔP stage and every Section 3.2-5 experiment, per (model, dataset)
+    for rule in ("extract_pathways", "probe_deltap", "extract_experiments", "pathway_experiments"):
+        assert jobs.get(rule) == 48, (rule, jobs)
+    assert jobs.get("experiment_tables") == 1 and jobs.get("plot_experiments") == 6, jobs
+    assert "llama-3-8b" in proc.stdout  # the published Table 3 model is in the set
