@@ -242,3 +242,42 @@ def test_experiment_layer_choice():
         ex.experiment_layer(4, auc, 3)
     undefined = pl.DataFrame({"layer": [None], "auc": [None], "status": ["probe undefined: one class"]})
     assert ex.experiment_layer("auto", undefined, 30) == (15, "probe undefined: middle layer")
+
+
+@pytest.mark.parametrize("model", ["tiny", pytest.param("smollm", marks=pytest.mark.slow)])
+def test_conditions_from_a_shared_prefix_equal_full_passes(model, request, monkeypatch):
+    """Patching and reweighting passes that start from the clean prefix's keys and values (stopped at K)
+    give the states of full passes, one condition at a time."""
+    lm = request.getfixturevalue(model)
+    rng = np.random.default_rng(5)
+    vocab = 60
+    seqs = [[int(t) for t in rng.integers(1, vocab, n)] for n in (30, 26, 34)]
+    probe = [27, 25, 31]
+    answer = [list(range(22, p + 1)) for p in probe]
+    eq = [[12, 13], [10], [14, 15]]
+    patched = [iv.patch(s, e, [7] * len(e)) for s, e in zip(seqs, eq, strict=True)]
+    conds = [
+        {"seqs": patched},
+        {"edges": (answer, eq), "factor": 3.0},
+        {"edges": (answer, eq), "factor": 1 / 3.0},
+    ]
+    layers = len(lm.model.model.layers)
+    k = max(1, layers // 2)
+    got = iv.resid_conditions(lm, seqs, probe, k, conds, batch_size=3)
+    assert (
+        iv._first_change(
+            seqs,
+            [
+                {**c, "seqs": c.get("seqs"), "edges": c.get("edges"), "factor": c.get("factor", 1.0)}
+                for c in conds
+            ],
+            [0, 1, 2],
+            [28, 26, 32],
+        )
+        == 10
+    )
+    monkeypatch.setattr(iv, "MIN_SHARED_PREFIX", 10**9)
+    for c, g in zip(conds, got, strict=True):
+        ref = iv.resid_at_layer(lm, c.get("seqs") or seqs, probe, k, 3, c.get("edges"), c.get("factor", 1.0))
+        scale = np.abs(ref.astype(np.float32)).max()
+        assert np.abs(g.astype(np.float32) - ref.astype(np.float32)).max() <= 2e-3 * scale

@@ -68,11 +68,17 @@ def main(sm):
         pr = np.lib.format.open_memmap(t_pr, "w+", np.float16, (2 * len(factors), n_pr, hidden))
         if n_patch:
             inputs = iv.patched_inputs(ids, seqs, eq, ctrl0, cfg["patch_seed"])
-            for c, key in enumerate(("target", "control")):
-                with timed(f"patching {key}"):
-                    iv.resid_at_layer(
-                        lm, inputs[key], probe, layer, bs, desc=f"patch {key} {name}", out=patch[c]
-                    )
+            with timed("patching (E_Q, control)"):
+                iv.resid_conditions(
+                    lm,
+                    seqs,
+                    probe,
+                    layer,
+                    [{"seqs": inputs["target"]}, {"seqs": inputs["control"]}],
+                    bs,
+                    desc=f"patching {name}",
+                    outs=[patch[0], patch[1]],
+                )
             scores = scores.with_columns(
                 pl.Series("donor", inputs["donor"], dtype=pl.String),
                 pl.Series("donor_length_matched", inputs["length_matched"], dtype=pl.Boolean),
@@ -87,20 +93,18 @@ def main(sm):
         if n_pr:
             # PR edges: every answer token (query) attending an E_Q token (key)
             answer_pos = [list(range(start, p + 1)) for start, p in zip(prompt_lens, probe, strict=True)]
-            for k, f in enumerate(factors):
-                for j, fac in enumerate((f, 1.0 / f)):
-                    with timed(f"PR x{fac:g}"):
-                        iv.resid_at_layer(
-                            lm,
-                            seqs,
-                            probe,
-                            layer,
-                            bs,
-                            edges=(answer_pos, eq),
-                            factor=fac,
-                            desc=f"PR x{fac:g} {name}",
-                            out=pr[2 * k + j],
-                        )
+            conds = [{"edges": (answer_pos, eq), "factor": fac} for f in factors for fac in (f, 1.0 / f)]
+            with timed(f"PR ({len(conds)} reweightings)"):
+                iv.resid_conditions(
+                    lm,
+                    seqs,
+                    probe,
+                    layer,
+                    conds,
+                    bs,
+                    desc=f"PR {name}",
+                    outs=[pr[c] for c in range(len(conds))],
+                )
             with timed("logits"):
                 mean, low = iv.answer_logprobs(lm, seqs, ea, bs, desc=f"logits {name}")
             prompts = [

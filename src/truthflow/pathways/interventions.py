@@ -8,16 +8,18 @@ at layer K: layers above K cannot change the residual stream at K.
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 import zlib
 
 import numpy as np
 import torch
+from transformers import DynamicCache
 
 from ..batching import pad_batch, run_batched
 from ..models import LoadedModel
-from .knockout import ResidCapture, _Stop, decoder_layers, knockout_mask
+from .knockout import MIN_SHARED_PREFIX, ResidCapture, _Stop, decoder_layers, knockout_mask
 
 
 # ------------------------------------------------------------------ token patching (A12)
@@ -122,7 +124,7 @@ def reweight_mask(
 
 
 def _positions_tensor(rows: list[list[int]], lengths: list[int], shape, device) -> torch.Tensor:
-    """[B, T] bool of the given positions; positions at or past a row's length (after its probe) are dropped."""
+    """[B, T] bool of the given positions; those at or past a row's length (after its probe) are dropped."""
     t = torch.zeros(shape, dtype=torch.bool)
     for r, (pos, n) in enumerate(zip(rows, lengths, strict=True)):
         pos = [p for p in pos if p < n]
@@ -131,7 +133,6 @@ def _positions_tensor(rows: list[list[int]], lengths: list[int], shape, device) 
     return t.to(device)
 
 
-@torch.inference_mode()
 def resid_at_layer(
     lm: LoadedModel,
     seqs: list[list[int]],
@@ -145,6 +146,46 @@ def resid_at_layer(
 ) -> np.ndarray:
     """Residual stream after decoder layer `layer` (1-based) at probe_pos, [N, D]; the pass stops there.
     edges=(queries, keys) per sample with `factor` reweights those attention edges in every layer."""
+    cond = {"seqs": None, "edges": edges, "factor": factor}
+    return resid_conditions(
+        lm, seqs, probe_pos, layer, [cond], batch_size, desc, None if out is None else [out]
+    )[0]
+
+
+def _first_change(
+    base_rows: list[list[int]], conditions: list[dict], rows: list[int], lengths: list[int]
+) -> int:
+    """Tokens all conditions share with the clean sequences, in every row: before the first token a
+    condition changes, the first query whose attention it reweights, and each row's last token (its probe)."""
+    first = [n - 1 for n in lengths]
+    for c in conditions:
+        for r, i in enumerate(rows):
+            if c["seqs"] is not None:
+                diff = [t for t, (x, y) in enumerate(zip(c["seqs"][i], base_rows[i], strict=True)) if x != y]
+                if diff:
+                    first[r] = min(first[r], diff[0])
+            if c["edges"] is not None and c["factor"] != 1.0:
+                q = [p for p in c["edges"][0][i] if p < lengths[r]]
+                if q and c["edges"][1][i]:
+                    first[r] = min(first[r], min(q))
+    return max(0, min(first))
+
+
+@torch.inference_mode()
+def resid_conditions(
+    lm: LoadedModel,
+    seqs: list[list[int]],
+    probe_pos: list[int],
+    layer: int,
+    conditions: list[dict],
+    batch_size: int,
+    desc: str = "pass",
+    outs: list[np.ndarray] | None = None,
+) -> list[np.ndarray]:
+    """resid_at_layer for several conditions over the same samples, each a dict: `seqs` (None: `seqs`; else
+    same-length token ids, e.g. patched), `edges` and `factor` (attention reweighting). The tokens every
+    condition shares with the clean sequences (A12: before the question, A16: before the answer) are run once
+    per batch; each condition runs the rest from a copy of their keys and values (exact)."""
     model = lm.model
     layers = decoder_layers(model)
     if not 1 <= layer <= len(layers):
@@ -154,34 +195,75 @@ def resid_at_layer(
     dtype = next(model.parameters()).dtype
     pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
     hidden = model.config.get_text_config().hidden_size
-    if out is None:
-        out = np.zeros((len(seqs), hidden), dtype=np.float16)
-    seqs = [s[: p + 1] for s, p in zip(seqs, probe_pos, strict=True)]
-    order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
+    if outs is None:
+        outs = [np.zeros((len(seqs), hidden), dtype=np.float16) for _ in conditions]
+    cut = [s[: p + 1] for s, p in zip(seqs, probe_pos, strict=True)]
+    conds = []
+    for c in conditions:
+        cs = (
+            None if c.get("seqs") is None else [s[: p + 1] for s, p in zip(c["seqs"], probe_pos, strict=True)]
+        )
+        if cs is not None and [len(s) for s in cs] != [len(s) for s in cut]:
+            raise ValueError("a condition's sequences must keep every sample's length")
+        conds.append({"seqs": cs, "edges": c.get("edges"), "factor": float(c.get("factor", 1.0))})
+    order = sorted(range(len(cut)), key=lambda i: -len(cut[i]))
+
+    def mask_of(c, idx, ids, valid):
+        if c["edges"] is None or c["factor"] == 1.0:
+            return knockout_mask(valid, torch.zeros_like(valid), dtype)
+        lengths = [len(cut[i]) for i in idx]
+        q = _positions_tensor([c["edges"][0][i] for i in idx], lengths, ids.shape, device)
+        k = _positions_tensor([c["edges"][1][i] for i in idx], lengths, ids.shape, device)
+        return reweight_mask(valid, q, k, c["factor"], dtype)
+
+    def run(cap, ids, mask, start, cache):
+        kwargs = {}
+        if cache is not None:
+            pos = torch.arange(start, ids.shape[1], device=device)[None].expand(ids.shape[0], -1)
+            kwargs = {"past_key_values": copy.deepcopy(cache), "position_ids": pos, "use_cache": True}
+        else:
+            kwargs = {"use_cache": False}
+        try:
+            base(input_ids=ids[:, start:], attention_mask=mask[:, :, start:, :], **kwargs)
+        except _Stop:
+            pass
+        return cap.resid_post[layer - 1].float().cpu().numpy()
 
     def step(idx: list[int]) -> None:
-        ids, valid = pad_batch([seqs[i] for i in idx], pad_id, side="right")
+        ids, valid = pad_batch([cut[i] for i in idx], pad_id, side="right")
         ids, valid = ids.to(device), valid.to(device)
-        if edges is None:
-            mask = knockout_mask(valid, torch.zeros_like(valid), dtype)
-        else:
-            lengths = [len(seqs[i]) for i in idx]
-            q = _positions_tensor([edges[0][i] for i in idx], lengths, ids.shape, device)
-            k = _positions_tensor([edges[1][i] for i in idx], lengths, ids.shape, device)
-            mask = reweight_mask(valid, q, k, factor, dtype)
+        prefix = _first_change(cut, conds, idx, [len(cut[i]) for i in idx])
         cap = ResidCapture(layers, stop_after=layer - 1)
-        cap.set_positions([probe_pos[i] for i in idx])
+        cache = None
         try:
-            try:
-                base(input_ids=ids, attention_mask=mask, use_cache=False)
-            except _Stop:
-                pass
-            out[idx] = cap.resid_post[layer - 1].float().cpu().numpy().astype(out.dtype)
+            if prefix >= MIN_SHARED_PREFIX:
+                cache = DynamicCache(config=model.config)
+                clean = knockout_mask(valid, torch.zeros_like(valid), dtype)
+                cap.active = False
+                try:
+                    base(
+                        input_ids=ids[:, :prefix],
+                        attention_mask=clean[:, :, :prefix, :prefix],
+                        past_key_values=cache,
+                        use_cache=True,
+                    )
+                except _Stop:
+                    pass
+                finally:
+                    cap.active = True
+            else:
+                prefix = 0
+            cap.set_positions([probe_pos[i] - prefix for i in idx])
+            for c, out in zip(conds, outs, strict=True):
+                c_ids = ids
+                if c["seqs"] is not None:
+                    c_ids = pad_batch([c["seqs"][i] for i in idx], pad_id, side="right")[0].to(device)
+                out[idx] = run(cap, c_ids, mask_of(c, idx, c_ids, valid), prefix, cache).astype(out.dtype)
         finally:
             cap.remove()
 
     run_batched(order, batch_size, step, desc=desc)
-    return out
+    return outs
 
 
 # ------------------------------------------------------------------ detection baselines (A17)
