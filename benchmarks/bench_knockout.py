@@ -35,13 +35,19 @@ from truthflow.pathways.knockout import (  # noqa: E402
 )
 
 
-def make_case(n: int, length: int, vocab: int, seed: int = 0):
-    """Variable-length sequences (length/2 .. length tokens), probe at the last token, 4 blocked tokens."""
+def make_case(n: int, length: int, vocab: int, seed: int = 0, prefix: int = 0):
+    """Variable-length sequences: a shared head of `prefix` tokens (a chat template's header and
+    instruction; the demo's SmolLM2 prompts share 40), then length/2 .. length tokens; the probe at the last
+    token, 4 blocked tokens in the first half after the head."""
     rng = np.random.default_rng(seed)
+    head = rng.integers(3, vocab, size=prefix).tolist()
     lengths = rng.integers(max(12, length // 2), length + 1, size=n)
-    seqs = [rng.integers(3, vocab, size=int(m)).tolist() for m in lengths]
+    seqs = [head + rng.integers(3, vocab, size=int(m)).tolist() for m in lengths]
     probe = [len(s) - 1 for s in seqs]
-    blocks = [sorted(rng.choice(np.arange(2, len(s) // 2), size=4, replace=False).tolist()) for s in seqs]
+    blocks = [
+        sorted((prefix + rng.choice(np.arange(2, (len(s) - prefix) // 2), size=4, replace=False)).tolist())
+        for s in seqs
+    ]
     return seqs, probe, blocks
 
 
@@ -107,9 +113,9 @@ def timed(fn, *a):
     return time.perf_counter() - t0
 
 
-def bench(lm, label, n, length, batch, naive_n):
+def bench(lm, label, n, length, batch, naive_n, prefix=0):
     vocab = lm.model.config.get_text_config().vocab_size
-    seqs, probe, blocks = make_case(n, length, vocab)
+    seqs, probe, blocks = make_case(n, length, vocab, prefix=prefix)
     n_layers = len(decoder_layers(lm.model))
     # cold: the project's sweep runs first, on a model that has done nothing yet
     t_sweep = timed(lambda: resid_sweep(lm, seqs, probe, blocks, batch, desc=label))
@@ -117,7 +123,10 @@ def bench(lm, label, n, length, batch, naive_n):
     controls = [blocks] * 3
     t_full = timed(lambda: resid_sweep_multi(lm, seqs, probe, [blocks, *controls], batch, desc=label))
     t_ref_full = t_ref * 5 / 2  # the reference scaled to clean + 4 knockout passes
-    print(f"{label}: {n} samples x {length // 2}-{length} tokens, {n_layers} layers, batch {batch}")
+    print(
+        f"{label}: {n} samples x {prefix} shared + {length // 2}-{length} tokens, {n_layers} layers, "
+        f"batch {batch}"
+    )
     print(
         f"  project sweep, clean + E_Q:              {t_sweep:7.2f} s = {n / t_sweep:9,.1f} samples/s"
         f"   ({t_ref / t_sweep:.0%} of the reference)"
@@ -145,6 +154,7 @@ def main():
     ap.add_argument("--length", type=int, default=48)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--naive-n", type=int, default=32)
+    ap.add_argument("--prefix", type=int, default=40, help="tokens every sequence shares (a chat header)")
     args = ap.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
     if args.shape:
@@ -157,6 +167,7 @@ def main():
             args.length,
             args.batch,
             args.naive_n,
+            args.prefix,
         )
         return
     for name in args.models:
@@ -167,6 +178,7 @@ def main():
             args.length,
             args.batch,
             args.naive_n,
+            args.prefix,
         )
 
 
