@@ -276,3 +276,14 @@ def test_detection_table_pr_without_factors_is_probing_on_the_same_split():
         assert rows["PR"]["auc"] == rows["Probing"]["auc"]
     a0, a3 = t.filter(pl.col("method") == "Probing")["auc"].to_list()
     assert a0 != a3  # the seed changes the split
+
+
+def test_awareness_needs_every_fold_to_hold_both_groups():
+    rng = np.random.default_rng(0)
+    resid = rng.normal(size=(100, 2, 4)).astype(np.float32)
+    groups = np.zeros(100, dtype=bool)
+    groups[:3] = True  # 3 Q-Anchored: fewer than the 5 folds
+    t = awareness_auc(resid, groups, [1, 2], [0])
+    assert t["auc"].null_count() == t.height
+    want = "undefined: fewer samples in a group than the 5 folds (3 Q-Anchored, 97 A-Anchored)"
+    assert t["status"][0] == want
