@@ -23,6 +23,8 @@ from matplotlib.patches import Patch
 from ..plotting import DATASETS, colour, datasets_in, label
 from ..plotting import figure as _figure
 from ..plotting import finish as _finish
+from .detection import AWARENESS_SCHEMA as DETECTION_AWARENESS_SCHEMA
+from .experiments import ROW_SCHEMA
 from .plots import MIN_LINE_N, STYLES, _layer_axis, _notes, draw_series
 
 GROUPS = ("Q-Anchored", "A-Anchored")
@@ -33,30 +35,10 @@ PUBLISHED_MODEL = "Llama-3-8B"
 PUBLISHED_PATCHING = {"popqa": (40, 10), "triviaqa": (70, 48), "hotpotqa": (39, 5), "nq": (42, 18)}
 PUBLISHED_ANSWER_ONLY = {"popqa": (52, 7), "triviaqa": (64, 12), "hotpotqa": (53, 20), "nq": (27, 7)}
 
-ROWS_SCHEMA = {
-    "model": pl.String,
-    "dataset": pl.String,
-    "experiment": pl.String,
-    "condition": pl.String,
-    "group": pl.String,
-    "layer": pl.Int64,
-    "n": pl.Int64,
-    "value": pl.Float64,
-    "ci_low": pl.Float64,
-    "ci_high": pl.Float64,
-    "note": pl.String,
-}
-AWARENESS_SCHEMA = {
-    "model": pl.String,
-    "dataset": pl.String,
-    "layer": pl.Int64,
-    "seed": pl.Int64,
-    "auc": pl.Float64,
-    "n": pl.Int64,
-    "n_q": pl.Int64,
-    "n_a": pl.Int64,
-    "status": pl.String,
-}
+_KEYS = {"model": pl.String, "dataset": pl.String}
+# the tables as experiment_tables writes them: the per-(model, dataset) schemas with the two keys in front
+ROWS_SCHEMA = {**_KEYS, **ROW_SCHEMA}
+AWARENESS_SCHEMA = {**_KEYS, **DETECTION_AWARENESS_SCHEMA}
 SAMPLES_SCHEMA = {"model": pl.String, "dataset": pl.String, "id": pl.String, "group": pl.String}
 NOTE_COLOUR = "firebrick"
 E_Q = r"$E_Q$"
