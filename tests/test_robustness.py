@@ -64,39 +64,20 @@ def test_oom_at_batch_one_is_raised(gemma, monkeypatch):
         )
 
 
-def _start_and_wait_for_generation(workdir, target, log):
-    cmd = snakemake_cmd(workdir, target)
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.time() + 600
-    while time.time() < deadline:  # wait until the job is generating, batches already written
-        if log.exists() and "8/100" in log.read_text():
-            return proc
-        if proc.poll() is not None:
-            pytest.fail("the job ended before it could be killed")
-        time.sleep(0.3)
-    pytest.fail("the job never started generating")
-
-
-def _job_pids(session: int) -> list[int]:
-    out = subprocess.run(
-        ["pgrep", "-s", str(session), "-f", "generate_answers.py"], capture_output=True, text=True
-    )
-    return [int(p) for p in out.stdout.split()]
-
-
 @pytest.mark.parametrize("victim", ["job", "snakemake and job"])
 def test_sigkill_mid_job_then_rerun_completes(tmp_path, demo_models_root, victim):
     cfg = small_config()
-    cfg["datasets"]["nq"]["n"] = 100
-    cfg["models"]["gemma3-270m"]["batch_size"] = 4  # many batches: time to kill it in the middle
     workdir = new_workdir(tmp_path, demo_models_root, cfg)
     target = "results/demo/answers/gemma3-270m/nq.parquet"
-    log = workdir / "results/demo/logs/generate_answers/gemma3-270m/nq.log"
-    proc = _start_and_wait_for_generation(workdir, target, log)
+    # the job stops itself (SIGSTOP) when its progress bar first shows: model loaded, generation under way
+    proc = _start(workdir, target, env={STOP_AT_ENV: "generate gemma3-270m/nq"})
+    job = _wait_for(
+        lambda: [p for p in _session(proc.pid, "generate_answers.py") if _state(p) == "T"],
+        proc,
+        "generate_answers to start",
+    )
     if victim == "job":  # the job alone dies (OOM killer, scheduler): snakemake sees the failure
-        pids = _job_pids(proc.pid)
-        assert pids
-        for pid in pids:
+        for pid in job:
             os.kill(pid, signal.SIGKILL)
         assert proc.wait(timeout=120) != 0
     else:  # everything dies at once: snakemake's lock stays, --unlock clears it
@@ -110,7 +91,7 @@ def test_sigkill_mid_job_then_rerun_completes(tmp_path, demo_models_root, victim
     done = snakemake(workdir, target)
     assert done.returncode == 0, done.stderr[-3000:]
     answers = pl.read_parquet(workdir / target)
-    assert answers.height == 100 and answers["answer"].null_count() == 0
+    assert answers.height == cfg["datasets"]["nq"]["n"] and answers["answer"].null_count() == 0
     again = snakemake(workdir, "-n", target)
     assert "Nothing to be done" in again.stdout + again.stderr
 
