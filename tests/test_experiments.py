@@ -10,6 +10,7 @@ import pytest
 import torch
 import transformers
 
+from truthflow.errors import TruthflowError
 from truthflow.models import LoadedModel
 from truthflow.pathways import experiments as ex
 from truthflow.pathways import interventions as iv
@@ -238,8 +239,8 @@ def test_experiment_layer_choice():
     )
     assert ex.experiment_layer("auto", auc, 3)[0] == 2  # tie between 2 and 3: the lowest
     assert ex.experiment_layer(3, auc, 3) == (3, "pathways.experiments.layer")
-    with pytest.raises(ValueError, match="has 3 layers"):
-        ex.experiment_layer(4, auc, 3)
+    with pytest.raises(TruthflowError, match="m1 has 3 layers: set a layer in 1..3"):
+        ex.experiment_layer(4, auc, 3, "m1")
     undefined = pl.DataFrame({"layer": [None], "auc": [None], "status": ["probe undefined: one class"]})
     assert ex.experiment_layer("auto", undefined, 30) == (15, "probe undefined: middle layer")
 

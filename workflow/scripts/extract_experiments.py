@@ -26,7 +26,7 @@ def main(sm):
     )
     lm = load_model(sm.input.model, sm.params.dtype, gpus=sm.resources.gpu, threads=sm.threads)
     n_layers, hidden = lm.info["n_layers"], lm.info["hidden_size"]
-    layer, why = experiment_layer(cfg["layer"], auc, n_layers)
+    layer, why = experiment_layer(cfg["layer"], auc, n_layers, sm.wildcards.model)
     print(f"{name}: experiments at layer {layer} ({why})", flush=True)
     n = table.height
     bs = sm.resources.batch_size

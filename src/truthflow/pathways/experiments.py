@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from ..errors import TruthflowError
 from .probes import A_ANCHORED, Q_ANCHORED, TARGET, bootstrap_ci, crossfit_probs, knockout_effect
 
 GROUPS = (Q_ANCHORED, A_ANCHORED)
@@ -26,13 +27,16 @@ ROW_SCHEMA = {
 }
 
 
-def experiment_layer(setting, auc: pl.DataFrame, n_layers: int) -> tuple[int, str]:
+def experiment_layer(setting, auc: pl.DataFrame, n_layers: int, model: str = "the model") -> tuple[int, str]:
     """Layer K (1-based) and why: an integer setting is used as given (checked against the model's depth);
     'auto' takes the layer of the best mean cross-fitted probe AUC over seeds (ties: the lowest layer), or
     the middle layer when the probe is undefined."""
     if isinstance(setting, int) and not isinstance(setting, bool):
         if not 1 <= setting <= n_layers:
-            raise ValueError(f"pathways.experiments.layer is {setting}, but the model has {n_layers} layers")
+            raise TruthflowError(
+                f"pathways.experiments.layer is {setting}, but {model} has {n_layers} layers: set a layer in "
+                f"1..{n_layers}, or 'auto'"
+            )
         return setting, "pathways.experiments.layer"
     ok = auc.filter((pl.col("status") == "ok") & pl.col("auc").is_not_null())
     if ok.height == 0:
