@@ -364,3 +364,31 @@ def test_class_table_reports_the_confound_check():
     assert t["auc_ea_length_only"].to_list() == [1.0, 1.0]
     # probe positions: wrong 11, 13 vs correct 10, 12 -> (1 + 0 + 1 + 1) / 4 = 0.75
     assert t["auc_position_only"].to_list() == [0.75, 0.75]
+
+
+NO_THINK_TEMPLATE = (
+    "{% if enable_thinking is defined and not enable_thinking %}[no-think] {% endif %}"
+    "{{ messages[0]['content'] }}\nA:"
+)
+
+
+def test_llm_extractor_passes_the_chat_template_kwargs(smollm, monkeypatch):
+    """The LLM extractor's prompts go through the model's chat template with the model's
+    chat_template_kwargs (Qwen3: enable_thinking false), as the answers did."""
+    from truthflow.pathways import extract
+
+    seen: list[str] = []
+    real = extract.generate_answers
+
+    def spy(lm, prompts, *args, **kwargs):
+        seen.extend(prompts)
+        return real(lm, prompts, *args, **kwargs)
+
+    monkeypatch.setattr(extract, "generate_answers", spy)
+    monkeypatch.setattr(smollm.tokenizer, "chat_template", NO_THINK_TEMPLATE)
+    questions, answers = ["Who wrote Hamlet?"], ["It was Marlowe."]
+    extract.llm_spans(smollm, True, questions, answers, 1, {"enable_thinking": False})
+    assert len(seen) == 2 and all(p.startswith("[no-think] ") for p in seen)
+    seen.clear()
+    extract.llm_spans(smollm, True, questions, answers, 1)
+    assert len(seen) == 2 and not any("[no-think]" in p for p in seen)

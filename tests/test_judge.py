@@ -429,3 +429,24 @@ def test_check_judge_config_names_the_culprit(cfg, environ, match) -> None:
 )
 def test_check_judge_config_passes(cfg) -> None:
     judge.check_judge_config(cfg, {"MY_KEY": "k"})
+
+
+def test_hf_judge_chat_template_kwargs_reach_the_prompt_and_the_cache_key(smollm_dir, monkeypatch) -> None:
+    def key(**settings) -> str:
+        method = judge.judge_method({"backend": "hf", "model": "some/dir", **settings})
+        return judge.cache_key(method, ROW["question"], ROW["answer"], ROW["reference"])
+
+    # unset (or empty) keeps the keys of verdicts cached before the setting existed; set, it is a new key
+    assert key(chat_template_kwargs={}) == key()
+    assert key(chat_template_kwargs={"enable_thinking": False}) != key()
+
+    template = (
+        "{% if enable_thinking is defined and not enable_thinking %}[no-think] {% endif %}"
+        "{{ messages[0]['content'] }}"
+    )
+    for kwargs, expected in (({"enable_thinking": False}, True), ({}, False)):
+        hf = judge.HFJudge({"backend": "hf", "model": str(smollm_dir), "chat_template_kwargs": kwargs})
+        hf.lm.tokenizer.chat_template = template
+        prompt = hf._prompt({"question": "Q?", "answer": "A.", "reference": "R."})
+        assert prompt.startswith("[no-think] ") is expected
+        assert judge.SYSTEM_PROMPT in prompt

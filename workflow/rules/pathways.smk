@@ -26,6 +26,12 @@ rule extract_pathways:
         chat=lambda w: model_spec(w.model)["chat"],
         dtype=lambda w: model_spec(w.model)["dtype"],
         extractor=config["pathways"]["exact_tokens"]["extractor"],
+        # the chat-template variables only reach the LLM extractor's prompts: a param only when it is used
+        extractor_template_kwargs=lambda w: (
+            model_spec(w.model)["chat_template_kwargs"]
+            if config["pathways"]["exact_tokens"]["extractor"] == "llm"
+            else None
+        ),
         knockout=config["pathways"]["knockout"],
     script:
         "../scripts/extract_pathways.py"

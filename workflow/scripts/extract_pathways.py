@@ -17,7 +17,13 @@ def main(sm):
     lm = load_model(sm.input.model, sm.params.dtype, gpus=sm.resources.gpu, threads=sm.threads)
     name = f"{sm.wildcards.model}/{sm.wildcards.dataset}"
     kept, dropped = locate_all(
-        lm, sm.params.chat, sm.wildcards.dataset, table, sm.params.extractor, sm.resources.batch_size
+        lm,
+        sm.params.chat,
+        sm.wildcards.dataset,
+        table,
+        sm.params.extractor,
+        sm.resources.batch_size,
+        sm.params.extractor_template_kwargs,
     )
     n_kept = 0 if kept is None else kept.height
     print(f"{name}: {n_kept} samples kept, {dropped.height} dropped", flush=True)

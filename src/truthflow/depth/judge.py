@@ -45,6 +45,7 @@ JUDGE_DEFAULTS: dict = {
     "workers": 4,  # openai: requests in flight
     "batch_size": 8,  # hf
     "dtype": "auto",  # hf
+    "chat_template_kwargs": {},  # hf: extra chat-template variables, e.g. {"enable_thinking": False} (Qwen3)
 }
 # bump when parse_verdict reads a text differently: cached verdicts of the old parser are then asked again
 PARSER_VERSION = 1
@@ -386,7 +387,10 @@ class HFJudge:
         content = (
             SYSTEM_PROMPT + "\n\n" + build_rubric_prompt(row["question"], row["answer"], row["reference"])
         )
-        return build_prompt(self.lm.tokenizer, content, chat=True, instruction="") if self.chat else content
+        if not self.chat:
+            return content
+        kwargs = dict(self.settings["chat_template_kwargs"] or {})
+        return build_prompt(self.lm.tokenizer, content, chat=True, instruction="", template_kwargs=kwargs)
 
     def verdicts(self, rows: list[dict]) -> Iterator[tuple[int, Verdict]]:
         from ..generation import generate_answers
@@ -441,6 +445,10 @@ def judge_method(cfg: Mapping) -> dict:
     )
     if backend == "hf":
         method["dtype"] = str(settings["dtype"])
+        if settings[
+            "chat_template_kwargs"
+        ]:  # absent when unset: verdicts cached without them keep their keys
+            method["chat_template_kwargs"] = dict(settings["chat_template_kwargs"])
     return method
 
 

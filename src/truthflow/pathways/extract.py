@@ -35,13 +35,25 @@ def _find_spans(text: str, parts: list[str]) -> list[tuple[int, int]]:
 
 
 def llm_spans(
-    lm: LoadedModel, chat: bool, questions: list[str], answers: list[str], batch_size: int
+    lm: LoadedModel,
+    chat: bool,
+    questions: list[str],
+    answers: list[str],
+    batch_size: int,
+    template_kwargs: dict | None = None,
 ) -> tuple[list[tuple[int, int] | None], list[list[tuple[int, int]]]]:
     """The LLM extractor option (as LLMsKnow): the model copies the short answer and the question's
-    subject/property words; a copy not found verbatim gives None/[] (the caller falls back)."""
+    subject/property words; a copy not found verbatim gives None/[] (the caller falls back).
+    template_kwargs go to the chat template, as for the answers (Qwen3: {"enable_thinking": False}); a
+    reasoning block in a copy is stripped by generate_answers."""
 
     def ask(template, fields):
-        prompts = [build_prompt(lm.tokenizer, template.format(**f), chat, instruction="") for f in fields]
+        prompts = [
+            build_prompt(
+                lm.tokenizer, template.format(**f), chat, instruction="", template_kwargs=template_kwargs
+            )
+            for f in fields
+        ]
         return [
             o["answer"]
             for o in generate_answers(
@@ -66,6 +78,7 @@ def locate_all(
     table: pl.DataFrame,
     extractor: str = "deterministic",
     batch_size: int = 32,
+    template_kwargs: dict | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """table: labelled answers joined with their questions. Returns (kept samples with token positions,
     dropped samples with their reason)."""
@@ -74,7 +87,7 @@ def locate_all(
     llm_eq: list = [[] for _ in rows]
     if extractor == "llm":
         llm_ea, llm_eq = llm_spans(
-            lm, chat, [r["question"] for r in rows], [r["answer"] for r in rows], batch_size
+            lm, chat, [r["question"] for r in rows], [r["answer"] for r in rows], batch_size, template_kwargs
         )
     kept, dropped = [], []
     for i, r in enumerate(rows):
