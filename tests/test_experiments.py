@@ -149,6 +149,64 @@ def test_answer_logprobs_match_the_full_logits(tiny):
             assert low[i] == pytest.approx(vals.min(), abs=1e-5)
 
 
+def test_shared_head_runs_once_and_changes_nothing(tiny, monkeypatch):
+    """Rows that share a head (a chat header) run it once (`head_cache`); log-probabilities and P(True)
+    equal the per-sequence full logits either way."""
+    from truthflow.pathways import knockout
+
+    head = [int(t) for t in np.random.default_rng(9).integers(1, 64, 10)]
+    seqs = [head + s for s in _seqs()]
+    assert knockout.common_head(seqs, 100) == 10 and knockout.common_head(seqs, 4) == 4
+    assert knockout.common_head([[1, 2], [1, 3]], 9) == 1 and knockout.common_head([], 5) == 0
+    ea = [[15, 16], [18], [13, 19, 20]]
+    calls = []
+    real = knockout.head_cache
+    monkeypatch.setattr(knockout, "head_cache", lambda *a: calls.append(a[2]) or real(*a))
+    shared = iv.answer_logprobs(tiny, seqs, ea, batch_size=3)
+    assert calls == [10]  # the whole head (E_A starts after it), once for the batch
+    monkeypatch.setattr(iv, "MIN_SHARED_PREFIX", 10**6)
+    full = iv.answer_logprobs(tiny, seqs, ea, batch_size=3)
+    assert calls == [10]
+    with torch.no_grad():
+        for i, s in enumerate(seqs):
+            lp = torch.log_softmax(tiny.model(torch.tensor([s])).logits[0].float(), -1)
+            vals = np.array([lp[p - 1, s[p]].item() for p in ea[i]])
+            for got in (shared, full):
+                assert got[0][i] == pytest.approx(vals.mean(), abs=1e-5)
+                assert got[1][i] == pytest.approx(vals.min(), abs=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["smollm", "gemma"])
+def test_shared_head_on_the_demo_models(name, request):
+    """The real caches (Gemma's sliding-window layers too) repeated over a batch: equal to full passes."""
+    lm = request.getfixturevalue(name)
+    questions = ["Who wrote Hamlet?", "What is the capital of France?", "Who painted the Mona Lisa?"]
+    answers = ["Shakespeare wrote it.", "Paris.", "It was Leonardo da Vinci."]
+    # a header every prompt shares, as a chat template writes one (the demo's Gemma is a base model)
+    header = "You are a careful assistant. Read the question and the proposed answer, then reply.\n"
+    prompts = [
+        lm.tokenizer(header + iv.P_TRUE_TEMPLATE.format(question=q, answer=a))["input_ids"]
+        for q, a in zip(questions, answers, strict=True)
+    ]
+    seqs = [
+        p + lm.tokenizer(" " + a, add_special_tokens=False)["input_ids"]
+        for p, a in zip(prompts, answers, strict=True)
+    ]
+    ea = [[len(p), len(p) + 1] for p in prompts]
+    from truthflow.pathways import knockout
+
+    assert knockout.common_head(prompts, 10**6) >= iv.MIN_SHARED_PREFIX  # the chat header
+    shared = (*iv.answer_logprobs(lm, seqs, ea, 3), iv.p_true(lm, prompts, 3))
+    iv.MIN_SHARED_PREFIX, saved = 10**6, iv.MIN_SHARED_PREFIX
+    try:
+        full = (*iv.answer_logprobs(lm, seqs, ea, 3), iv.p_true(lm, prompts, 3))
+    finally:
+        iv.MIN_SHARED_PREFIX = saved
+    for a, b in zip(shared, full, strict=True):
+        assert np.allclose(a, b, atol=1e-4), (a, b)
+
+
 def test_p_true_is_the_two_way_softmax(tiny):
     class Tok:
         pad_token_id = 0

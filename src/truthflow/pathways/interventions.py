@@ -19,7 +19,15 @@ from transformers import DynamicCache
 
 from ..batching import pad_batch, run_batched
 from ..models import LoadedModel
-from .knockout import MIN_SHARED_PREFIX, ResidCapture, _Stop, decoder_layers, knockout_mask
+from .knockout import (
+    MIN_SHARED_PREFIX,
+    ResidCapture,
+    _Stop,
+    common_head,
+    decoder_layers,
+    knockout_mask,
+    last_hidden_after_head,
+)
 
 
 # ------------------------------------------------------------------ token patching (A12)
@@ -280,7 +288,7 @@ def answer_logprobs(
     [B, T, V] logit tensor of a 262k vocabulary would not fit)."""
     model = lm.model
     base = getattr(model, model.base_model_prefix)
-    head = model.get_output_embeddings()
+    head_fn = model.get_output_embeddings()
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
     pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
@@ -291,22 +299,31 @@ def answer_logprobs(
     order = sorted(range(len(seqs)), key=lambda i: -ends[i])
 
     def step(idx: list[int]) -> None:
-        ids, valid = pad_batch([seqs[i][: max(1, ends[i])] for i in idx], pad_id, side="right")
+        rows = [seqs[i][: max(1, ends[i])] for i in idx]
+        ids, valid = pad_batch(rows, pad_id, side="right")
         ids, valid = ids.to(device), valid.to(device)
-        mask = knockout_mask(valid, torch.zeros_like(valid), dtype)
-        h = base(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
-        for r, i in enumerate(idx):
-            pos = [p for p in ea_positions[i] if p >= 1]
-            if not pos:
-                continue
-            prev = torch.tensor([p - 1 for p in pos], device=device)
-            logits = head(h[r, prev]).float()
-            if softcap:  # Gemma caps its logits; log-probabilities follow the capped logits
-                logits = torch.tanh(logits / softcap) * softcap
-            lp = torch.log_softmax(logits, dim=-1)
-            tok = ids[r, torch.tensor(pos, device=device)]
-            vals = lp[torch.arange(len(pos), device=device), tok].cpu().numpy()
-            mean[i], low[i] = float(vals.mean()), float(vals.min())
+        scored = [(r, i, [p for p in ea_positions[i] if p >= 1]) for r, i in enumerate(idx)]
+        scored = [(r, i, pos) for r, i, pos in scored if pos]
+        if not scored:
+            return
+        # the tokens before every row's first scored position that all rows share run once
+        head = common_head(rows, min(min(pos) - 1 for _, _, pos in scored))
+        head = head if head >= MIN_SHARED_PREFIX else 0
+        h = last_hidden_after_head(base, ids, valid, head, dtype)
+        # one LM-head call per batch: the head's weights (262k x D for Gemma) are read once, not once per row
+        row_of = torch.tensor([r for r, _, pos in scored for _ in pos], device=device)
+        prev = torch.tensor([p - 1 - head for _, _, pos in scored for p in pos], device=device)
+        target = torch.tensor([p for _, _, pos in scored for p in pos], device=device)
+        logits = head_fn(h[row_of, prev]).float()
+        if softcap:  # Gemma caps its logits; log-probabilities follow the capped logits
+            logits = torch.tanh(logits / softcap) * softcap
+        lp = torch.log_softmax(logits, dim=-1)
+        vals = lp[torch.arange(len(target), device=device), ids[row_of, target]].cpu().numpy()
+        at = 0
+        for _, i, pos in scored:
+            v = vals[at : at + len(pos)]
+            mean[i], low[i] = float(v.mean()), float(v.min())
+            at += len(pos)
 
     run_batched(order, batch_size, step, desc=desc)
     return mean, low
@@ -349,11 +366,13 @@ def p_true(lm: LoadedModel, prompts: list[list[int]], batch_size: int, desc: str
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
 
     def step(idx: list[int]) -> None:
-        ids, valid = pad_batch([prompts[i] for i in idx], pad_id, side="right")
+        rows = [prompts[i] for i in idx]
+        ids, valid = pad_batch(rows, pad_id, side="right")
         ids, valid = ids.to(device), valid.to(device)
-        mask = knockout_mask(valid, torch.zeros_like(valid), dtype)
-        h = base(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
-        last = torch.tensor([len(prompts[i]) - 1 for i in idx], device=device)
+        shared = common_head(rows, min(len(r) for r in rows) - 1)  # the template's header runs once
+        shared = shared if shared >= MIN_SHARED_PREFIX else 0
+        h = last_hidden_after_head(base, ids, valid, shared, dtype)
+        last = torch.tensor([len(prompts[i]) - 1 - shared for i in idx], device=device)
         logits = head(h[torch.arange(len(idx), device=device), last]).float()
         lt = torch.logsumexp(logits[:, t_ids], dim=-1)
         lf = torch.logsumexp(logits[:, f_ids], dim=-1)

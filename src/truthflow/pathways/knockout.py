@@ -241,6 +241,51 @@ def shared_prefix(block_sets: list[list[list[int]]], lengths: list[int]) -> int:
     return max(0, min([*first, *(n - 1 for n in lengths)]))
 
 
+def common_head(rows: Sequence[Sequence[int]], limit: int) -> int:
+    """Leading tokens identical in every row (a chat template's header, the instruction), at most `limit`."""
+    if not rows:
+        return 0
+    first = rows[0]
+    n = max(0, min(limit, *(len(r) for r in rows)))
+    for t in range(n):
+        if any(r[t] != first[t] for r in rows[1:]):
+            return t
+    return n
+
+
+def head_cache(base, ids: torch.Tensor, head: int, dtype):
+    """Keys and values of the first `head` tokens, which every row of `ids` shares: computed for one row and
+    repeated for the batch (a single pass then runs only the rest of each row). Equal to a batched pass up
+    to float rounding (a matmul over 1 row may round differently from one over B)."""
+    one = ids[:1, :head]
+    valid = torch.ones_like(one, dtype=torch.bool)
+    out = base(
+        input_ids=one, attention_mask=knockout_mask(valid, torch.zeros_like(valid), dtype), use_cache=True
+    )
+    cache = out.past_key_values
+    cache.batch_repeat_interleave(ids.shape[0])
+    return cache
+
+
+def last_hidden_after_head(base, ids: torch.Tensor, valid: torch.Tensor, head: int, dtype) -> torch.Tensor:
+    """The final hidden states of positions head..T-1 of a right-padded batch [B, T]: one clean pass, with
+    the shared head run once (`head_cache`) when it has at least MIN_SHARED_PREFIX tokens, else head must be
+    0. Returns [B, T - head, D]."""
+    mask = knockout_mask(valid, torch.zeros_like(valid), dtype)
+    if head == 0:
+        return base(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+    cache = head_cache(base, ids, head, dtype)
+    positions = torch.arange(head, ids.shape[1], device=ids.device)[None].expand(ids.shape[0], -1)
+    out = base(
+        input_ids=ids[:, head:],
+        attention_mask=mask[:, :, head:, :],
+        past_key_values=cache,
+        position_ids=positions,
+        use_cache=True,
+    )
+    return out.last_hidden_state
+
+
 def _prefix_cache(base, cap: ResidCapture, ids, mask, prefix: int):
     """Keys and values of the first `prefix` tokens (clean), computed once per batch; nothing is captured."""
     cap.active = False
