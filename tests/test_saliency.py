@@ -261,3 +261,33 @@ def test_batched_equals_one_at_a_time_smollm(smol64):
     # float64 weights, but RMSNorm and the eager softmax round to float32 inside the model, and a padded
     # batch is a different matmul shape: batched and single differ by ~2e-6 relative (measured)
     np.testing.assert_allclose(batched, single, rtol=2e-5)
+
+
+@pytest.mark.slow
+def test_shared_head_runs_once_and_changes_nothing_smollm(smol64, monkeypatch):
+    """Rows sharing a head (here SmolLM2's chat header) run it once, without a graph: S is unchanged."""
+    from truthflow.generation import build_prompt, encode_prompt
+    from truthflow.pathways import knockout
+    from truthflow.pathways import saliency as sal
+
+    lm = smol64
+    rows = []
+    for q, a in (("What is the capital of France?", " Paris."), ("Who wrote Hamlet?", " It was Marlowe.")):
+        prompt = encode_prompt(lm.tokenizer, build_prompt(lm.tokenizer, q, True), True)
+        rows.append((prompt + lm.tokenizer(a, add_special_tokens=False)["input_ids"], len(prompt)))
+    seqs, starts = [r[0] for r in rows], [r[1] for r in rows]
+    eqs = [[starts[0] - 8, starts[0] - 7], [starts[1] - 6]]
+    eas = [[starts[0], starts[0] + 1], [starts[1] + 2]]
+    assert knockout.common_head(seqs, 10**6) >= 20  # the header, shared by both rows
+    heads = []
+    real = sal.attention_and_grads
+    monkeypatch.setattr(sal, "attention_and_grads", lambda *a: heads.append(a[3]) or real(*a))
+    shared = saliency(lm, seqs, starts, eqs, eas, batch_size=2)
+    assert heads and heads[0] >= 20 and heads[0] <= min(eqs[0] + eqs[1])
+    monkeypatch.setattr(sal, "MIN_SHARED_PREFIX", 10**6)
+    full = saliency(lm, seqs, starts, eqs, eas, batch_size=2)
+    assert heads[-1] == 0
+    assert np.isfinite(full).all() and (full > 0).all()
+    np.testing.assert_allclose(shared, full, rtol=1e-5)
+    with pytest.raises(ValueError, match="shared head"):
+        attention_and_grads(lm, seqs, starts, head=min(starts))  # past the first scored position

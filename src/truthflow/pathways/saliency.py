@@ -39,6 +39,10 @@ Batches are right-padded (`pad_batch(side="right")`): a real row never attends t
 each sample's probabilities and loss are those of its own unpadded pass. The batch loss is the SUM of the
 per-sample mean losses, so the gradient at sample b's attention is dL_b/dA_b: batched equals one at a time.
 S is reduced layer by layer in float32 and the gradients of a layer are dropped once reduced.
+The tokens every row of a batch shares before its first E_Q token and its first scored position (a chat
+template's header) run once, for one row and without a graph, and their keys and values are repeated for
+the batch (`knockout.head_cache`): dL/dA at a later query flows back from later positions only, so S is
+unchanged (tested against full passes); the pass then costs only the rest of each row.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ import torch
 from ..batching import pad_batch, run_batched
 from ..errors import TruthflowError
 from ..models import LoadedModel
+from .knockout import MIN_SHARED_PREFIX, common_head, head_cache
 
 
 # ------------------------------------------------------------------------------------------- reduction
@@ -158,11 +163,16 @@ def _check_start(n: int, start: int) -> None:
 
 
 def attention_and_grads(
-    lm: LoadedModel, seqs: list[list[int]], answer_start: list[int]
+    lm: LoadedModel, seqs: list[list[int]], answer_start: list[int], head: int = 0
 ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
-    """One right-padded batch: (summed per-sample loss, [A^l [B, H, T, T]], [dL/dA^l], valid [B, T]).
+    """One right-padded batch: (summed per-sample loss, [A^l [B, H, T - head, T]], [dL/dA^l], valid [B, T]).
     The caller must already be in `eager_attention` (and, to skip parameter gradients, in
-    `frozen_parameters`)."""
+    `frozen_parameters`).
+
+    head > 0: the first `head` tokens, the same in every row, run once without a graph (`head_cache`), and
+    only query rows head..T-1 are returned. Their dL/dA is unchanged: it flows back from later positions
+    only, and by causality nothing of the head depends on a later position. The caller keeps head at or
+    below every cell it reads and below the first scored position (min(answer_start) - 1)."""
     model = lm.model
     for s, a in zip(seqs, answer_start, strict=True):
         _check_start(len(s), a)
@@ -173,14 +183,25 @@ def attention_and_grads(
     ids, valid = ids.to(device), valid.to(device)
     width = ids.shape[1]
     first = min(answer_start) - 1  # the first position whose logits the loss needs
+    if not 0 <= head <= first or any(s[:head] != seqs[0][:head] for s in seqs):
+        raise ValueError(f"a shared head of {head} tokens must be common to every row and end before {first}")
+    kwargs: dict = {}
+    if head:
+        with torch.no_grad():
+            base = getattr(model, model.base_model_prefix)
+            kwargs["past_key_values"] = head_cache(base, ids, head, next(model.parameters()).dtype)
+        positions = torch.arange(head, width, device=device)[None].expand(ids.shape[0], -1)
+        kwargs.update(position_ids=positions, use_cache=True)
+    else:
+        kwargs["use_cache"] = False
     with torch.enable_grad():
-        embeds = embed(ids).detach().requires_grad_(True)
+        embeds = embed(ids[:, head:]).detach().requires_grad_(True)
         out = model(
             inputs_embeds=embeds,
             attention_mask=valid.long(),
-            use_cache=False,
             output_attentions=True,
             logits_to_keep=width - first,
+            **kwargs,
         )
         attns = list(out.attentions or ())
         n_layers = model.config.get_text_config().num_hidden_layers
@@ -219,17 +240,20 @@ def saliency(
     order = sorted(range(n), key=lambda i: -len(seqs[i]))
 
     def step(idx: list[int]) -> None:
-        _, attns, grads, valid = attention_and_grads(
-            lm, [seqs[i] for i in idx], [answer_start[i] for i in idx]
-        )
+        rows = [seqs[i] for i in idx]
+        # the head every row shares (a chat header) before any cell read and any scored position runs once
+        limit = min(min([*eq_positions[i], answer_start[i] - 1]) for i in idx)
+        head = common_head(rows, limit)
+        head = head if head >= MIN_SHARED_PREFIX else 0
+        _, attns, grads, valid = attention_and_grads(lm, rows, [answer_start[i] for i in idx], head)
         width = valid.shape[1]
         masks = [pair_masks(len(seqs[i]), eq_positions[i], ea_positions[i], width) for i in idx]
-        to_answer = torch.stack([m[0] for m in masks]).to(valid.device)  # [B, T, T]
-        to_all = torch.stack([m[1] for m in masks]).to(valid.device)
+        to_answer = torch.stack([m[0][head:] for m in masks]).to(valid.device)  # [B, T - head, T]
+        to_all = torch.stack([m[1][head:] for m in masks]).to(valid.device)
         per_layer = []
         for layer in range(len(attns)):
             a, g = attns[layer], grads[layer]
-            s = (a.float() * g.float()).abs().sum(dim=1)  # [B, T, T]
+            s = (a.float() * g.float()).abs().sum(dim=1)  # [B, T - head, T]
             attns[layer] = grads[layer] = None  # free this layer as soon as it is reduced
             s = s.to(valid.device)
             per_layer.append(torch.stack([_masked_mean(s, to_answer), _masked_mean(s, to_all)], dim=-1))
