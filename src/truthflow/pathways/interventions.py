@@ -15,7 +15,6 @@ import zlib
 
 import numpy as np
 import torch
-from transformers import DynamicCache
 
 from ..batching import pad_batch, run_batched
 from ..models import LoadedModel
@@ -27,6 +26,7 @@ from .knockout import (
     decoder_layers,
     knockout_mask,
     last_hidden_after_head,
+    prefix_cache,
 )
 
 
@@ -245,18 +245,10 @@ def resid_conditions(
         cache = None
         try:
             if prefix >= MIN_SHARED_PREFIX:
-                cache = DynamicCache(config=model.config)
                 clean = knockout_mask(valid, torch.zeros_like(valid), dtype)
                 cap.active = False
                 try:
-                    base(
-                        input_ids=ids[:, :prefix],
-                        attention_mask=clean[:, :, :prefix, :prefix],
-                        past_key_values=cache,
-                        use_cache=True,
-                    )
-                except _Stop:
-                    pass
+                    cache = prefix_cache(base, ids, clean, prefix, dtype)
                 finally:
                     cap.active = True
             else:

@@ -286,14 +286,43 @@ def last_hidden_after_head(base, ids: torch.Tensor, valid: torch.Tensor, head: i
     return out.last_hidden_state
 
 
+def tensor_head(ids: torch.Tensor, limit: int) -> int:
+    """`common_head` of the rows of a [B, T] id tensor."""
+    limit = min(limit, ids.shape[1])
+    same = (ids[:, :limit] == ids[:1, :limit]).all(dim=0)
+    diff = (~same).nonzero()
+    return int(diff[0]) if len(diff) else limit
+
+
+def prefix_cache(base, ids: torch.Tensor, mask: torch.Tensor, prefix: int, dtype):
+    """Keys and values of the first `prefix` tokens of each row under `mask` (clean on those tokens). The
+    head all rows share runs once (`head_cache`) when it has at least MIN_SHARED_PREFIX tokens; the rest of
+    the prefix runs per row on top of it."""
+    head = tensor_head(ids, prefix)
+    if head < MIN_SHARED_PREFIX:
+        return base(
+            input_ids=ids[:, :prefix], attention_mask=mask[:, :, :prefix, :prefix], use_cache=True
+        ).past_key_values
+    cache = head_cache(base, ids, head, dtype)
+    if prefix > head:
+        positions = torch.arange(head, prefix, device=ids.device)[None].expand(ids.shape[0], -1)
+        base(
+            input_ids=ids[:, head:prefix],
+            attention_mask=mask[:, :, head:prefix, :prefix],
+            past_key_values=cache,
+            position_ids=positions,
+            use_cache=True,
+        )
+    return cache
+
+
 def _prefix_cache(base, cap: ResidCapture, ids, mask, prefix: int):
     """Keys and values of the first `prefix` tokens (clean), computed once per batch; nothing is captured."""
     cap.active = False
     try:
-        out = base(input_ids=ids[:, :prefix], attention_mask=mask[:, :, :prefix, :prefix], use_cache=True)
+        return prefix_cache(base, ids, mask, prefix, mask.dtype)
     finally:
         cap.active = True
-    return out.past_key_values
 
 
 def _suffix_pass(base, ids, mask, cache, prefix: int) -> None:
