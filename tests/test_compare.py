@@ -61,9 +61,7 @@ def test_published_and_qualitative_checks():
     pub = out.filter(pl.col("check") == "published value")
     # the control rows (-99) never enter the published comparison
     assert pub["reproduced"].to_list() == [-45.0, 4.2] and pub["verdict"].to_list() == ["within range"] * 2
-    qual = {
-        (r["model"], r["check"]): r for r in out.iter_rows(named=True) if r["check"] != "published value"
-    }
+    qual = {(r["model"], r["check"]): r for r in out.iter_rows(named=True) if r["check"] != "published value"}
     m1 = qual[("m1", "E_Q knockout beats random control")]
     assert m1["verdict"] == "holds" and m1["reproduced"] == 10.0 and "12.0%" in m1["detail"]
     assert qual[("m2", "E_Q knockout beats random control")]["verdict"] == "does not hold"

@@ -53,7 +53,8 @@ def test_summarize_hand_case_counts_distinct_samples():
     s = summarize(df, n_boot=200, seed=0)
     row = {(r["knockout"], r["anchor"]): r for r in s.iter_rows(named=True)}
     q = row[("target", "Q-Anchored")]
-    assert q["n"] == 2 and q["mean_delta_p"] == -20.0 and -30.0 <= q["ci_low"] <= q["ci_high"] <= -10.0
+    # two samples: a mean, but no CI (a bootstrap over 2 values has 3 possible means)
+    assert q["n"] == 2 and q["mean_delta_p"] == -20.0 and np.isnan(q["ci_low"]) and np.isnan(q["ci_high"])
     assert q["flip_rate"] == 1.0
     # the unmatched sample c is in the target split but not in the control or the unsplit rows
     assert row[("target", "A-Anchored")]["n"] == 1 and np.isnan(row[("target", "A-Anchored")]["ci_low"])
@@ -97,3 +98,15 @@ def test_one_class_labels_give_probe_undefined_row():
     )
     assert auc.height == 1 and auc["status"][0].startswith("probe undefined: one class")
     assert samples.height == 0
+
+
+def test_bootstrap_ci_needs_min_ci_n_samples():
+    from truthflow.stats import MIN_CI_N, bootstrap_ci
+
+    assert MIN_CI_N == 5
+    assert all(np.isnan(bootstrap_ci(np.zeros(k), 100, 0)).all() for k in range(MIN_CI_N))
+    lo, hi = bootstrap_ci(np.array([0.0, 0.0, 0.0, 0.0, 10.0]), 2000, 0)
+    # resampled means lie in {0, 2, ..., 10}; P(mean = 0) = 0.8^5 = 0.33 > 2.5%: the lower bound is 0;
+    # P(mean >= 6) = P(3+ tens) = 0.058 > 2.5%, P(mean >= 8) = 0.0067 < 2.5%: the upper bound is 6
+    assert lo == 0.0 and hi == 6.0
+    assert bootstrap_ci(np.full(5, 3.0), 100, 0) == (3.0, 3.0)  # no spread: the CI is the value itself

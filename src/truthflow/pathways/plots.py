@@ -16,10 +16,11 @@ from matplotlib.ticker import MaxNLocator
 from ..plotting import COLOURS, DATASETS, DPI, colour, datasets_in, label  # noqa: F401
 from ..plotting import figure as _figure
 from ..plotting import finish as _finish
+from ..stats import MIN_CI_N
 
 STYLES = {"Q-Anchored": "-", "A-Anchored": "--"}
 KNOCKOUT_STYLES = {"target": "-", "control": ":"}
-MIN_LINE_N = 5
+MIN_LINE_N = MIN_CI_N  # a group with fewer samples has no CI: drawn as points
 
 
 def _notes(ax, notes: list[str]) -> None:

@@ -16,6 +16,8 @@ from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import StratifiedKFold
 from sklearn.preprocessing import StandardScaler
 
+from ..stats import MIN_CI_N, bootstrap_ci  # noqa: F401 (re-exported: check, experiments)
+
 Q_ANCHORED, A_ANCHORED, ALL = "Q-Anchored", "A-Anchored", "all"
 TARGET, CONTROL = "target", "control"
 
@@ -196,18 +198,6 @@ def run_probes(
             )
         )
     return pl.DataFrame(auc_rows, schema=AUC_SCHEMA), pl.concat(frames)
-
-
-def bootstrap_ci(values: np.ndarray, n_boot: int, seed: int, alpha: float = 0.05) -> tuple[float, float]:
-    """Percentile bootstrap CI of the mean, resampling samples with a seeded generator. Fewer than two
-    values have no CI (NaN), never a zero-width one."""
-    values = np.asarray(values, dtype=float)
-    if len(values) < 2:
-        return float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    means = values[rng.integers(0, len(values), size=(n_boot, len(values)))].mean(axis=1)
-    lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
-    return float(lo), float(hi)
 
 
 def summarize(samples: pl.DataFrame, n_boot: int = 1000, seed: int = 0) -> pl.DataFrame:

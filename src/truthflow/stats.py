@@ -1,0 +1,23 @@
+"""Confidence intervals shared by the tables and the figures (numpy only, so a plot job imports no model
+or probe code)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+# fewer distinct samples than this have no CI: a percentile bootstrap over 2-4 values has a handful of
+# possible means (two zeros give [0, 0]), so its interval would not mean what a 95% CI says. Figures draw
+# such groups as points (plots.MIN_LINE_N is this number).
+MIN_CI_N = 5
+
+
+def bootstrap_ci(values: np.ndarray, n_boot: int, seed: int, alpha: float = 0.05) -> tuple[float, float]:
+    """Percentile bootstrap CI of the mean, resampling samples with a seeded generator. Fewer than MIN_CI_N
+    values have no CI (NaN), never a degenerate or zero-width one."""
+    values = np.asarray(values, dtype=float)
+    if len(values) < MIN_CI_N:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, len(values), size=(n_boot, len(values)))].mean(axis=1)
+    lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
+    return float(lo), float(hi)
