@@ -291,3 +291,25 @@ def test_shared_head_runs_once_and_changes_nothing_smollm(smol64, monkeypatch):
     np.testing.assert_allclose(shared, full, rtol=1e-5)
     with pytest.raises(ValueError, match="shared head"):
         attention_and_grads(lm, seqs, starts, head=min(starts))  # past the first scored position
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["smollm", "gemma"])
+def test_loss_on_the_scored_positions_equals_the_models_own(name, request):
+    """The loss runs the LM head on the predicting positions only; it equals the mean answer NLL from the
+    model's own full logits (Gemma's soft-cap and 262k vocabulary included), summed over rows."""
+    lm = request.getfixturevalue(name)
+    rows = []
+    pairs = (("Q: What is the capital of France?\nA:", " Paris is the capital."), ("Q: Who?\nA:", " Me."))
+    for q, a in pairs:
+        prompt = lm.tokenizer(q)["input_ids"]
+        rows.append((prompt + lm.tokenizer(a, add_special_tokens=False)["input_ids"], len(prompt)))
+    seqs, starts = [r[0] for r in rows], [r[1] for r in rows]
+    with eager_attention(lm.model):
+        loss, _, _, _ = attention_and_grads(lm, seqs, starts)
+    expected = 0.0
+    with torch.no_grad():
+        for seq, s in rows:
+            logp = torch.log_softmax(lm.model(torch.tensor([seq])).logits[0].float(), -1)
+            expected += -float(np.mean([logp[t - 1, seq[t]].item() for t in range(s, len(seq))]))
+    assert float(loss) == pytest.approx(expected, rel=1e-4)

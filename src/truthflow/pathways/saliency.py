@@ -143,18 +143,32 @@ def frozen_parameters(model):
 
 # ------------------------------------------------------------------------------------- loss and dL/dA
 def answer_loss(
-    logits: torch.Tensor, ids: torch.Tensor, lengths: Sequence[int], answer_start: Sequence[int], first: int
+    model,
+    hidden: torch.Tensor,
+    ids: torch.Tensor,
+    lengths: Sequence[int],
+    answer_start: Sequence[int],
+    offset: int,
 ) -> torch.Tensor:
-    """Sum over rows of the mean NLL of the answer tokens. logits [B, K, V] hold positions first..first+K-1
-    of each row; position t is predicted by the logits at t - 1."""
+    """Sum over rows of the mean NLL of the answer tokens. hidden [B, K, D] is the final hidden state of
+    positions offset..offset+K-1; position t is predicted by the logits at t - 1. The LM head runs on the
+    predicting positions only, in one call (with a 262k vocabulary the head's matmuls, forward and backward,
+    are most of the stage's cost when it runs on every kept position); Gemma's final logit soft-cap is
+    applied as the model applies it."""
+    rows = [r for r, (n, s) in enumerate(zip(lengths, answer_start, strict=True)) for _ in range(s, n)]
+    pos = [t - 1 - offset for n, s in zip(lengths, answer_start, strict=True) for t in range(s, n)]
+    weight = [1.0 / (n - s) for n, s in zip(lengths, answer_start, strict=True) for _ in range(s, n)]
+    device = hidden.device
+    rows_t, pos_t = torch.tensor(rows, device=device), torch.tensor(pos, device=device)
+    targets = ids.to(device)[rows_t, pos_t + 1 + offset]
+    logits = model.get_output_embeddings()(hidden[rows_t, pos_t])
     dtype = torch.promote_types(logits.dtype, torch.float32)  # float32, or float64 for a float64 model
-    logp = torch.log_softmax(logits.to(dtype), dim=-1)
-    total = logp.new_zeros(())
-    for row, (n, s) in enumerate(zip(lengths, answer_start, strict=True)):
-        targets = ids[row, s:n].to(logp.device)
-        pred = logp[row, s - 1 - first : n - 1 - first]  # [n - s, V]
-        total = total + (-pred.gather(-1, targets[:, None]).squeeze(-1)).mean()
-    return total
+    logits = logits.to(dtype)
+    softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
+    if softcap:
+        logits = torch.tanh(logits / softcap) * softcap
+    nll = -torch.log_softmax(logits, dim=-1).gather(-1, targets[:, None]).squeeze(-1)
+    return (nll * torch.tensor(weight, dtype=dtype, device=device)).sum()
 
 
 def _check_start(n: int, start: int) -> None:
@@ -185,10 +199,10 @@ def attention_and_grads(
     first = min(answer_start) - 1  # the first position whose logits the loss needs
     if not 0 <= head <= first or any(s[:head] != seqs[0][:head] for s in seqs):
         raise ValueError(f"a shared head of {head} tokens must be common to every row and end before {first}")
+    base = getattr(model, model.base_model_prefix)
     kwargs: dict = {}
     if head:
         with torch.no_grad():
-            base = getattr(model, model.base_model_prefix)
             kwargs["past_key_values"] = head_cache(base, ids, head, next(model.parameters()).dtype)
         positions = torch.arange(head, width, device=device)[None].expand(ids.shape[0], -1)
         kwargs.update(position_ids=positions, use_cache=True)
@@ -196,13 +210,7 @@ def attention_and_grads(
         kwargs["use_cache"] = False
     with torch.enable_grad():
         embeds = embed(ids[:, head:]).detach().requires_grad_(True)
-        out = model(
-            inputs_embeds=embeds,
-            attention_mask=valid.long(),
-            output_attentions=True,
-            logits_to_keep=width - first,
-            **kwargs,
-        )
+        out = base(inputs_embeds=embeds, attention_mask=valid.long(), output_attentions=True, **kwargs)
         attns = list(out.attentions or ())
         n_layers = model.config.get_text_config().num_hidden_layers
         if len(attns) != n_layers or any(a is None for a in attns):
@@ -210,7 +218,7 @@ def attention_and_grads(
                 f"saliency: the model returned {len(attns)} attention maps for {n_layers} layers "
                 f"(attention '{model.config._attn_implementation}' must be eager)"
             )
-        loss = answer_loss(out.logits, ids, [len(s) for s in seqs], answer_start, first)
+        loss = answer_loss(model, out.last_hidden_state, ids, [len(s) for s in seqs], answer_start, head)
         del out
         grads = list(torch.autograd.grad(loss, attns))
     return loss.detach(), [a.detach() for a in attns], grads, valid
