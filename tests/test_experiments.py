@@ -340,3 +340,15 @@ def test_conditions_from_a_shared_prefix_equal_full_passes(model, request, monke
         ref = iv.resid_at_layer(lm, c.get("seqs") or seqs, probe, k, 3, c.get("edges"), c.get("factor", 1.0))
         scale = np.abs(ref.astype(np.float32)).max()
         assert np.abs(g.astype(np.float32) - ref.astype(np.float32)).max() <= 2e-3 * scale
+
+
+def test_rate_rows_have_wilson_cis_never_zero_width():
+    """Flip rates, accuracy and refusal are rates: Wilson CIs, so 0% of 6 samples is not '[0, 0]'."""
+    prob = np.full((2, 6), 0.9)  # every sample predicted correct by both seeds, and none flips
+    rows = ex.patching_rows(
+        prob, prob.copy(), prob.copy(), np.ones(6), np.zeros(6, bool), np.ones(6, bool), 3, 100, 0
+    )
+    a = next(r for r in rows if r["condition"] == "E_Q" and r["group"] == "A-Anchored")
+    # 0 of 6: upper = 2 * (z^2 / 12) / (1 + z^2 / 6) = 0.64027 / 1.64027 = 0.39034
+    assert a["n"] == 6 and a["value"] == 0.0 and a["ci_low"] == 0.0
+    assert a["ci_high"] == pytest.approx(39.034, abs=1e-2)

@@ -110,3 +110,17 @@ def test_bootstrap_ci_needs_min_ci_n_samples():
     # P(mean >= 6) = P(3+ tens) = 0.058 > 2.5%, P(mean >= 8) = 0.0067 < 2.5%: the upper bound is 6
     assert lo == 0.0 and hi == 6.0
     assert bootstrap_ci(np.full(5, 3.0), 100, 0) == (3.0, 3.0)  # no spread: the CI is the value itself
+
+
+def test_wilson_ci_hand_cases():
+    from truthflow.stats import wilson_ci
+
+    # 0 of 12: centre = half = (z^2 / 2n) / (1 + z^2 / n) = 0.16007 / 1.32013 = 0.12125 -> [0, 0.2425]
+    assert wilson_ci(np.zeros(12)) == (0.0, pytest.approx(0.24249, abs=1e-5))
+    # 1 of 5: centre (0.2 + 0.38415) / 1.76829 = 0.33035, half 1.10840 * sqrt(0.032 + 0.038415) = 0.29412
+    lo, hi = wilson_ci(np.array([1.0, 0, 0, 0, 0]))
+    assert lo == pytest.approx(0.03622, abs=1e-5) and hi == pytest.approx(0.62447, abs=1e-5)
+    assert wilson_ci(np.ones(8))[1] == 1.0 and wilson_ci(np.ones(8))[0] == pytest.approx(0.67559, abs=1e-5)
+    assert all(np.isnan(wilson_ci(np.zeros(4))))  # fewer than MIN_CI_N samples: no CI
+    with pytest.raises(ValueError):
+        wilson_ci(np.array([0.0, 0, 0, 0, 2.0]))

@@ -49,10 +49,13 @@ def main(sm):
     k = _layers(rows, awareness, models, titles)
     at_k = f"Experiment layer K: {k}." if k else "Experiment layer K: none in the tables."
     n_text = "n = distinct samples."
-    ci_text = "n = distinct samples; {}: seeded bootstrap 95% CI over samples."
+    ci_text = {
+        "bootstrap": "n = distinct samples; {}: seeded bootstrap 95% CI over samples.",
+        "wilson": "n = distinct samples; {}: Wilson 95% CI of the rate over samples.",
+    }
 
-    def caption(text: str, ci: str = "") -> str:
-        stats = ci_text.format(ci) if ci else n_text
+    def caption(text: str, ci: str = "", kind: str = "bootstrap") -> str:
+        stats = ci_text[kind].format(ci) if ci else n_text
         return f"{text} {stats} {at_k}" if p.show_caption else ""
 
     def out(fig: str):
@@ -70,6 +73,7 @@ def main(sm):
             " are replaced by a donor question's (solid) or when as many random non-E_Q question tokens are"
             " (hatched, the control), over samples answered correctly and predicted correct." + pub_note,
             "error bars",
+            "wilson",
         ),
         published=pe.PUBLISHED_PATCHING if pub_on else None,
         published_on=pub_on,
@@ -98,6 +102,7 @@ def main(sm):
             " layer (solid Q-Anchored, dashed A-Anchored); box plots: log10 PopQA popularity of the groups at"
             " layer K (box = quartiles, whiskers = 1.5 IQR, dots = samples).",
             "bands",
+            "wilson",
         ),
     )
     pe.plot_saliency(

@@ -11,6 +11,7 @@ import numpy as np
 import polars as pl
 
 from ..errors import TruthflowError
+from ..stats import wilson_ci
 from .probes import A_ANCHORED, Q_ANCHORED, TARGET, bootstrap_ci, crossfit_probs, knockout_effect
 
 GROUPS = (Q_ANCHORED, A_ANCHORED)
@@ -81,11 +82,18 @@ def _group_rows(
     n_boot: int,
     seed: int,
     note: str = "",
+    rate: bool = False,
 ) -> list[dict]:
+    """Q- and A-Anchored rows of one condition: n distinct samples, mean, 95% CI. rate: values are % (a
+    yes/no outcome or a share of seeds, x 100) and the CI is Wilson's (`stats.wilson_ci`: not zero width at
+    0% or 100%); else a seeded percentile bootstrap."""
     rows = []
     for g, name in ((True, Q_ANCHORED), (False, A_ANCHORED)):
         v = values[keep & (groups == g)]
-        lo, hi = bootstrap_ci(v, n_boot, seed)
+        if rate:
+            lo, hi = (100.0 * b for b in wilson_ci(v / 100.0))
+        else:
+            lo, hi = bootstrap_ci(v, n_boot, seed)
         rows.append(
             {
                 "experiment": experiment,
@@ -124,7 +132,7 @@ def patching_rows(
     rows = []
     for cond, pp, keep in (("E_Q", prob_patch, eligible), ("random", prob_control, eligible & control_ok)):
         flip = 100.0 * ((pp < 0.5) & clean_ok).sum(axis=0) / denom
-        rows += _group_rows("patching", cond, flip, groups, keep, layer, n_boot, seed)
+        rows += _group_rows("patching", cond, flip, groups, keep, layer, n_boot, seed, rate=True)
     return rows
 
 
@@ -157,8 +165,8 @@ def boundary_rows(
         keep = np.ones(len(ids), dtype=bool)
         acc = 100.0 * np.array([bool(correct[i]) for i in ids], dtype=float)
         ref = 100.0 * np.array([bool(refusal[i]) for i in ids], dtype=float)
-        rows += _group_rows("boundary", "accuracy", acc, groups, keep, int(lay), n_boot, seed)
-        rows += _group_rows("boundary", "refusal", ref, groups, keep, int(lay), n_boot, seed)
+        rows += _group_rows("boundary", "accuracy", acc, groups, keep, int(lay), n_boot, seed, rate=True)
+        rows += _group_rows("boundary", "refusal", ref, groups, keep, int(lay), n_boot, seed, rate=True)
         if popularity is not None and int(lay) == layer:
             pop = np.array([popularity.get(i, np.nan) for i in ids], dtype=float)
             ok = np.isfinite(pop) & (pop > 0)
