@@ -445,9 +445,8 @@ def judge_method(cfg: Mapping) -> dict:
     )
     if backend == "hf":
         method["dtype"] = str(settings["dtype"])
-        if settings[
-            "chat_template_kwargs"
-        ]:  # absent when unset: verdicts cached without them keep their keys
+        # absent when unset: verdicts cached before the key existed keep their keys
+        if settings["chat_template_kwargs"]:
             method["chat_template_kwargs"] = dict(settings["chat_template_kwargs"])
     return method
 

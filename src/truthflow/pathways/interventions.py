@@ -27,6 +27,7 @@ from .knockout import (
     knockout_mask,
     last_hidden_after_head,
     prefix_cache,
+    run_from,
 )
 
 
@@ -225,14 +226,11 @@ def resid_conditions(
         return reweight_mask(valid, q, k, c["factor"], dtype)
 
     def run(cap, ids, mask, start, cache):
-        kwargs = {}
-        if cache is not None:
-            pos = torch.arange(start, ids.shape[1], device=device)[None].expand(ids.shape[0], -1)
-            kwargs = {"past_key_values": copy.deepcopy(cache), "position_ids": pos, "use_cache": True}
-        else:
-            kwargs = {"use_cache": False}
         try:
-            base(input_ids=ids[:, start:], attention_mask=mask[:, :, start:, :], **kwargs)
+            if cache is None:
+                base(input_ids=ids, attention_mask=mask, use_cache=False)
+            else:
+                run_from(base, ids, mask, copy.deepcopy(cache), start)
         except _Stop:
             pass
         return cap.resid_post[layer - 1].float().cpu().numpy()

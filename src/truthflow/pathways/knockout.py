@@ -267,6 +267,20 @@ def head_cache(base, ids: torch.Tensor, head: int, dtype):
     return cache
 
 
+def run_from(base, ids: torch.Tensor, mask: torch.Tensor, cache, start: int, end: int | None = None):
+    """Positions start..end-1 of every row on top of `cache` (which holds 0..start-1 and is extended), with
+    the mask's rows for those queries and its keys up to end. Returns the base model's output."""
+    end = ids.shape[1] if end is None else end
+    positions = torch.arange(start, end, device=ids.device)[None].expand(ids.shape[0], -1)
+    return base(
+        input_ids=ids[:, start:end],
+        attention_mask=mask[:, :, start:end, :end],
+        past_key_values=cache,
+        position_ids=positions,
+        use_cache=True,
+    )
+
+
 def last_hidden_after_head(base, ids: torch.Tensor, valid: torch.Tensor, head: int, dtype) -> torch.Tensor:
     """The final hidden states of positions head..T-1 of a right-padded batch [B, T]: one clean pass, with
     the shared head run once (`head_cache`) when it has at least MIN_SHARED_PREFIX tokens, else head must be
@@ -274,45 +288,21 @@ def last_hidden_after_head(base, ids: torch.Tensor, valid: torch.Tensor, head: i
     mask = knockout_mask(valid, torch.zeros_like(valid), dtype)
     if head == 0:
         return base(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
-    cache = head_cache(base, ids, head, dtype)
-    positions = torch.arange(head, ids.shape[1], device=ids.device)[None].expand(ids.shape[0], -1)
-    out = base(
-        input_ids=ids[:, head:],
-        attention_mask=mask[:, :, head:, :],
-        past_key_values=cache,
-        position_ids=positions,
-        use_cache=True,
-    )
-    return out.last_hidden_state
-
-
-def tensor_head(ids: torch.Tensor, limit: int) -> int:
-    """`common_head` of the rows of a [B, T] id tensor."""
-    limit = min(limit, ids.shape[1])
-    same = (ids[:, :limit] == ids[:1, :limit]).all(dim=0)
-    diff = (~same).nonzero()
-    return int(diff[0]) if len(diff) else limit
+    return run_from(base, ids, mask, head_cache(base, ids, head, dtype), head).last_hidden_state
 
 
 def prefix_cache(base, ids: torch.Tensor, mask: torch.Tensor, prefix: int, dtype):
     """Keys and values of the first `prefix` tokens of each row under `mask` (clean on those tokens). The
     head all rows share runs once (`head_cache`) when it has at least MIN_SHARED_PREFIX tokens; the rest of
     the prefix runs per row on top of it."""
-    head = tensor_head(ids, prefix)
+    head = common_head(ids[:, :prefix].tolist(), prefix)
     if head < MIN_SHARED_PREFIX:
         return base(
             input_ids=ids[:, :prefix], attention_mask=mask[:, :, :prefix, :prefix], use_cache=True
         ).past_key_values
     cache = head_cache(base, ids, head, dtype)
     if prefix > head:
-        positions = torch.arange(head, prefix, device=ids.device)[None].expand(ids.shape[0], -1)
-        base(
-            input_ids=ids[:, head:prefix],
-            attention_mask=mask[:, :, head:prefix, :prefix],
-            past_key_values=cache,
-            position_ids=positions,
-            use_cache=True,
-        )
+        run_from(base, ids, mask, cache, head, prefix)
     return cache
 
 
@@ -327,15 +317,7 @@ def _prefix_cache(base, cap: ResidCapture, ids, mask, prefix: int):
 
 def _suffix_pass(base, ids, mask, cache, prefix: int) -> None:
     """The rest of the sequence on a copy of the prefix cache, with the mask's rows for those queries."""
-    b, t = ids.shape
-    positions = torch.arange(prefix, t, device=ids.device)[None].expand(b, -1)
-    base(
-        input_ids=ids[:, prefix:],
-        attention_mask=mask[:, :, prefix:, :],
-        past_key_values=copy.deepcopy(cache),
-        position_ids=positions,
-        use_cache=True,
-    )
+    run_from(base, ids, mask, copy.deepcopy(cache), prefix)
 
 
 def window_layers(k: int, window: int, n_layers: int) -> range:
