@@ -102,6 +102,20 @@ def test_short_answer_span_empty():
             "god of war",
         ),
         ("Caterpillars turn into caterpillars.", "What do caterpillars turn into?", "Caterpillars"),
+        # a name after a restated relation word wins over an invented subject; titles are dropped
+        ("Mohsakal Advani was born in India.", "In what city was Mahatma Gandhi born?", "India"),
+        (
+            "The mother of Nero is the Roman Emperor Claudius Blackwood.",
+            "Who is the mother of Nero?",
+            "Claudius Blackwood",
+        ),
+        ("Louis XIV was the father of King Louis XF.", "Who is the father of Louis XIV?", "Louis XF"),
+        (
+            "Prince Harry is the mother of the Queen of England.",
+            "Who is the mother of Prince Harry?",
+            "Queen of England",
+        ),
+        ("John Smith wrote it in 1990.", "Who wrote The Raven?", "John Smith"),
     ],
 )
 def test_short_answer_span_with_question(answer, question, expected):
@@ -320,10 +334,11 @@ def test_demo_ea_lengths_comparable(model, dataset):
     if t["n_correct"].item() < 5 or t["n_wrong"].item() < 5:
         pytest.skip("too few answers of one class")
     if (model, dataset) == ("smollm2-135m", "popqa") and t["ratio"].item() > 1.5:
-        # measured 1.72: correct answers are mostly one-token capitals ("Cairo"), wrong ones mostly invented
-        # multi-token names ("Khantadak", 4 tokens): the gap is what is asked and how the model's inventions
-        # tokenize, not the extractor (in words 1.21). The confound this guards against (position alone
-        # separating the classes) is measured directly: auc_ea_length_only in tables/exact_tokens.tsv.
+        # measured 1.62 (1.72 before titles and relation anchors): correct answers are mostly one-token
+        # capitals ("Cairo"), wrong ones mostly invented multi-token names ("Khantadak", 4 tokens;
+        # "BROWN BARBADO OPERA", 11): the gap is what is asked and how the model's inventions tokenize, not the
+        # extractor. The confound this guards against (position alone separating the classes) is measured
+        # directly: auc_ea_length_only in tables/exact_tokens.tsv.
         pytest.xfail(f"SmolLM2/PopQA pooled ratio {t['ratio'].item():.2f} (relation mix; see the note above)")
     assert t["ratio"].item() <= 1.5, t
 

@@ -49,6 +49,29 @@ ABBREVIATIONS = {
     "sgt",
     "capt",
 }
+# titles that precede a name: an entity run keeps the name after them
+TITLE_WORDS = {
+    "king",
+    "queen",
+    "emperor",
+    "empress",
+    "prince",
+    "princess",
+    "president",
+    "saint",
+    "sir",
+    "lord",
+    "lady",
+    "pope",
+    "pharaoh",
+    "sultan",
+    "tsar",
+    "czar",
+    "duke",
+    "duchess",
+    "dr",
+    "professor",
+}
 MAX_EA_WORDS = 4  # an entity or number run longer than this is cut to its first MAX_EA_WORDS words
 MAX_EA_PHRASE = 3  # a lowercase answer phrase longer than this is cut to its first MAX_EA_PHRASE words
 
@@ -180,7 +203,11 @@ def short_answer_span(
     4. The answer is the first named thing that is not copied from the question: a quoted span, or a run of
        capitalized words or numbers ("Franz Liszt", "1912", "Leonardo da Vinci"), with leading and trailing
        stop words removed and question words cut out ("The Moonlight Sonata was written by Franz Liszt" ->
-       "Franz Liszt"); at most `max_words` (default MAX_EA_WORDS = 4) words, the first ones.
+       "Franz Liszt"); at most `max_words` (default MAX_EA_WORDS = 4) words, the first ones. Titles before
+       a name are dropped ("the Roman Emperor Claudius" -> "Claudius"; "Queen of England" stays), as gold
+       aliases name people without them. A named thing that directly follows a lowercase relation word
+       restated from the question (only stop words between) is preferred to an earlier one ("Mohsakal
+       Advani was born in India" for "In what city was Mahatma Gandhi born?" -> "India").
     5. Else, in the first clause (cut at a comma, colon, semicolon, bracket, dash or a relative word such as
        "that", "which", "who", "because"), the first run of content words that are neither stop words, frame
        words ("answer", "type", "called", ...) nor question words, at most MAX_EA_PHRASE words ("It is a
@@ -236,12 +263,33 @@ def short_answer_span(
         w = words[i][0]
         return _is_cap(w) and not _is_stop(w) and _norm(w) not in FRAME_WORDS
 
+    def untitled(run):
+        # "Roman Emperor Claudius Blackwood" -> "Claudius Blackwood", "King Louis XF" -> "Louis XF": leading
+        # words up to the last title are dropped when a name follows the title directly ("Queen of England"
+        # keeps its title); gold aliases name people without their titles
+        last = max((k for k, (w, _, _) in enumerate(run) if _norm(w) in TITLE_WORDS), default=-1)
+        named = 0 <= last < len(run) - 1 and _is_cap(run[last + 1][0])
+        if named and run[last + 1][0].lower() not in NAME_CONNECTORS:
+            return run[last + 1 :]
+        return run
+
+    anchored: list[tuple[int, int]] = []
+    index = {s_: k for k, (_, s_, _) in enumerate(words)}
     for run in _runs(line, words, entity):
-        run = trimmed(run)
+        run = untitled(trimmed(run))
         if run and not all(is_q(w) for w, _, _ in run):
-            candidates.append(span_of(run, max_words))
+            span = span_of(run, max_words)
+            candidates.append(span)
+            # anchored: the nearest word before the run that is not a stop word is a relation word restated
+            # from the question ("... was born in India" for "In what city was ... born?")
+            k = index[run[0][1]] - 1
+            while k >= 0 and _is_stop(words[k][0]):
+                k -= 1
+            prev = words[k][0] if k >= 0 else ""
+            if prev[:1].islower() and is_q(prev) and _has_letter(run[0][0]):
+                anchored.append(span)
     if candidates:
-        return min(candidates)
+        return min(anchored or candidates)
     # 5. a lowercase phrase in the first clause
     cb = _CLAUSE_BREAK.search(line, words[0][2], end)
     clause_end = cb.start() if cb else end
