@@ -336,7 +336,7 @@ def test_demo_ea_lengths_comparable(model, dataset):
     if (model, dataset) == ("smollm2-135m", "popqa") and t["ratio"].item() > 1.5:
         # measured 1.62 (1.72 before titles and relation anchors): correct answers are mostly one-token
         # capitals ("Cairo"), wrong ones mostly invented multi-token names ("Khantadak", 4 tokens;
-        # "BROWN BARBADO OPERA", 11): the gap is what is asked and how the model's inventions tokenize, not the
+        # "BROWN BARBADO OPERA", 11): the gap is what is asked and how inventions tokenize, not the
         # extractor. The confound this guards against (position alone separating the classes) is measured
         # directly: auc_ea_length_only in tables/exact_tokens.tsv.
         pytest.xfail(f"SmolLM2/PopQA pooled ratio {t['ratio'].item():.2f} (relation mix; see the note above)")

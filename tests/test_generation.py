@@ -8,11 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from truthflow.batching import FAKE_OOM_ENV, next_batch, run_batched
+from truthflow.batching import (
+    FAKE_OOM_ENV,
+    MIN_SHARED_PREFIX,
+    common_head,
+    next_batch,
+    pad_batch,
+    run_batched,
+)
 from truthflow.generation import (
     answer_questions,
     build_prompt,
     encode_prompt,
+    eos_token_ids,
     fit_prompt,
     generate_answers,
     newline_token_ids,
@@ -215,3 +223,45 @@ def test_answer_questions_counts_truncated_prompts(gemma, capsys):
     assert [o["prompt_truncated"] for o in out] == [False, True]
     assert len(out[1]["prompt_ids"]) <= 64 and prompts[1].startswith("Q: Name the river")
     assert "1 of 2 questions truncated to fit generation.max_prompt_tokens=64" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_shared_head_generation_equals_plain_generate(gemma, monkeypatch):
+    """Prompts that share a long head (prefilled once, repeated for the batch) get the answers of plain
+    batched `generate` on the whole prompts, also where the model's generation config names a cache
+    implementation of its own (Gemma-3 on the hub: "hybrid"), which a given cache would otherwise refuse."""
+    import torch
+
+    head = "Answer each question with a short phrase, a name or a number. Be brief. "
+    questions = ["What is the capital of France?", "Who wrote Hamlet?", "What is the largest planet?", "2+2?"]
+    prompts = [build_prompt(gemma.tokenizer, head + q, chat=False) for q in questions]
+    encoded = [encode_prompt(gemma.tokenizer, p, False) for p in prompts]
+    assert common_head(encoded, 100) >= MIN_SHARED_PREFIX
+    monkeypatch.setattr(gemma.model.generation_config, "cache_implementation", "hybrid")
+    calls = []
+    original = gemma.model.generate
+
+    def spy(**kwargs):
+        calls.append("past_key_values" in kwargs)
+        return original(**kwargs)
+
+    monkeypatch.setattr(gemma.model, "generate", spy)
+    got = generate_answers(gemma, prompts, 8, 12, stop_at_newline=True, chat=False)
+    assert calls == [True]  # one batch, prefilled from the shared head
+    ids, valid = pad_batch(encoded, gemma.tokenizer.pad_token_id, side="left")
+    with torch.inference_mode():
+        ref = original(
+            input_ids=ids,
+            attention_mask=valid.long(),
+            max_new_tokens=12,
+            do_sample=False,
+            top_p=None,
+            top_k=None,
+            temperature=None,
+            pad_token_id=gemma.tokenizer.pad_token_id,
+            cache_implementation="dynamic",
+        )[:, ids.shape[1] :].tolist()
+    stops = eos_token_ids(gemma.tokenizer, gemma.model) | set(newline_token_ids(gemma.tokenizer))
+    for row, out in zip(ref, got, strict=True):
+        cut = next((k for k, t in enumerate(row) if t in stops), len(row))
+        assert out["answer_ids"] == row[:cut]

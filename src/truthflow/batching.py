@@ -11,6 +11,9 @@ from tqdm.auto import tqdm
 
 # Tests force the back-off on the CPU path: batches larger than this many items raise an OOM error.
 FAKE_OOM_ENV = "TRUTHFLOW_FAKE_OOM_ABOVE"
+# below this many tokens shared by every row, a batch runs full passes (a cache's bookkeeping would cost more
+# than it saves)
+MIN_SHARED_PREFIX = 8
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -96,3 +99,15 @@ def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int, side: str = "right"):
         ids[row, cols] = torch.tensor(list(seq), dtype=torch.long)
         valid[row, cols] = True
     return ids, valid
+
+
+def common_head(rows: Sequence[Sequence[int]], limit: int) -> int:
+    """Leading tokens identical in every row (a chat template's header, the instruction), at most `limit`."""
+    if not rows:
+        return 0
+    first = rows[0]
+    n = max(0, min(limit, *(len(r) for r in rows)))
+    for t in range(n):
+        if any(r[t] != first[t] for r in rows[1:]):
+            return t
+    return n

@@ -1,15 +1,18 @@
 """Batched greedy answer generation (METHOD A1): base models get `Q: ...\\nA:` and stop at the first newline,
 chat models their chat template. Prompts are length-sorted and batched by a token budget; the KV cache is
-dynamic, so no batch shape ever triggers a torch.compile (a static cache recompiles for every batch width)."""
+dynamic, so no batch shape ever triggers a torch.compile (a static cache recompiles for every batch width).
+The head every prompt of a batch shares (a chat template's system prompt: 40 of SmolLM2's ~55 prompt tokens)
+is prefilled once for one row and repeated for the batch (SmolLM2 demo batch: 5.2 -> 2.9 s; same answers)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 import time
 from collections.abc import Callable
 
-from .batching import pad_batch, run_batched
+from .batching import MIN_SHARED_PREFIX, common_head, pad_batch, run_batched
 from .errors import TruthflowError
 from .models import LoadedModel
 
@@ -222,6 +225,7 @@ def generate_answers(
     prompt + max_new_tokens)). Stop tokens (EOS; with stop_at_newline every newline token) go to generate as
     EOS ids, so a batch ends as soon as every row has stopped. prompt_ids: the prompts already encoded."""
     import torch
+    from transformers import DynamicCache
 
     tok, model = lm.tokenizer, lm.model
     encoded = prompt_ids if prompt_ids is not None else [encode_prompt(tok, p, chat) for p in prompts]
@@ -236,9 +240,25 @@ def generate_answers(
     device = model.get_input_embeddings().weight.device
 
     def step(idx: list[int]) -> None:
-        input_ids, valid = pad_batch([encoded[i] for i in idx], pad_id, side="left")
+        rows = [encoded[i] for i in idx]
+        # the head every row shares (a chat template's system prompt) runs once, for one row; each row's rest
+        # is left-padded after it, so positions and the attention mask are those of the row alone
+        head = common_head(rows, min(len(r) for r in rows) - 1) if len(rows) > 1 else 0
+        head = head if head >= MIN_SHARED_PREFIX else 0
+        rest, valid = pad_batch([r[head:] for r in rows], pad_id, side="left")
+        input_ids = torch.cat([torch.tensor([rows[0][:head]] * len(rows), dtype=rest.dtype), rest], 1)
+        valid = torch.cat([torch.ones(len(rows), head, dtype=torch.bool), valid], 1)
         width = input_ids.shape[1]
+        kwargs: dict = {"cache_implementation": "dynamic"}  # overrides a model default of "static"/"hybrid"
         with torch.inference_mode():
+            if head:
+                base = getattr(model, model.base_model_prefix)
+                cache = DynamicCache(config=model.config)
+                base(input_ids=input_ids[:1, :head].to(device), past_key_values=cache, use_cache=True)
+                cache.batch_repeat_interleave(len(rows))
+                config = copy.deepcopy(model.generation_config)
+                config.cache_implementation = None  # a model default ("hybrid") would refuse a given cache
+                kwargs = {"past_key_values": cache, "generation_config": config}
             out = model.generate(
                 input_ids=input_ids.to(device),
                 attention_mask=valid.long().to(device),
@@ -249,8 +269,8 @@ def generate_answers(
                 temperature=None,
                 pad_token_id=pad_id,
                 eos_token_id=stop_list,
-                cache_implementation="dynamic",  # overrides a model default of "static"/"hybrid"
                 disable_compile=True,
+                **kwargs,
             )
         new = out[:, width:].tolist()
         for row, i in enumerate(idx):

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ..batching import pad_batch, run_batched
+from ..batching import MIN_SHARED_PREFIX, common_head, pad_batch, run_batched
 from ..models import LoadedModel
 
 
@@ -229,28 +229,12 @@ def resid_sweep_multi(
     return clean, kos
 
 
-# below this many shared tokens a batch runs full passes (a cache's bookkeeping would cost more than it saves)
-MIN_SHARED_PREFIX = 8
-
-
 def shared_prefix(block_sets: list[list[list[int]]], lengths: list[int]) -> int:
     """Tokens every pass of a batch shares: those before the first blocked position of any row in any
     condition, and before every row's last token (its probe). The knockout mask differs from the clean one
     only in query rows after a blocked key, so these rows' keys and values are the same in every pass."""
     first = [min(b) for blocks in block_sets for b in blocks if b]
     return max(0, min([*first, *(n - 1 for n in lengths)]))
-
-
-def common_head(rows: Sequence[Sequence[int]], limit: int) -> int:
-    """Leading tokens identical in every row (a chat template's header, the instruction), at most `limit`."""
-    if not rows:
-        return 0
-    first = rows[0]
-    n = max(0, min(limit, *(len(r) for r in rows)))
-    for t in range(n):
-        if any(r[t] != first[t] for r in rows[1:]):
-            return t
-    return n
 
 
 def head_cache(base, ids: torch.Tensor, head: int, dtype):
