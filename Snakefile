@@ -17,12 +17,13 @@ if not workflow.overwrite_configfiles:
 
 # before the schema: a key given twice in a config file, and names that become paths ("..", "/")
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
-from truthflow.config import check_config_files, check_path_names  # noqa: E402
+from truthflow.config import check_config_files, check_path_names, check_schema  # noqa: E402
 from truthflow.errors import TruthflowError  # noqa: E402
 
 try:
     check_config_files(workflow.configfiles)
     check_path_names(config)
+    check_schema(config)
 except TruthflowError as exc:
     raise WorkflowError(f"invalid config: {exc}")
 

@@ -52,6 +52,34 @@ def test_figure_pair_of_a_model_with_itself_is_refused(tmp_path):
     _refused(tmp_path, proc, "config key 'figures.pathways[1]' pairs model 'gemma3-270m' with itself")
 
 
+# ------------------------------------------------------------ schema errors: one line, not the schema
+@pytest.mark.parametrize(
+    "mutate,line",
+    [
+        (
+            lambda c: c.setdefault("depth", {}).setdefault("judge", {}).update(chat_template_kwargs="str"),
+            "invalid config: depth.judge.chat_template_kwargs: 'str' is not of type 'object'",
+        ),
+        (
+            lambda c: c["models"]["smollm2-135m"].update(batch_sise=3),
+            "invalid config: models.smollm2-135m: Additional properties are not allowed ('batch_sise' was "
+            "unexpected)",
+        ),
+        (
+            lambda c: c["models"]["gemma3-270m"].update(dtype="fp32"),
+            "invalid config: models.gemma3-270m.dtype: 'fp32' is not one of",
+        ),
+    ],
+)
+def test_schema_error_is_one_line_naming_the_key(tmp_path, mutate, line):
+    cfg = small_config()
+    mutate(cfg)
+    write_config(tmp_path, cfg)
+    proc = snakemake(tmp_path, "-n", timeout=120)
+    out = _refused(tmp_path, proc, line, "src/truthflow/schemas/config.schema.yaml")
+    assert "Failed validating" not in out and "$schema" not in out, out[-3000:]
+
+
 # ------------------------------------------------------------ duplicate YAML keys (issue 12 #3)
 DUPLICATE_MODEL = """\
   gemma3-270m:

@@ -12,6 +12,7 @@ from . import registry
 from .errors import TruthflowError
 
 SCHEMA = Path(__file__).resolve().parent / "schemas" / "config.schema.yaml"  # package data
+SCHEMA_DOC = "src/truthflow/schemas/config.schema.yaml"
 
 
 def _defaults(props: dict) -> dict:
@@ -37,6 +38,29 @@ def fill_entries(config: dict, schema_path: Path = SCHEMA) -> dict:
     if pw.get("datasets") is None:
         pw["datasets"] = [d for d in registry.qa_names() if d in config.get("datasets", {})]
     return config
+
+
+def _key_of(path) -> str:
+    return ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in path).replace(".[", "[")
+
+
+def check_schema(config: dict, schema_path: Path = SCHEMA) -> None:
+    """The config against the schema, with one line naming the key (Snakemake's own validation prints the
+    whole schema). The most relevant error comes first (jsonschema's best_match); the count of the others
+    follows it."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    errors = list(Draft202012Validator(schema).iter_errors(config))
+    if not errors:
+        return
+    err = best_match(errors)
+    key = _key_of(err.absolute_path) or "the config's top level"
+    desc = err.schema.get("description") if isinstance(err.schema, dict) else None
+    more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+    hint = f" ({desc})" if desc and err.validator in {"type", "enum", "pattern", "minimum"} else ""
+    raise TruthflowError(f"{key}: {err.message}{hint}{more}; every key is documented in {SCHEMA_DOC}")
 
 
 # a name that becomes part of a path (results/{run}/..., resources/models/{model}, {dataset}.parquet)
