@@ -116,6 +116,22 @@ def test_short_answer_span_empty():
             "Queen of England",
         ),
         ("John Smith wrote it in 1990.", "Who wrote The Raven?", "John Smith"),
+        # shouted capitals keep their last word (SmolLM2 tokenizes these three words into 11 pieces);
+        # initials and numerals are not shouting
+        ("BROWN BARBADO OPERA - The birthplace of the", "In what city was Barack Obama born?", "OPERA"),
+        (
+            "The author of The Hobbit is typically referred to as J.R.R",
+            "Who is the author of The Hobbit?",
+            "J.R.R",
+        ),
+        ("Louis XIV was the father of King Louis XF.", "Who is the father of LOUIS XIV?", "Louis XF"),
+        # a lowercase answer phrase is its head, the last word; a phrase with a connector stays whole
+        (
+            "Jonah Lomu is a professional skier who plays a sport called",
+            "What sport does Jonah Lomu play?",
+            "skier",
+        ),
+        ("Pikachu is a magical creature with a color of blue.", "What color is Pikachu?", "creature"),
     ],
 )
 def test_short_answer_span_with_question(answer, question, expected):
@@ -333,13 +349,8 @@ def test_demo_ea_lengths_comparable(model, dataset):
     )
     if t["n_correct"].item() < 5 or t["n_wrong"].item() < 5:
         pytest.skip("too few answers of one class")
-    if (model, dataset) == ("smollm2-135m", "popqa") and t["ratio"].item() > 1.5:
-        # measured 1.62 (1.72 before titles and relation anchors): correct answers are mostly one-token
-        # capitals ("Cairo"), wrong ones mostly invented multi-token names ("Khantadak", 4 tokens;
-        # "BROWN BARBADO OPERA", 11): the gap is what is asked and how inventions tokenize, not the
-        # extractor. The confound this guards against (position alone separating the classes) is measured
-        # directly: auc_ea_length_only in tables/exact_tokens.tsv.
-        pytest.xfail(f"SmolLM2/PopQA pooled ratio {t['ratio'].item():.2f} (relation mix; see the note above)")
+    # SmolLM2/PopQA is the tightest cell: 1.45 (1.72 before titles and relation anchors, 1.62 before
+    # shouted runs and phrase heads); correct answers there are mostly one-token capitals ("Cairo")
     assert t["ratio"].item() <= 1.5, t
 
 

@@ -130,6 +130,22 @@ def _words(text: str, start: int = 0, end: int | None = None) -> list[tuple[str,
     ]
 
 
+def _shouted(word: str) -> bool:
+    """A word in capitals throughout, three letters or more ("BROWN"; not "II", "J.R.R" or "US")."""
+    letters = [c for c in word if c.isalpha()]
+    return len(letters) >= 3 and all(c.isupper() for c in letters)
+
+
+def _head(run: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
+    """The head of a lowercase answer phrase: its last word, as English noun phrases end in their head
+    ("a professional skier" -> "skier", "a magical creature" -> "creature"); a phrase joined by a connector
+    ("god of war") is kept whole, its head being before the connector. The head ends where the phrase ends,
+    so the probe's position (the last E_A token) does not move."""
+    if any(w.lower() in NAME_CONNECTORS for w, _, _ in run):
+        return run
+    return run[-1:]
+
+
 def _is_cap(word: str) -> bool:
     """Capitalized or a number."""
     return word[:1].isupper() or word.lstrip("-")[:1].isdigit()
@@ -207,11 +223,13 @@ def short_answer_span(
        a name are dropped ("the Roman Emperor Claudius" -> "Claudius"; "Queen of England" stays), as gold
        aliases name people without them. A named thing that directly follows a lowercase relation word
        restated from the question (only stop words between) is preferred to an earlier one ("Mohsakal
-       Advani was born in India" for "In what city was Mahatma Gandhi born?" -> "India").
+       Advani was born in India" for "In what city was Mahatma Gandhi born?" -> "India"). A run in capitals
+       throughout (each word three letters or more) is shouted, not a name, and keeps its last word.
     5. Else, in the first clause (cut at a comma, colon, semicolon, bracket, dash or a relative word such as
        "that", "which", "who", "because"), the first run of content words that are neither stop words, frame
-       words ("answer", "type", "called", ...) nor question words, at most MAX_EA_PHRASE words ("It is a
-       type of vegetable" -> "vegetable").
+       words ("answer", "type", "called", ...) nor question words, at most MAX_EA_PHRASE words, then its
+       head, the last word ("a professional skier" -> "skier"; "god of war" with its connector stays; "It
+       is a type of vegetable" -> "vegetable").
     6. Else (the answer only restates the question) the first capitalized run even if it is copied from the
        question ("Mars is larger than Jupiter" -> "Mars"), else the last non-stop word of the sentence, else
        the last word."""
@@ -273,10 +291,19 @@ def short_answer_span(
             return run[last + 1 :]
         return run
 
+    def unshouted(run):
+        # "BROWN BARBADO OPERA" -> "OPERA": a run of words in capitals throughout (three letters or more
+        # each, so initials, numerals such as "XIV" and short acronyms are not shouting) is shouted text,
+        # not a name; capitals split into many sub-word tokens (SmolLM2: 11 tokens for these 3 words), so it
+        # keeps its last word, which ends where the run ends (the probe's position does not move)
+        if len(run) >= 2 and all(_shouted(w) for w, _, _ in run):
+            return run[-1:]
+        return run
+
     anchored: list[tuple[int, int]] = []
     index = {s_: k for k, (_, s_, _) in enumerate(words)}
     for run in _runs(line, words, entity):
-        run = untitled(trimmed(run))
+        run = unshouted(untitled(trimmed(run)))
         if run and not all(is_q(w) for w, _, _ in run):
             span = span_of(run, max_words)
             candidates.append(span)
@@ -302,7 +329,7 @@ def short_answer_span(
 
         runs = [r for r in _runs(line, cw, content) if trimmed(r)]
         if runs:
-            return span_of(trimmed(runs[0]), MAX_EA_PHRASE)
+            return span_of(_head(trimmed(runs[0])[:MAX_EA_PHRASE]), MAX_EA_PHRASE)
     # 6. only a restatement of the question
     caps = [
         trimmed(r) for r in _runs(line, words, lambda i: _is_cap(words[i][0]) and not _is_stop(words[i][0]))
