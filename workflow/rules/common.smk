@@ -18,6 +18,7 @@ from truthflow.config import check_names, fill_entries  # noqa: E402
 from truthflow.data import check_local_sources  # noqa: E402
 from truthflow.errors import TruthflowError  # noqa: E402
 from truthflow import registry  # noqa: E402
+from truthflow.scheduling import model_slots, model_threads, torch_threads  # noqa: E402
 
 fill_entries(config)
 try:
@@ -42,10 +43,20 @@ def _given_cores():
         return None
 
 
-# a model job takes every local core (two torch jobs on the same cores run ~10x slower than one after the
-# other); cluster profiles set theirs with set-threads (every rule with a `gpu` resource)
+def _given_gpus():
+    """K of --resources gpu=K, or None where it is not given."""
+    value = workflow.global_resources.get("gpu")
+    value = getattr(value, "value", value)
+    return value if isinstance(value, int) and value > 0 else None
+
+
+# model jobs share the local cores by slots (scheduling.model_slots); cluster profiles set their threads with
+# set-threads (every rule with a `gpu` resource), and torch then uses those
 _cores = _given_cores()
-MODEL_THREADS = _cores if isinstance(_cores, int) and _cores < 1024 else 8
+_cores = _cores if isinstance(_cores, int) and _cores < 1024 else None  # None: a cluster run
+MODEL_THREADS = model_threads(_cores, model_slots(_given_gpus(), any(Path("/dev").glob("nvidia[0-9]*"))))
+_cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+TORCH_THREADS = torch_threads(MODEL_THREADS, _cores, _cpus)
 
 
 def res(*parts):

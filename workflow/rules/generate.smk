@@ -14,6 +14,7 @@ rule generate_answers:
     threads: MODEL_THREADS
     resources:
         gpu=lambda w: gpu_resources(w.model)["gpu"],
+        torch_threads=TORCH_THREADS,
         mem_mb=lambda w: gpu_resources(w.model)["mem_mb"],
         runtime=lambda w: gpu_resources(w.model)["runtime"],
         batch_size=lambda w: model_spec(w.model)["batch_size"],

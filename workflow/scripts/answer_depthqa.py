@@ -7,7 +7,12 @@ from truthflow.models import load_model
 
 def main(sm):
     questions = validate.read_parquet(sm.input.data, ["id", "question", "depth"])
-    lm = load_model(sm.input.model, sm.params.dtype, gpus=sm.resources.gpu, threads=sm.threads)
+    lm = load_model(
+        sm.input.model,
+        sm.params.dtype,
+        gpus=sm.resources.gpu,
+        threads=sm.resources.get("torch_threads") or sm.threads,
+    )
     # DepthQA asks for explanations: chat models get the bare question, base models the Q:/A: prompt
     prompts, out = answer_questions(
         lm,

@@ -24,7 +24,12 @@ def main(sm):
     table = samples.join(labels, on="id", how="left").join(
         questions.select("id", "question"), on="id", how="left"
     )
-    lm = load_model(sm.input.model, sm.params.dtype, gpus=sm.resources.gpu, threads=sm.threads)
+    lm = load_model(
+        sm.input.model,
+        sm.params.dtype,
+        gpus=sm.resources.gpu,
+        threads=sm.resources.get("torch_threads") or sm.threads,
+    )
     n_layers, hidden = lm.info["n_layers"], lm.info["hidden_size"]
     layer, why = experiment_layer(cfg["layer"], auc, n_layers, sm.wildcards.model)
     print(f"{name}: experiments at layer {layer} ({why})", flush=True)

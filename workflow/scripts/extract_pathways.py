@@ -14,7 +14,12 @@ def main(sm):
     questions = validate.read_parquet(sm.input.data, ["id", "dataset", "question"]).drop("dataset")
     validate.check_ids(labelled, sm.input.labels, "id", questions["id"], sm.input.data)
     table = labelled.join(questions, on="id", how="left")
-    lm = load_model(sm.input.model, sm.params.dtype, gpus=sm.resources.gpu, threads=sm.threads)
+    lm = load_model(
+        sm.input.model,
+        sm.params.dtype,
+        gpus=sm.resources.gpu,
+        threads=sm.resources.get("torch_threads") or sm.threads,
+    )
     name = f"{sm.wildcards.model}/{sm.wildcards.dataset}"
     kept, dropped = locate_all(
         lm,

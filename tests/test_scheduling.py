@@ -1,0 +1,44 @@
+"""How a local run shares its cores among model jobs (truthflow.scheduling, used by the Snakefile)."""
+
+import pytest
+
+from truthflow.scheduling import model_slots, model_threads, torch_threads
+
+
+def test_model_slots():
+    assert model_slots(None, gpu_machine=False) == 2  # CPU: two jobs overlap each other's loading
+    assert model_slots(None, gpu_machine=True) == 1  # a GPU but no --resources gpu=K: never share it
+    assert model_slots(3, gpu_machine=True) == 3  # one job per GPU given
+
+
+@pytest.mark.parametrize(
+    "cores,slots,expected",
+    [(8, 2, 4), (16, 2, 8), (2, 2, 1), (1, 2, 1), (3, 2, 2), (16, 4, 4), (None, 2, 8)],
+)
+def test_model_threads(cores, slots, expected):
+    assert model_threads(cores, slots) == expected
+
+
+@pytest.mark.parametrize(
+    "threads,cores,cpus,expected",
+    [
+        (4, 8, 2, 1),  # the demo: --cores 8 on this 2-CPU machine, two jobs of 4 threads: one torch thread
+        (8, 16, 16, 8),  # --cores 16 on 16 CPUs, two jobs: half each
+        (8, 16, 64, 8),  # never more than the job's threads
+        (1, 1, 2, 1),
+        (2, 3, 2, 1),  # 2 * 2 // 3 = 1
+        (8, None, 64, 0),  # a cluster job: 0, it uses its own threads
+    ],
+)
+def test_torch_threads(threads, cores, cpus, expected):
+    assert torch_threads(threads, cores, cpus) == expected
+
+
+def test_two_demo_model_jobs_never_oversubscribe():
+    """On any machine, the demo's --cores 8 gives model jobs torch threads that sum to at most the CPUs
+    (when the CPUs are at least the jobs), so two concurrent jobs never fight over cores."""
+    for cpus in (1, 2, 3, 4, 8, 16, 64):
+        slots = model_slots(None, gpu_machine=False)
+        threads = model_threads(8, slots)
+        concurrent = 8 // threads
+        assert concurrent * torch_threads(threads, 8, cpus) <= max(cpus, concurrent)
