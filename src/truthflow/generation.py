@@ -6,7 +6,6 @@ is prefilled once for one row and repeated for the batch (SmolLM2 demo batch: 5.
 
 from __future__ import annotations
 
-import copy
 import json
 import sys
 import time
@@ -256,9 +255,9 @@ def generate_answers(
                 cache = DynamicCache(config=model.config)
                 base(input_ids=input_ids[:1, :head].to(device), past_key_values=cache, use_cache=True)
                 cache.batch_repeat_interleave(len(rows))
-                config = copy.deepcopy(model.generation_config)
-                config.cache_implementation = None  # a model default ("hybrid") would refuse a given cache
-                kwargs = {"past_key_values": cache, "generation_config": config}
+                # a model default ("static", "hybrid") would refuse a given cache; set as a generate argument,
+                # not through a copied generation_config (transformers warns on that mix and will refuse it)
+                kwargs = {"past_key_values": cache, "cache_implementation": None}
             out = model.generate(
                 input_ids=input_ids.to(device),
                 attention_mask=valid.long().to(device),
