@@ -1,10 +1,11 @@
 # truthflow: reproduce the Two Pathways (attention knockout) and DepthQA (MIN-K%) figures end to end.
 # Usage: snakemake --cores 8   (config.yaml: offline demo; configs/paper-*.yaml: the papers)
+import os
 import re
 import sys
 from pathlib import Path
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("9.0")
 
@@ -15,20 +16,17 @@ if not workflow.overwrite_configfiles:
     configfile: "config.yaml"
 
 
-# before the schema: a key given twice in a config file, and names that become paths ("..", "/")
+# every parse-time config check, in one place (truthflow.config.check_config, which the tests call too): a key
+# given twice in a config file, names that become paths ("..", "/"), the schema (and its defaults filled in),
+# names defined once, local dataset files, the judge of the depth models; one line naming the key, before any job
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
-from truthflow.config import check_config_files, check_path_names, check_schema  # noqa: E402
+from truthflow.config import check_config  # noqa: E402
 from truthflow.errors import TruthflowError  # noqa: E402
 
 try:
-    check_config_files(workflow.configfiles)
-    check_path_names(config)
-    check_schema(config)
+    check_config(config, workflow.configfiles, os.environ)
 except TruthflowError as exc:
     raise WorkflowError(f"invalid config: {exc}")
-
-
-validate(config, "src/truthflow/schemas/config.schema.yaml", set_default=True)
 
 
 include: "workflow/rules/common.smk"

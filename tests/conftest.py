@@ -31,21 +31,19 @@ DEMO_MODELS = {
 
 
 def _models_root(tmp_path_factory) -> Path:
-    # reuse a snapshot the workflow already made in this checkout; otherwise convert once per session
-    if (REPO / "resources" / "models").exists():
-        return REPO / "resources" / "models"
-    return tmp_path_factory.getbasetemp() / "models"
+    """Where the session prepares the demo models (never the checkout's resources/). TRUTHFLOW_TEST_MODELS
+    names a folder kept between sessions (prepare_model reuses a snapshot whose weights key matches)."""
+    kept = os.environ.get("TRUTHFLOW_TEST_MODELS")
+    return Path(kept).resolve() if kept else tmp_path_factory.getbasetemp() / "models"
 
 
 def _prepared(name: str, tmp_path_factory) -> Path:
-    from truthflow.models import INFO_FILE, prepare_model
+    from truthflow.models import prepare_model
 
     root = _models_root(tmp_path_factory)
-    out = root / name
-    if not (out / INFO_FILE).exists():
-        root.mkdir(parents=True, exist_ok=True)
-        prepare_model(name, DEMO_MODELS[name], out)
-    return out
+    root.mkdir(parents=True, exist_ok=True)
+    prepare_model(name, DEMO_MODELS[name], root / name)
+    return root / name
 
 
 @pytest.fixture(scope="session")
@@ -91,48 +89,62 @@ def demo_model_dir(smollm_dir) -> Path:
 
 # ------------------------------------------------------------ real Snakemake runs in a temp dir
 DEMO = REPO / "data" / "demo"
+RUN = Path("results/demo")
+# the test config: both demo models, two QA sets (a TSV and a JSONL loader) at n 32, three DepthQA groups,
+# short answers. It serves every integration test through one shared run (`demo_run`).
+TEST_SETS = {"popqa": "popqa/popqa.tsv", "nq": "nq/NQ-open.dev.jsonl"}
+TEST_N = 32
 
 
 def small_config(**over) -> dict:
+    """The test config with absolute data paths (for runs with this checkout's Snakefile in a temp dir)."""
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
-    for name, path in [
-        ("popqa", "popqa/popqa.tsv"),
-        ("triviaqa", "triviaqa/validation.jsonl"),
-        ("hotpotqa", "hotpotqa/hotpot_dev_distractor_v1.json"),
-        ("nq", "nq/NQ-open.dev.jsonl"),
-    ]:
-        cfg["datasets"][name] = {"source": {"local": str(DEMO / path)}, "n": 40, "seed": 0}
-    cfg["datasets"]["depthqa"] = {"source": {"local": str(DEMO / "depthqa")}, "n": 5, "seed": 0}
+    cfg["datasets"] = {
+        name: {"source": {"local": str(DEMO / path)}, "n": TEST_N, "seed": 0}
+        for name, path in TEST_SETS.items()
+    }
+    cfg["datasets"]["depthqa"] = {"source": {"local": str(DEMO / "depthqa")}, "n": 3, "seed": 0}
+    cfg["pathways"]["datasets"] = list(TEST_SETS)
     for m in cfg["models"].values():
         m["max_new_tokens"] = 12
-    cfg["depth"]["max_new_tokens"] = 16
+    cfg["depth"]["max_new_tokens"] = 8
     cfg["pathways"]["probe"] = {"seeds": [0, 1]}
     cfg["pathways"]["bootstrap"] = {"n": 200}
     cfg.update(over)
     return cfg
 
 
+def checkout_config(**over) -> dict:
+    """The test config as a checkout's config.yaml names the demo data (paths relative to the checkout)."""
+    cfg = small_config(**over)
+    for ds in cfg["datasets"].values():
+        ds["source"]["local"] = os.path.relpath(ds["source"]["local"], REPO)
+    return cfg
+
+
+def _is_checkout(workdir: Path) -> bool:
+    return (workdir / "Snakefile").exists()
+
+
 def snakemake_cmd(workdir: Path, *args: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        str(REPO / "Snakefile"),
-        "-d",
-        str(workdir),
-        "--configfile",
-        str(workdir / "config.yaml"),
-        "--cores",
-        "2",
-        *args,
-    ]
+    """`snakemake --cores 2 ARGS`: typed in a checkout (its own Snakefile and config.yaml), or run on a temp
+    dir with this checkout's Snakefile and the dir's config.yaml."""
+    where = [] if _is_checkout(workdir) else ["-s", str(REPO / "Snakefile"), "-d", str(workdir),
+                                               "--configfile", str(workdir / "config.yaml")]  # fmt: skip
+    return [sys.executable, "-m", "snakemake", *where, "--cores", "2", *args]
 
 
-def snakemake(workdir: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def snakemake(workdir: Path, *args: str, timeout: int = 1800, env: dict | None = None):
     return subprocess.run(
-        snakemake_cmd(workdir, *args), capture_output=True, text=True, timeout=timeout, env=env
+        snakemake_cmd(workdir, *args),
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**ENV, **(env or {})},
     )
 
 
@@ -140,27 +152,96 @@ def write_config(workdir: Path, cfg: dict) -> None:
     (workdir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
 
 
-def new_workdir(workdir: Path, models_root: Path, cfg: dict | None = None) -> Path:
-    """A workflow directory holding the session's prepared model snapshots (no second conversion)."""
+def link_models(workdir: Path, models_root: Path) -> None:
+    """The session's prepared model snapshots in workdir/resources/models (hard links: no conversion)."""
     (workdir / "resources" / "models").mkdir(parents=True, exist_ok=True)
-    for name in ("smollm2-135m", "gemma3-270m"):
+    for name in DEMO_MODELS:
         shutil.copytree(
             models_root / name,
             workdir / "resources" / "models" / name,
             symlinks=True,
             copy_function=os.link if _same_fs(models_root, workdir) else shutil.copy2,
         )
+
+
+def new_workdir(workdir: Path, models_root: Path, cfg: dict | None = None) -> Path:
+    """A workflow directory holding the session's prepared model snapshots and a config."""
+    link_models(workdir, models_root)
     write_config(workdir, cfg or small_config())
     return workdir
 
 
+def _checkout_files() -> list[str]:
+    out = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
+    return [f for f in out if f and (REPO / f).is_file()]
+
+
+def new_checkout(dst: Path) -> Path:
+    """A copy of this checkout's files (tracked and not ignored), as after a clone."""
+    for rel in _checkout_files():
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / rel, dst / rel)
+    return dst
+
+
 @pytest.fixture(scope="session")
-def demo_run(tmp_path_factory, demo_models_root):
-    workdir = new_workdir(tmp_path_factory.mktemp("wf"), demo_models_root)
-    proc = snakemake(workdir)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return workdir
+def demo_run(tmp_path_factory, demo_models_root) -> Path:
+    """THE shared run: a copy of this checkout with the test config as its config.yaml, run once per session
+    (`snakemake --cores 2` typed in it). Tests only read it or dry-run it, and restore what they change;
+    a test that needs another config or a damaged tree works in `copy_run(demo_run, tmp_path)`."""
+    ck = new_checkout(tmp_path_factory.mktemp("run") / "truthflow")
+    new_workdir(ck, demo_models_root, checkout_config())
+    proc = snakemake(ck)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return ck
+
+
+_UP_TO_DATE: set[Path] = set()
+
+
+def copy_run(src: Path, dst: Path) -> Path:
+    """A copy of a finished run (`cp -a`: mtimes kept; model snapshots hard-linked; Snakemake's metadata kept,
+    its locks not). Checked once per session that `src` is up to date, so that a copy reruns only what the
+    test changes."""
+    if src not in _UP_TO_DATE:
+        dry = snakemake(src, "-n", "--nolock")
+        if "Nothing to be done" not in dry.stdout + dry.stderr:
+            pytest.fail(f"the session's run in {src} is out of date (code changed while it ran?): run again")
+        _UP_TO_DATE.add(src)
+    dst.mkdir(parents=True, exist_ok=True)
+    for item in src.iterdir():
+        if item.name == "resources":
+            subprocess.run(["cp", "-al", str(item), str(dst)], check=True)
+        elif item.name == ".snakemake":
+            shutil.copytree(item, dst / item.name, symlinks=True,
+                            ignore=shutil.ignore_patterns("locks", "log", "incomplete"))  # fmt: skip
+        else:
+            subprocess.run(["cp", "-a", str(item), str(dst)], check=True)
+    return dst
 
 
 def _same_fs(a: Path, b: Path) -> bool:
     return a.stat().st_dev == b.stat().st_dev
+
+
+# ------------------------------------------------------------ markers from the fixtures a test uses
+MODEL_FIXTURES = {"smollm", "gemma", "smollm_dir", "gemma_dir", "demo_models_root", "demo_model_dir"}
+
+
+def pytest_collection_modifyitems(items):
+    """`model` on every test that uses a real demo model, `workflow` on every test of the shared run, so that
+    `pytest -m "not model and not workflow and not slurm"` (the development loop) prepares no model."""
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        callspec = getattr(item, "callspec", None)  # a fixture named by a parameter (request.getfixturevalue)
+        used |= {v for v in (callspec.params.values() if callspec else ()) if isinstance(v, str)}
+        if used & (MODEL_FIXTURES | {"demo_run"}):
+            item.add_marker(pytest.mark.model)
+        if "demo_run" in used:
+            item.add_marker(pytest.mark.workflow)

@@ -1,23 +1,21 @@
-"""Caching you can trust, in a real checkout-layout run (the Snakefile and the working directory are one
-directory, as after a clone): a copied or moved checkout is a no-op, editing a module reruns exactly the
-jobs whose scripts import it, a display_name edit never prepares a model again, and the README's
-`--report` commands work without --cores."""
+"""Caching you can trust, on the shared run (conftest `demo_run`: a copy of this checkout, the Snakefile and
+the working directory one directory, as after a clone): a copied or moved checkout is a no-op, editing a
+module reruns exactly the jobs whose scripts import it, a display_name edit never prepares a model again,
+and the README's `--report` commands work without --cores (the suite's one report build, contents checked)."""
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import DEMO, REPO, new_workdir, small_config
+from conftest import ENV, REPO
 
-pytestmark = pytest.mark.slow
-
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+pytestmark = [pytest.mark.workflow, pytest.mark.model]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 # the modules edited below: the rules whose scripts import them (directly or not) and, after them, every
@@ -48,19 +46,6 @@ EDITS = {
 }
 
 
-def checkout_config() -> dict:
-    """The test config with the demo data as a checkout's config.yaml names it (relative paths), trimmed to
-    one QA set and a few DepthQA groups."""
-    cfg = small_config()
-    for ds in cfg["datasets"].values():
-        ds["source"]["local"] = os.path.relpath(ds["source"]["local"], REPO)
-    cfg["datasets"] = {k: v for k, v in cfg["datasets"].items() if k in ("popqa", "depthqa")}
-    cfg["datasets"]["depthqa"]["n"] = 3
-    cfg["pathways"]["datasets"] = ["popqa"]
-    cfg["depth"]["max_new_tokens"] = 8
-    return cfg
-
-
 def run(ck: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     """`snakemake ARGS` typed in the checkout (the Snakefile and config.yaml are found there)."""
     return subprocess.run(
@@ -87,36 +72,11 @@ def planned(proc) -> dict[str, dict[str, str]]:
     return jobs
 
 
-def _checkout_files() -> list[str]:
-    out = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split("\n")
-    return [f for f in out if f and (REPO / f).is_file()]
-
-
-@pytest.fixture(scope="module")
-def checkout(tmp_path_factory, demo_models_root) -> Path:
-    """A copy of this checkout with a finished run of checkout_config() made in it."""
-    assert DEMO.is_dir()
-    ck = tmp_path_factory.mktemp("checkout") / "truthflow"
-    for rel in _checkout_files():
-        (ck / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO / rel, ck / rel)
-    new_workdir(ck, demo_models_root, checkout_config())
-    proc = run(ck, "--cores", "2", timeout=1800)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return ck
-
-
-def test_code_inputs_are_relative_and_complete(checkout):
-    proc = run(checkout, "-n", "--forceall")
+def test_code_inputs_are_relative_and_complete(demo_run):
+    proc = run(demo_run, "-n", "--forceall")
     assert proc.returncode == 0, proc.stderr[-3000:]
     inputs = [ln for ln in proc.stdout.splitlines() if ln.strip().startswith("input:")]
-    assert inputs and not any(str(checkout) in ln or str(REPO) in ln for ln in inputs)
+    assert inputs and not any(str(demo_run) in ln or str(REPO) in ln for ln in inputs)
     text = proc.stdout
     # the modules the old hand-kept lists missed
     label = text.split("rule label_answers:", 1)[1].split("\n\n", 1)[0]
@@ -127,12 +87,12 @@ def test_code_inputs_are_relative_and_complete(checkout):
     assert "src/truthflow/text.py" in judge and "src/truthflow/depth/judge.py" in judge
 
 
-def test_copied_and_moved_checkout_is_a_noop(checkout, tmp_path):
-    proc = run(checkout, "-n")
+def test_copied_and_moved_checkout_is_a_noop(demo_run, tmp_path):
+    proc = run(demo_run, "-n")
     assert proc.returncode == 0 and not planned(proc), proc.stdout[-3000:]
     copy = tmp_path / "copy"
     copy.mkdir()
-    for item in checkout.iterdir():  # cp -a; the model weights hard-linked (same bytes and times)
+    for item in demo_run.iterdir():  # cp -a; the model weights hard-linked (same bytes and times)
         flags = "-al" if item.name == "resources" else "-a"
         subprocess.run(["cp", flags, str(item), str(copy)], check=True)
     proc = run(copy, "-n")
@@ -145,13 +105,13 @@ def test_copied_and_moved_checkout_is_a_noop(checkout, tmp_path):
 
 
 @pytest.mark.parametrize("module", sorted(EDITS), ids=lambda m: m.replace("/", "."))
-def test_module_edit_reruns_exactly_its_importers(checkout, module):
+def test_module_edit_reruns_exactly_its_importers(demo_run, module):
     importers, downstream = EDITS[module]
-    path = checkout / "src" / "truthflow" / f"{module}.py"
+    path = demo_run / "src" / "truthflow" / f"{module}.py"
     text, st = path.read_text(), path.stat()
     path.write_text(text + "# an edit\n")
     try:
-        jobs = planned(run(checkout, "-n"))
+        jobs = planned(run(demo_run, "-n"))
     finally:
         path.write_text(text)
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
@@ -162,18 +122,18 @@ def test_module_edit_reruns_exactly_its_importers(checkout, module):
     assert all(
         edited in jobs[rule]["reason"] or "updated by another job" in jobs[rule]["reason"] for rule in jobs
     )
-    assert not planned(run(checkout, "-n"))  # restored: nothing to do
+    assert not planned(run(demo_run, "-n"))  # restored: nothing to do
 
 
-def test_display_name_edit_never_prepares_a_model(checkout):
-    cfg_path = checkout / "config.yaml"
+def test_display_name_edit_never_prepares_a_model(demo_run):
+    cfg_path = demo_run / "config.yaml"
     original = cfg_path.read_text()
     cfg_path.write_text(
         original.replace("display_name: SmolLM2-135M-Instruct", "display_name: SmolLM2 (renamed)")
     )
     try:
         assert cfg_path.read_text() != original
-        jobs = planned(run(checkout, "-n"))
+        jobs = planned(run(demo_run, "-n"))
     finally:
         cfg_path.write_text(original)
     assert set(jobs) == {"plot_pathways", "plot_experiments", "plot_depth"}, jobs  # figure titles only
@@ -184,11 +144,31 @@ def test_display_name_edit_never_prepares_a_model(checkout):
     [("--report", "report.zip"), ("--configfile", "config.yaml", "--report", "report-demo.zip")],
     ids=["report", "configfile-report"],
 )
-def test_readme_report_command_without_cores(checkout, args):
+def test_readme_report_command_without_cores(demo_run, args):
     zip_name = args[-1]
-    proc = run(checkout, *args, timeout=900)
+    proc = run(demo_run, *args, timeout=900)
     try:
         assert proc.returncode == 0, proc.stderr[-3000:]
-        assert (checkout / zip_name).stat().st_size > 10_000
+        assert (demo_run / zip_name).stat().st_size > 10_000
+        if "--configfile" not in args:
+            _check_report(demo_run / zip_name)
     finally:
-        (checkout / zip_name).unlink(missing_ok=True)
+        (demo_run / zip_name).unlink(missing_ok=True)
+
+
+def _check_report(path: Path) -> None:
+    with zipfile.ZipFile(path) as z:
+        names = z.namelist()
+        html = "".join(z.read(n).decode("utf-8", "ignore") for n in names if n.endswith(".html"))
+    # tables are inline HTML pages in the report
+    for page in (
+        "published_vs_reproduced.html",
+        "pathways_check.html",
+        "pathways_table3.html",
+        "pathways_smollm2-135m__gemma3-270m.png",
+        "pathways_check_smollm2-135m__gemma3-270m.png",
+        "experiment_patching_smollm2-135m__gemma3-270m.png",
+        "depth_mink_boxes.png",
+    ):
+        assert any(n.endswith(page) for n in names), page
+    assert "knockout.mode=cumulative" in html  # captions name the options

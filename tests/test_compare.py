@@ -4,24 +4,33 @@ from truthflow.compare import compare
 from truthflow.pathways.check import CHECK_SCHEMA
 
 
-def _check_row(model, verdict, flip_t, flip_c):
+def _check_row(model, verdict, diff, half=4.0):
     row = dict.fromkeys(CHECK_SCHEMA)
     row.update(
+        model=model,
+        dataset="nq",
+        measure="delta_p",
+        layers="second_half (16-30)",
         n_samples=50,
-        min_samples=20,
-        flip_target=flip_t,
-        flip_target_low=flip_t - 1,
-        flip_target_high=flip_t + 1,
-        flip_control=flip_c,
-        flip_control_low=flip_c - 1,
-        flip_control_high=flip_c + 1,
-        flip_diff=flip_t - flip_c,
-        delta_p_target=-20.0,
-        delta_p_control=-1.0,
+        diff=diff,
+        sesoi=5.0,
         verdict=verdict,
+        verdict_cell=verdict,
         reason="why",
     )
-    return {"model": model, "dataset": "nq", **row}
+    if half is not None:
+        row.update(
+            diff_low=diff - half,
+            diff_high=diff + half,
+            p_value=0.001,
+            p_holm=0.004,
+            secondary_measure="flip_rate",
+            secondary_diff=3.0,
+            secondary_low=1.0,
+            secondary_high=5.0,
+            secondary_p=0.01,
+        )
+    return row
 
 
 def test_published_and_qualitative_checks():
@@ -52,8 +61,12 @@ def test_published_and_qualitative_checks():
         }
     )
     check = pl.DataFrame(
-        [_check_row("m1", "holds", 12.0, 2.0), _check_row("m2", "does not hold", 3.0, 3.5)],
-        schema={"model": pl.String, "dataset": pl.String, **CHECK_SCHEMA},
+        [
+            _check_row("m1", "holds", -10.0),
+            _check_row("m2", "does not hold", 0.5, 2.0),
+            _check_row("m3", "inconclusive", None, None),
+        ],
+        schema=CHECK_SCHEMA,
     )
     depthwise = pl.DataFrame({"model": ["m1"] * 3, "depth": [1, 2, 3], "mink": [2.0, 3.0, 4.2]})
     pooled = pl.DataFrame({"model": ["m1"], "depth": [1], "median": [2.0]})
@@ -63,8 +76,12 @@ def test_published_and_qualitative_checks():
     assert pub["reproduced"].to_list() == [-45.0, 4.2] and pub["verdict"].to_list() == ["within range"] * 2
     qual = {(r["model"], r["check"]): r for r in out.iter_rows(named=True) if r["check"] != "published value"}
     m1 = qual[("m1", "E_Q knockout beats random control")]
-    assert m1["verdict"] == "holds" and m1["reproduced"] == 10.0 and "12.0%" in m1["detail"]
+    assert m1["verdict"] == "holds" and m1["reproduced"] == -10.0
+    assert "delta_p E_Q − control -10.00 [-14.00, -6.00] (Holm-corrected)" in m1["detail"]
+    assert "secondary (uncorrected) flip_rate +3.00 [1.00, 5.00]" in m1["detail"]
     assert qual[("m2", "E_Q knockout beats random control")]["verdict"] == "does not hold"
+    m3 = qual[("m3", "E_Q knockout beats random control")]
+    assert m3["verdict"] == "inconclusive" and m3["reproduced"] is None and m3["detail"].endswith(": why")
     assert qual[("m1", "MIN-K% rises with depth")]["verdict"] == "holds"
     # the old tautological check is gone
     assert not any("below A-Anchored" in c for c in out["check"].to_list())

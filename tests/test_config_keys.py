@@ -38,6 +38,8 @@ HANDOFFS = {
     "src/truthflow/models.py": {"spec": ("models", ANY), "source": ("models", ANY, "source")},
     # depth.judge: settings = judge_settings(cfg), i.e. {**JUDGE_DEFAULTS, **cfg}
     "src/truthflow/depth/judge.py": {"cfg": ("depth", "judge"), "settings": ("depth", "judge")},
+    # pathways.check: the verdict's settings, rule param `check` passed whole to check.family / caption
+    "src/truthflow/pathways/check.py": {"cfg": ("pathways", "check")},
 }
 # rule params built by a comprehension over literal keys, not by a chain: the section they are a part of
 PARAM_SECTIONS = {

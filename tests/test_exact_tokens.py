@@ -192,7 +192,7 @@ def _eq_share(tokenizer, question: str) -> tuple[bool, float]:
     return any(re.search(r"[^\W\d_]", question[s:e]) for s, e in spans), len(eq) / len(offsets)
 
 
-@pytest.mark.slow
+@pytest.mark.model
 @pytest.mark.parametrize("model_dir", ["smollm_dir", "gemma_dir"])
 def test_nq_open_eq_coverage_and_share(shared_real, model_dir, request):
     """All 3,610 NQ-open dev questions: >= 95% get a non-numeric content word in E_Q and the median share
@@ -210,7 +210,7 @@ def test_nq_open_eq_coverage_and_share(shared_real, model_dir, request):
     assert median <= 0.60, median
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_locate_maps_spans_to_tokens(smollm):
     tok = smollm.tokenizer
     question = "What is the capital of France?"
@@ -240,13 +240,22 @@ def test_random_control_positions_are_seeded_and_outside_eq():
     assert control_positions("s1", [1, 2, 3], [1, 2, 3, 4], seed=0) is None  # fewer left than E_Q has
 
 
-@pytest.mark.slow
-def test_llm_extractor_runs_on_a_real_model(gemma):
-
+@pytest.mark.model
+def test_llm_extractor_runs_on_a_real_model(gemma, monkeypatch):
+    """The real model's copies become spans inside their texts, and locate_all takes a wrong answer's E_A
+    (and E_Q) from the LLM extractor, not from the deterministic fallback."""
     from truthflow.generation import generate_answers
-    from truthflow.pathways.extract import locate_all
+    from truthflow.pathways import extract
 
     questions = ["What is the capital of France?", "Who wrote Hamlet?"]
+    answers = ["The capital of France is Paris.", "Hamlet was written by William Shakespeare."]
+    ea, eq = extract.llm_spans(gemma, False, questions, answers, 2)
+    for text, span in zip(answers, ea, strict=True):
+        assert span is None or (0 <= span[0] < span[1] <= len(text) and text[span[0] : span[1]].strip())
+    for text, spans in zip(questions, eq, strict=True):
+        assert all(0 <= s < e <= len(text) for s, e in spans)
+    assert any(ea) or any(any(x) for x in eq), "the model copied nothing verbatim"
+
     prompts = [build_prompt(gemma.tokenizer, q, chat=False) for q in questions]
     out = generate_answers(gemma, prompts, 2, 8, stop_at_newline=True, chat=False)
     table = pl.DataFrame(
@@ -263,8 +272,14 @@ def test_llm_extractor_runs_on_a_real_model(gemma):
             "match_end": [None, None],
         }
     )
-    kept, dropped = locate_all(gemma, False, "triviaqa", table, extractor="llm", batch_size=2)
-    assert (0 if kept is None else kept.height) + dropped.height == 2
+    # the extractor's spans (the answer's first word, the question's last word) are what the samples hold
+    first = [(0, len(o["answer"].split()[0])) for o in out]
+    last = [[(q.rindex(" ") + 1, len(q) - 1)] for q in questions]
+    monkeypatch.setattr(extract, "llm_spans", lambda *a, **k: (first, last))
+    kept, dropped = extract.locate_all(gemma, False, "triviaqa", table, extractor="llm", batch_size=2)
+    assert dropped.height == 0 and kept.height == 2
+    assert kept["ea_text"].to_list() == [o["answer"].split()[0] for o in out]
+    assert kept["eq_text"].to_list() == ["France", "Hamlet"]
 
 
 class CharTokenizer:
@@ -321,37 +336,28 @@ def test_ea_length_table_hand_computed():
     assert ea_length_table(tok, labelled, questions, use_question=False)["mean_ea_wrong"].item() == 4.0
 
 
-DEMO_RESULTS = REPO / "results" / "demo"
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("model", ["smollm2-135m", "gemma3-270m"])
-@pytest.mark.parametrize("dataset", ["popqa", "triviaqa", "hotpotqa", "nq"])
-def test_demo_ea_lengths_comparable(model, dataset):
-    """On the demo's own generations: mean |E_A| of wrong answers (deterministic extractor, with the
-    question) is at most 1.5x that of correct ones (the matched alias span, echo rule on)."""
+def test_shared_run_ea_lengths_comparable(demo_run, model):
+    """On the shared run's own generations: mean |E_A| of wrong answers (deterministic extractor, with the
+    question) is at most 1.5x that of correct ones (the matched alias span, echo rule on), in every QA set."""
     from transformers import AutoTokenizer
 
     from truthflow.pathways.labels import label_frame
 
-    answers = DEMO_RESULTS / "answers" / model / f"{dataset}.parquet"
-    data = DEMO_RESULTS / "data" / f"{dataset}.parquet"
-    model_dir = REPO / "resources" / "models" / model
-    if not (answers.exists() and data.exists() and (model_dir / "tokenizer.json").exists()):
-        pytest.skip("demo answers or model not produced in this checkout")
-    questions = pl.read_parquet(data)
-    answers = pl.read_parquet(answers)
-    if not set(answers["id"]) <= set(questions["id"]):
-        pytest.skip("demo answers are stale (made from another build of the data)")
-    labelled = label_frame(answers, questions)
-    t = ea_length_table(
-        AutoTokenizer.from_pretrained(model_dir), labelled, questions.select("id", "question")
-    )
-    if t["n_correct"].item() < 5 or t["n_wrong"].item() < 5:
-        pytest.skip("too few answers of one class")
-    # SmolLM2/PopQA is the tightest cell: 1.45 (1.72 before titles and relation anchors, 1.62 before
-    # shouted runs and phrase heads); correct answers there are mostly one-token capitals ("Cairo")
-    assert t["ratio"].item() <= 1.5, t
+    res = demo_run / "results" / "demo"
+    tokenizer = AutoTokenizer.from_pretrained(demo_run / "resources" / "models" / model)
+    checked = 0
+    for path in sorted((res / "answers" / model).glob("*.parquet")):
+        questions = pl.read_parquet(res / "data" / path.name)
+        labelled = label_frame(pl.read_parquet(path), questions)
+        t = ea_length_table(tokenizer, labelled, questions.select("id", "question"))
+        if t["n_correct"].item() < 5 or t["n_wrong"].item() < 5:
+            continue  # too few answers of one class for a mean
+        # SmolLM2/PopQA is the tightest demo cell: 1.45 (1.72 before titles and relation anchors, 1.62 before
+        # shouted runs and phrase heads); correct answers there are mostly one-token capitals ("Cairo")
+        assert t["ratio"].item() <= 1.5, (path.name, t)
+        checked += 1
+    assert checked, "no QA set had 5 answers of each class"
 
 
 def test_position_only_auc_hand_case():

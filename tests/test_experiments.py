@@ -81,12 +81,20 @@ def test_reweight_mask_touches_only_the_intended_edges():
         iv.reweight_mask(valid, queries, keys, 0.0, torch.float32)
 
 
-def test_log_factor_multiplies_the_attention_weights_and_renormalizes():
+def test_reweight_mask_multiplies_the_attention_weights_and_renormalizes():
+    """Added to attention scores, reweight_mask's row of a query multiplies the weights of its reweighted
+    keys by the factor and renormalizes (hand case); a row that is not a query keeps the causal softmax."""
+    valid = torch.ones(1, 4, dtype=torch.bool)
+    queries = torch.tensor([[0, 0, 0, 1]], dtype=torch.bool)
+    keys = torch.tensor([[0, 1, 0, 1]], dtype=torch.bool)
+    mask = iv.reweight_mask(valid, queries, keys, 3.0, torch.float32)[0, 0]
     scores = torch.tensor([0.3, -1.2, 0.8, 0.1])
-    add = torch.tensor([0.0, np.log(3.0), 0.0, np.log(3.0)], dtype=torch.float32)
-    got = torch.softmax(scores + add, dim=0)
     w = torch.exp(scores) * torch.tensor([1.0, 3.0, 1.0, 3.0])
-    assert torch.allclose(got, w / w.sum(), atol=1e-7)
+    assert torch.allclose(torch.softmax(scores + mask[3], dim=0), w / w.sum(), atol=1e-7)
+    plain = torch.softmax(scores[:3], dim=0)
+    assert torch.allclose(
+        torch.softmax(scores + mask[2], dim=0), torch.cat([plain, torch.zeros(1)]), atol=1e-7
+    )
 
 
 # ------------------------------------------------------------------ passes on a tiny real architecture
@@ -176,7 +184,7 @@ def test_shared_head_runs_once_and_changes_nothing(tiny, monkeypatch):
                 assert got[1][i] == pytest.approx(vals.min(), abs=1e-5)
 
 
-@pytest.mark.slow
+@pytest.mark.model
 @pytest.mark.parametrize("name", ["smollm", "gemma"])
 def test_shared_head_on_the_demo_models(name, request):
     """The real caches (Gemma's sliding-window layers too) repeated over a batch: equal to full passes."""
@@ -303,7 +311,7 @@ def test_experiment_layer_choice():
     assert ex.experiment_layer("auto", undefined, 30) == (15, "probe undefined: middle layer")
 
 
-@pytest.mark.parametrize("model", ["tiny", pytest.param("smollm", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("model", ["tiny", pytest.param("smollm", marks=pytest.mark.model)])
 def test_conditions_from_a_shared_prefix_equal_full_passes(model, request, monkeypatch):
     """Patching and reweighting passes that start from the clean prefix's keys and values (stopped at K)
     give the states of full passes, one condition at a time."""

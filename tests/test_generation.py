@@ -92,7 +92,7 @@ def test_run_batched_budget_and_oom_back_off(monkeypatch):
 # ---------------------------------------------------------------- real models
 
 
-@pytest.mark.slow
+@pytest.mark.model
 @pytest.mark.parametrize("which", ["smollm", "gemma"])
 def test_batched_answers_equal_unbatched_greedy(which, request):
     """Batching (length-sorted, left-padded, token budget) changes answers by float rounding at most."""
@@ -111,7 +111,7 @@ def test_batched_answers_equal_unbatched_greedy(which, request):
     assert len(differ) <= 0.01 * len(prompts), f"{which}: batched != unbatched for {differ}"
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_newline_stop_ends_the_batch_early(gemma, monkeypatch):
     """Newline tokens are EOS ids to generate: a batch ends when all its rows have, not at max_new_tokens."""
     steps = []
@@ -216,7 +216,7 @@ def test_long_question_is_truncated_to_max_prompt_tokens(smollm_dir, chat):
     assert fit_prompt(tok, question, chat, "Answer briefly.", None)[2] is False  # null: no limit
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_answer_questions_counts_truncated_prompts(gemma, capsys):
     questions = ["Who wrote Hamlet?", "Name the river " + "that flows past the old mill " * 700 + "?"]
     prompts, out = answer_questions(gemma, questions, False, "", 4, 4, desc="trunc", max_prompt_tokens=64)
@@ -225,7 +225,7 @@ def test_answer_questions_counts_truncated_prompts(gemma, capsys):
     assert "1 of 2 questions truncated to fit generation.max_prompt_tokens=64" in capsys.readouterr().err
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_shared_head_generation_equals_plain_generate(gemma, monkeypatch):
     """Prompts that share a long head (prefilled once, repeated for the batch) get the answers of plain
     batched `generate` on the whole prompts, also where the model's generation config names a cache

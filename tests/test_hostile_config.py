@@ -1,25 +1,89 @@
-"""Hostile configs: each is refused at parse time (dry run), with one line naming the key, before any job
-and before anything is written."""
+"""Hostile configs: each is refused at parse time, with one line naming the key, before any job and before
+anything is written.
+
+Every refusal is tested in-process, through truthflow.config.check_config: the one function the Snakefile
+calls before any job (so these are the workflow's own checks, in its order). One real dry run per family of
+checks (`workflow` mark) proves that its message reaches the user as it is: `invalid config: <the same
+message>` on one line of Snakemake's output, no traceback, nothing written."""
 
 from __future__ import annotations
 
+import copy
 import subprocess
 
 import pytest
 import yaml
 from conftest import REPO, small_config, snakemake, snakemake_cmd, write_config
 
-pytestmark = pytest.mark.slow  # real Snakemake (dry runs: a few seconds each)
+from truthflow.config import SCHEMA, SCHEMA_DOC, check_config, check_config_files, fill_defaults
+from truthflow.errors import TruthflowError
 
 
-def _refused(workdir, proc, *needles):
+def refusal(cfg: dict, configfiles=(), environ=None) -> str:
+    """check_config's one-line refusal of this config."""
+    with pytest.raises(TruthflowError) as err:
+        check_config(cfg, configfiles, {} if environ is None else environ)
+    message = str(err.value)
+    assert message and "\n" not in message, message
+    return message
+
+
+def refused_by_dry_run(workdir, proc, message: str) -> str:
+    """A real dry run that printed `invalid config: <message>` as one line, with no traceback, and wrote
+    nothing (no results/)."""
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-2000:]
-    for needle in needles:
-        assert needle in out, out[-3000:]
+    assert f"invalid config: {message}" in out.splitlines(), out[-3000:]
     assert "Traceback" not in out, out[-3000:]
     assert not (workdir / "results").exists()
     return out
+
+
+# ------------------------------------------------------------ one entry point, the workflow's order
+def test_checks_run_in_the_workflow_order(tmp_path, monkeypatch):
+    """With several problems, the first check of the Snakefile's order names its own: duplicate key, path
+    name, schema, names, local files, judge."""
+    monkeypatch.chdir(tmp_path)
+    cfg = small_config(run="..")
+    nq = cfg["datasets"]["nq"]["source"]["local"]
+    cfg["models"]["gemma3-270m"]["dtype"] = "fp32"
+    cfg["pathways"]["models"] = ["smollm2-135m", "smollm2-135m"]
+    cfg["datasets"]["nq"]["source"]["local"] = str(tmp_path / "missing.jsonl")
+    cfg["depth"]["judge"] = {"backend": "openai", "model": "m", "api_key_env": "TRUTHFLOW_NO_SUCH_KEY"}
+    (tmp_path / "config.yaml").write_text("run: a\nrun: b\n")
+    steps = [
+        ("config file 'config.yaml': key 'run' is given twice", lambda: None),
+        ("config key 'run': '..' is not a safe file name", lambda: cfg.update(run="demo")),
+        ("models.gemma3-270m.dtype: 'fp32'", lambda: cfg["models"]["gemma3-270m"].update(dtype="float32")),
+        ("config key 'pathways.models' lists", lambda: cfg["pathways"].update(models=list(cfg["models"]))),
+        ("missing.jsonl' does not exist", lambda: cfg["datasets"]["nq"]["source"].update(local=nq)),
+        ("$TRUTHFLOW_NO_SUCH_KEY is not set", lambda: cfg["depth"].update(judge={"backend": "reference"})),
+    ]
+    files = ["config.yaml"]
+    for needle, repair in steps:
+        assert needle in refusal(copy.deepcopy(cfg), files), needle
+        repair()
+        files = []
+    assert check_config(cfg, files, {}) is cfg  # all repaired: it passes, and fills the config in place
+
+
+def test_defaults_are_filled_as_snakemake_fills_them():
+    """fill_defaults (what check_config fills) is snakemake.utils.validate(set_default=True), which the
+    Snakefile called before: the same config comes out, for the test config, a bare one, the shipped ones."""
+    from snakemake.utils import validate
+
+    bare = {"models": {"m": {"source": {"hub": "org/m"}}}, "datasets": {"nq": {}}}
+    files = [REPO / "config.yaml", *sorted((REPO / "configs").glob("*.yaml"))]
+    shipped = [yaml.safe_load(p.read_text()) for p in files]
+    for cfg in [small_config(), bare, *shipped]:
+        ours, theirs = copy.deepcopy(cfg), copy.deepcopy(cfg)
+        fill_defaults(ours)
+        validate(theirs, str(SCHEMA), set_default=True)
+        assert ours == theirs
+    filled = check_config(small_config(), [], {})
+    assert filled["pathways"]["knockout"]["mode"] == "cumulative"  # a section's defaults
+    assert filled["models"]["gemma3-270m"]["runtime"] == 240  # a model's, from $defs
+    assert filled["datasets"]["nq"]["source"]["format"] == "auto"  # a dataset source's
 
 
 # ------------------------------------------------------------ repeated list entries (issue 12 #2)
@@ -35,21 +99,51 @@ def _refused(workdir, proc, *needles):
         ("depth.models", lambda c: c["depth"].update(models=["gemma3-270m", "gemma3-270m"]), "gemma3-270m"),
     ],
 )
-def test_repeated_list_entry_is_refused(tmp_path, key, mutate, name):
+def test_repeated_list_entry_is_refused(key, mutate, name):
     cfg = small_config()
     mutate(cfg)
+    assert f"config key '{key}' lists '{name}' twice" in refusal(cfg)
+
+
+@pytest.mark.workflow
+def test_names_refusal_reaches_the_user_in_one_line(tmp_path):
+    """The family of the cross-key name checks (check_names, registry.check_names), in a real dry run."""
+    cfg = small_config()
+    cfg["pathways"]["models"] = ["smollm2-135m", "smollm2-135m"]
     write_config(tmp_path, cfg)
-    proc = snakemake(tmp_path, "-n", timeout=120)
-    _refused(tmp_path, proc, f"config key '{key}' lists '{name}' twice")
+    message = refusal(copy.deepcopy(cfg))
+    assert "config key 'pathways.models' lists 'smollm2-135m' twice" in message
+    refused_by_dry_run(tmp_path, snakemake(tmp_path, "-n", timeout=120), message)
 
 
 # ------------------------------------------------------------ figure pair of one model (issue 12 #4)
-def test_figure_pair_of_a_model_with_itself_is_refused(tmp_path):
+def test_figure_pair_of_a_model_with_itself_is_refused():
     cfg = small_config()
     cfg["figures"]["pathways"] = [["smollm2-135m", "gemma3-270m"], ["gemma3-270m", "gemma3-270m"]]
-    write_config(tmp_path, cfg)
-    proc = snakemake(tmp_path, "-n", timeout=120)
-    _refused(tmp_path, proc, "config key 'figures.pathways[1]' pairs model 'gemma3-270m' with itself")
+    assert "config key 'figures.pathways[1]' pairs model 'gemma3-270m' with itself" in refusal(cfg)
+
+
+# ------------------------------------------------------------ a bad key, type or name (was a dry run each)
+@pytest.mark.parametrize(
+    "mutate,message",
+    [
+        (lambda c: c["pathways"].update({"knockot": {}}), "pathways: Additional properties are not allowed "
+         "('knockot' was unexpected)"),
+        (lambda c: c["models"]["gemma3-270m"].update({"batch_size": "big"}),
+         "models.gemma3-270m.batch_size: 'big' is not of type 'integer'"),
+        (lambda c: c["figures"].update({"pathways": [["smollm2-135m", "llama-9000"]]}),
+         "config key 'figures.pathways[0]' names model 'llama-9000', which is not defined"),
+        (lambda c: c["datasets"].update({"squad": c["datasets"]["nq"]}),
+         "config key 'datasets.squad': 'squad' is not a registered dataset"),
+        (lambda c: c["datasets"]["nq"]["source"].update(local="/nonexistent/missing.jsonl"),
+         "dataset 'nq' (config key 'datasets.nq.source.local'): '/nonexistent/missing.jsonl' does not exist"),
+    ],
+    ids=["unknown-key", "wrong-type", "undefined-model", "unregistered-dataset", "missing-local-file"],
+)  # fmt: skip
+def test_bad_config_is_refused_naming_the_culprit(mutate, message):
+    cfg = small_config()
+    mutate(cfg)
+    assert message in refusal(cfg)
 
 
 # ------------------------------------------------------------ schema errors: one line, not the schema
@@ -58,25 +152,35 @@ def test_figure_pair_of_a_model_with_itself_is_refused(tmp_path):
     [
         (
             lambda c: c.setdefault("depth", {}).setdefault("judge", {}).update(chat_template_kwargs="str"),
-            "invalid config: depth.judge.chat_template_kwargs: 'str' is not of type 'object'",
+            "depth.judge.chat_template_kwargs: 'str' is not of type 'object'",
         ),
         (
             lambda c: c["models"]["smollm2-135m"].update(batch_sise=3),
-            "invalid config: models.smollm2-135m: Additional properties are not allowed ('batch_sise' was "
-            "unexpected)",
+            "models.smollm2-135m: Additional properties are not allowed ('batch_sise' was unexpected)",
         ),
         (
             lambda c: c["models"]["gemma3-270m"].update(dtype="fp32"),
-            "invalid config: models.gemma3-270m.dtype: 'fp32' is not one of",
+            "models.gemma3-270m.dtype: 'fp32' is not one of",
         ),
     ],
 )
-def test_schema_error_is_one_line_naming_the_key(tmp_path, mutate, line):
+def test_schema_error_is_one_line_naming_the_key(mutate, line):
     cfg = small_config()
     mutate(cfg)
+    message = refusal(cfg)
+    assert message.startswith(line) and message.endswith(f"every key is documented in {SCHEMA_DOC}"), message
+    assert "Failed validating" not in message and "$schema" not in message
+
+
+@pytest.mark.workflow
+def test_schema_refusal_reaches_the_user_in_one_line(tmp_path):
+    """The schema family in a real dry run: one line, not Snakemake's print of the whole schema."""
+    cfg = small_config()
+    cfg["depth"]["judge"]["chat_template_kwargs"] = "str"
     write_config(tmp_path, cfg)
-    proc = snakemake(tmp_path, "-n", timeout=120)
-    out = _refused(tmp_path, proc, line, "src/truthflow/schemas/config.schema.yaml")
+    message = refusal(copy.deepcopy(cfg))
+    assert message.startswith("depth.judge.chat_template_kwargs: 'str' is not of type 'object'")
+    out = refused_by_dry_run(tmp_path, snakemake(tmp_path, "-n", timeout=120), message)
     assert "Failed validating" not in out and "$schema" not in out, out[-3000:]
 
 
@@ -89,7 +193,7 @@ DUPLICATE_MODEL = """\
 """
 
 
-def _config_with_repeated_model(workdir) -> tuple[str, int]:
+def _config_with_repeated_model() -> tuple[str, int]:
     """The small config with 'models.gemma3-270m' given a second time; returns the text and that line."""
     text = yaml.safe_dump(small_config(), sort_keys=False)
     lines = text.splitlines(keepends=True)
@@ -100,55 +204,110 @@ def _config_with_repeated_model(workdir) -> tuple[str, int]:
 
 
 def test_duplicate_yaml_key_in_configfile_is_refused(tmp_path):
-    text, line = _config_with_repeated_model(tmp_path)
-    (tmp_path / "config.yaml").write_text(text)
+    """--configfile config.yaml: Snakemake names the absolute path in workflow.configfiles."""
+    text, line = _config_with_repeated_model()
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
     first = text.splitlines().index("  gemma3-270m:") + 1
-    proc = snakemake(tmp_path, "-n", timeout=120)  # passes --configfile config.yaml
-    _refused(
-        tmp_path,
-        proc,
-        f"config file '{tmp_path / 'config.yaml'}': key 'models.gemma3-270m' is given twice, "
-        f"on lines {first} and {line}",
-    )
+    message = refusal(yaml.safe_load(text), [path])
+    assert message.startswith(
+        f"config file '{path}': key 'models.gemma3-270m' is given twice, on lines {first} and {line}; "
+        "YAML would silently keep the last one"
+    ), message
 
 
-def test_duplicate_yaml_key_in_default_config_is_refused(tmp_path):
-    """No --configfile: the Snakefile's own `configfile: config.yaml` (relative to the working directory)."""
-    text, line = _config_with_repeated_model(tmp_path)
+@pytest.mark.workflow
+def test_duplicate_yaml_key_in_default_config_is_refused(tmp_path, monkeypatch):
+    """The duplicate-key family in a real dry run, without --configfile: the Snakefile's own
+    `configfile: config.yaml` (relative to the working directory) is checked too."""
+    text, line = _config_with_repeated_model()
     text = text.replace("run: demo", "run: demo\nrun: other")
     (tmp_path / "config.yaml").write_text(text)
+    monkeypatch.chdir(tmp_path)
+    message = refusal(yaml.safe_load(text), ["config.yaml"])
+    assert message == (
+        "config file 'config.yaml': key 'run' is given twice, on lines 1 and 2; YAML would silently keep "
+        "the last one (and 1 more repeated key(s))"
+    )
     cmd = snakemake_cmd(tmp_path, "-n")
     at = cmd.index("--configfile")
     del cmd[at : at + 2]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    _refused(tmp_path, proc, "config file 'config.yaml': key 'run' is given twice, on lines 1 and 2")
+    refused_by_dry_run(tmp_path, proc, message)
 
 
 def test_shipped_configs_have_no_duplicate_keys():
-    from truthflow.config import check_config_files
-
     check_config_files([REPO / "config.yaml", *sorted((REPO / "configs").glob("*.yaml"))])
 
 
 # ------------------------------------------------------------ names that become paths (issue 12 #6)
 @pytest.mark.parametrize("run", ["..", "../elsewhere", "a/b", ".hidden", "x..y", "/tmp/abs"])
-def test_unsafe_run_name_is_refused(tmp_path, run):
-    write_config(tmp_path, small_config(run=run))
-    proc = snakemake(tmp_path, "-n", timeout=120)
-    _refused(tmp_path, proc, f"config key 'run': {run!r} is not a safe file name")
-    assert {p.name for p in tmp_path.iterdir()} <= {".snakemake", "config.yaml"}
-
-
-def test_unsafe_run_name_from_command_line_is_refused(tmp_path):
-    write_config(tmp_path, small_config())
-    proc = snakemake(tmp_path, "-n", "--config", "run=..", timeout=120)
-    _refused(tmp_path, proc, "config key 'run': '..' is not a safe file name")
+def test_unsafe_run_name_is_refused(run):
+    assert refusal(small_config(run=run)).startswith(f"config key 'run': {run!r} is not a safe file name")
 
 
 @pytest.mark.parametrize("model", ["../evil", "a..b", "x__y"])
-def test_unsafe_model_name_is_refused(tmp_path, model):
+def test_unsafe_model_name_is_refused(model):
     cfg = small_config()
     cfg["models"][model] = cfg["models"]["gemma3-270m"]
+    assert refusal(cfg).startswith(f"config key 'models.{model}'")
+
+
+@pytest.mark.workflow
+def test_unsafe_run_name_from_command_line_is_refused(tmp_path):
+    """The path-name family in a real dry run: `--config run=..` is checked too, and nothing is written
+    outside Snakemake's own .snakemake."""
+    write_config(tmp_path, small_config())
+    message = refusal(small_config(run=".."))
+    assert message.startswith("config key 'run': '..' is not a safe file name")
+    proc = snakemake(tmp_path, "-n", "--config", "run=..", timeout=120)
+    refused_by_dry_run(tmp_path, proc, message)
+    assert {p.name for p in tmp_path.iterdir()} <= {".snakemake", "config.yaml"}
+
+
+# ------------------------------------------------------------ the judge of the depth models
+KEY_ENV = "TRUTHFLOW_HOSTILE_JUDGE_KEY"
+# shaped like no known credential
+SECRET = "tfkey-7Hq2x9LmWv4Rz8Kp3Nc6"
+MODEL = "smollm2-135m"
+
+
+def depth_config(judge: dict) -> dict:
+    cfg = small_config()
+    cfg["pathways"]["models"] = []
+    cfg["depth"]["models"] = [MODEL]
+    cfg["figures"] = {"pathways": [], "depth": [MODEL]}
+    cfg["depth"]["judge"] = judge
+    return cfg
+
+
+OPENAI_JUDGE = {"backend": "openai", "model": "judge-model", "base_url": "http://127.0.0.1:9/v1",
+                "api_key_env": KEY_ENV}  # fmt: skip
+
+
+def test_missing_judge_key_is_refused_at_parse_time(capsys, caplog):
+    message = refusal(depth_config(dict(OPENAI_JUDGE)), environ={})
+    assert f"${KEY_ENV} is not set" in message and "depth.judge.api_key_env" in message
+
+    # the key set: it passes, and says nothing of the key
+    check_config(depth_config(dict(OPENAI_JUDGE)), [], {KEY_ENV: SECRET})
+    said = capsys.readouterr()
+    assert SECRET not in said.out + said.err + caplog.text
+
+    # no depth models: no judge, no key needed
+    cfg = depth_config(dict(OPENAI_JUDGE))
+    cfg["depth"]["models"], cfg["figures"]["depth"] = [], []
+    cfg["pathways"]["models"] = [MODEL]
+    check_config(cfg, [], {})
+
+
+@pytest.mark.workflow
+def test_missing_judge_key_stops_a_dry_run_at_parse_time(tmp_path):
+    """The judge family in a real dry run: the Snakefile passes its environment, and the run stops before
+    the DAG is built."""
+    cfg = depth_config(dict(OPENAI_JUDGE))
     write_config(tmp_path, cfg)
-    proc = snakemake(tmp_path, "-n", timeout=120)
-    _refused(tmp_path, proc, f"config key 'models.{model}'")
+    message = refusal(copy.deepcopy(cfg), environ={})
+    proc = snakemake(tmp_path, "-n", timeout=300)  # the variable is unset in the test environment
+    out = refused_by_dry_run(tmp_path, proc, message)
+    assert "answer_depthqa" not in out  # stopped before the DAG was built

@@ -1,9 +1,13 @@
 """Hostile data: broken, empty or inconsistent dataset files fail with one line naming the file, line, key
 or node (before any job where the check can be made at parse time); what can be repaired (repeated ids,
-rows without a gold answer, n larger than the file) is repaired and counted in the dropped table."""
+rows without a gold answer, n larger than the file) is repaired and counted in the dropped table.
+
+The parse-time refusals are tested in-process through truthflow.config.check_config (the Snakefile's own
+checks); one real dry run per family (`workflow` mark) proves the message reaches the user as one line."""
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 
@@ -13,6 +17,7 @@ import tenacity
 from conftest import REPO, small_config, snakemake, write_config
 
 from truthflow import data, hub
+from truthflow.config import check_config
 from truthflow.data import load_depthqa, load_qa, question_id, read_local_records
 from truthflow.errors import TruthflowError
 
@@ -33,6 +38,23 @@ def _failed_once(workdir, proc, *needles):
     return out
 
 
+def _refusal(cfg) -> str:
+    """The one-line refusal of check_config, the workflow's parse-time checks."""
+    with pytest.raises(TruthflowError) as err:
+        check_config(cfg, [], {})
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
+def _refused_by_dry_run(workdir, cfg, message):
+    """A real dry run of `cfg` prints `invalid config: <message>` as a line, no traceback, writes nothing."""
+    write_config(workdir, cfg)
+    proc = snakemake(workdir, "-n", timeout=120)
+    out = _failed_once(workdir, proc)
+    assert f"invalid config: {message}" in out.splitlines(), out[-3000:]
+    assert not (workdir / "results").exists()
+
+
 # ------------------------------------------------------------ TSV quoting (issue 12 #1)
 def _popqa_with_stray_tab(tmp_path):
     lines = (DEMO / "popqa" / "popqa.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
@@ -46,7 +68,7 @@ def _popqa_with_stray_tab(tmp_path):
     return path
 
 
-@pytest.mark.slow
+@pytest.mark.workflow
 def test_stray_tab_in_tsv_field_fails_naming_file_and_line(tmp_path):
     bad = _popqa_with_stray_tab(tmp_path)
     cfg = small_config()
@@ -89,7 +111,15 @@ def test_broken_jsonl_line_names_line(tmp_path):
 
 
 # ------------------------------------------------------------ missing / empty local files (issue 12 #7)
-@pytest.mark.slow
+def _with_local_file(tmp_path, dataset, content):
+    path = tmp_path / f"{dataset}.{'tsv' if dataset == 'popqa' else 'jsonl'}"
+    if content is not None:
+        path.write_text(content)
+    cfg = small_config()
+    cfg["datasets"][dataset] = {"source": {"local": str(path)}, "n": 5, "seed": 0}
+    return cfg, path
+
+
 @pytest.mark.parametrize(
     "dataset,content,message",
     [
@@ -100,19 +130,18 @@ def test_broken_jsonl_line_names_line(tmp_path):
     ],
 )
 def test_missing_or_empty_local_file_fails_before_any_job(tmp_path, dataset, content, message):
-    path = tmp_path / f"{dataset}.{'tsv' if dataset == 'popqa' else 'jsonl'}"
-    if content is not None:
-        path.write_text(content)
-    cfg = small_config()
-    cfg["datasets"][dataset]["source"]["local"] = str(path)
-    write_config(tmp_path, cfg)
-    proc = snakemake(tmp_path, "-n", timeout=120)
-    _failed_once(
-        tmp_path,
-        proc,
-        f"dataset '{dataset}' (config key 'datasets.{dataset}.source.local'): '{path}' {message}",
-    )
-    assert not (tmp_path / "results").exists()
+    cfg, path = _with_local_file(tmp_path, dataset, content)
+    key = f"dataset '{dataset}' (config key 'datasets.{dataset}.source.local')"
+    assert _refusal(cfg) == f"{key}: '{path}' {message}"
+
+
+@pytest.mark.workflow
+def test_missing_local_file_stops_a_dry_run(tmp_path):
+    """The local-file family in a real dry run."""
+    cfg, path = _with_local_file(tmp_path, "nq", None)
+    message = _refusal(copy.deepcopy(cfg))
+    assert message.endswith(f"'{path}' does not exist")
+    _refused_by_dry_run(tmp_path, cfg, message)
 
 
 def test_empty_parquet_file_is_one_error(tmp_path):
@@ -160,21 +189,34 @@ def _node_without_question(d):
     return f"{d / 'nodes.jsonl'}: node '1_d3' has no question in {d / 'node_to_q.jsonl'}"
 
 
-@pytest.mark.slow
+def _depthqa_config(d) -> dict:
+    cfg = small_config()
+    cfg["datasets"]["depthqa"]["source"]["local"] = str(d)
+    return cfg
+
+
 @pytest.mark.parametrize(
     "breaks", [_unknown_node_in_node_to_q, _unknown_predecessor, _unknown_question, _node_without_question]
 )
 def test_broken_depthqa_graph_fails_at_parse_time(tmp_path, breaks):
     d = _depthqa_copy(tmp_path)
     message = breaks(d)
-    cfg = small_config()
-    cfg["datasets"]["depthqa"]["source"]["local"] = str(d)
-    write_config(tmp_path, cfg)
-    proc = snakemake(tmp_path, "-n", timeout=120)  # a dry run already refuses it: before any model job
-    _failed_once(tmp_path, proc, "config key 'datasets.depthqa.source.local'", message)
-    assert not (tmp_path / "results").exists()
+    refusal = _refusal(_depthqa_config(d))  # the workflow refuses it before any model job
+    assert refusal.startswith("dataset 'depthqa' (config key 'datasets.depthqa.source.local'): ")
+    assert message in refusal, refusal
     with pytest.raises(TruthflowError, match="DepthQA graph"):  # and the loader itself (hub sources)
         load_depthqa(local(d))
+
+
+@pytest.mark.workflow
+def test_broken_depthqa_graph_stops_a_dry_run(tmp_path):
+    """The DepthQA-graph family in a real dry run."""
+    d = _depthqa_copy(tmp_path)
+    message = _unknown_predecessor(d)
+    cfg = _depthqa_config(d)
+    refusal = _refusal(copy.deepcopy(cfg))
+    assert message in refusal
+    _refused_by_dry_run(tmp_path, cfg, refusal)
 
 
 # ------------------------------------------------------------ repeats, no gold, n too large (issue 12 #5)
@@ -188,7 +230,7 @@ def _nq_with_problems(tmp_path):
     return path, recs
 
 
-@pytest.mark.slow
+@pytest.mark.workflow
 def test_dropped_table_counts_repeats_missing_gold_and_short_file(tmp_path):
     path, recs = _nq_with_problems(tmp_path)
     cfg = small_config()
@@ -327,7 +369,7 @@ def test_transient_errors_give_up_after_the_attempts(fake_hub):
     assert len(calls) == data.HUB_ATTEMPTS
 
 
-@pytest.mark.slow
+@pytest.mark.workflow
 def test_hub_failure_in_workflow_is_reported_once(tmp_path):
     """Offline, an uncached hub id fails for good: one attempt, one message, no Snakemake restarts."""
     cfg = small_config()

@@ -19,8 +19,7 @@ from types import SimpleNamespace
 import numpy as np
 import polars as pl
 import pytest
-from conftest import snakemake
-from test_robustness import copy_run
+from conftest import copy_run, snakemake
 
 from truthflow import runlog, validate
 from truthflow.errors import TruthflowError
@@ -363,7 +362,8 @@ CASES = {
 }
 
 
-@pytest.mark.slow
+@pytest.mark.workflow
+@pytest.mark.model
 @pytest.mark.parametrize("case", list(CASES))
 def test_broken_intermediate_fails_the_next_stage_with_one_line(demo_run, tmp_path, case):
     rel, damage, reader, what = CASES[case]
@@ -378,7 +378,8 @@ def test_broken_intermediate_fails_the_next_stage_with_one_line(demo_run, tmp_pa
     )
 
 
-@pytest.mark.slow
+@pytest.mark.workflow
+@pytest.mark.model
 def test_following_the_rebuild_line_restores_the_tables(demo_run, tmp_path):
     rel = "results/demo/depth/smollm2-135m/mink.parquet"
     workdir = copy_run(demo_run, tmp_path)
@@ -396,7 +397,8 @@ def test_following_the_rebuild_line_restores_the_tables(demo_run, tmp_path):
     ).read_bytes()
 
 
-@pytest.mark.slow
+@pytest.mark.workflow
+@pytest.mark.model
 def test_producer_table_matches_the_rules_snakemake_recorded(demo_run):
     """validate.producer_rule agrees with the rule Snakemake's metadata names for every table and array."""
     checked = 0

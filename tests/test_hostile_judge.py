@@ -1,6 +1,6 @@
 """The openai judge in real Snakemake runs against a local endpoint (127.0.0.1 only): a 401 whose body echoes
-the key leaks it nowhere and fails with one line; a failed verdict is never cached, so --forcerun asks again;
-a missing key stops even a dry run at parse time."""
+the key leaks it nowhere and fails with one line; a failed verdict is never cached, so --forcerun asks again.
+(A missing key stopping even a dry run at parse time: tests/test_hostile_config.py.)"""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import new_workdir, small_config, snakemake, write_config
+from conftest import checkout_config, copy_run, small_config, snakemake, write_config
 
-pytestmark = pytest.mark.slow
 KEY_ENV = "TRUTHFLOW_HOSTILE_JUDGE_KEY"
 # shaped like no known credential, so only the value-based redaction can hide it
 SECRET = "tfkey-7Hq2x9LmWv4Rz8Kp3Nc6"
@@ -71,8 +70,10 @@ def endpoint():
     server.close()
 
 
-def depth_config(judge: dict) -> dict:
-    cfg = small_config()
+def depth_config(judge: dict, cfg: dict | None = None) -> dict:
+    """Only MODEL's DepthQA with this judge: on the test config (absolute data paths: a temp dir) or on `cfg`
+    (checkout_config() in a copy of the shared run)."""
+    cfg = cfg or small_config()
     cfg["pathways"]["models"] = []
     cfg["depth"]["models"] = [MODEL]
     cfg["figures"] = {"pathways": [], "depth": [MODEL]}
@@ -86,14 +87,9 @@ def openai_judge(base_url: str, **extra) -> dict:
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory, demo_models_root) -> Path:
-    """A workflow dir with this model's DepthQA answers made once (reference judge), for the judge runs."""
-    cfg = depth_config({"backend": "reference"})
-    work = new_workdir(tmp_path_factory.mktemp("hostile"), demo_models_root, cfg)
-    target = f"results/{cfg['run']}/depth/{MODEL}/answers.parquet"
-    proc = snakemake(work, target, timeout=1500)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return work
+def workdir(tmp_path_factory, demo_run) -> Path:
+    """A copy of the shared run (this model's DepthQA answers are made there), for the judge runs."""
+    return copy_run(demo_run, tmp_path_factory.mktemp("hostile"))
 
 
 def scores_target(work: Path) -> str:
@@ -104,7 +100,7 @@ def scores_target(work: Path) -> str:
 def test_401_echoing_the_key_leaks_it_nowhere_and_fails_with_one_line(workdir, endpoint, monkeypatch) -> None:
     monkeypatch.setenv(KEY_ENV, SECRET)
     endpoint.mode = (401, "")
-    write_config(workdir, depth_config(openai_judge(endpoint.base_url)))
+    write_config(workdir, depth_config(openai_judge(endpoint.base_url), checkout_config()))
     proc = snakemake(workdir, scores_target(workdir), "--forcerun", "judge_answers")
     assert proc.returncode != 0
     assert endpoint.bodies, "the endpoint was never asked"
@@ -139,7 +135,7 @@ def test_failed_verdicts_are_not_cached_and_forcerun_asks_again(workdir, endpoin
     monkeypatch.setenv(KEY_ENV, SECRET)
     cache = workdir / "resources" / "judge_cache" / f"{MODEL}.jsonl"
     cache.unlink(missing_ok=True)
-    write_config(workdir, depth_config(openai_judge(endpoint.base_url, reasks=0)))
+    write_config(workdir, depth_config(openai_judge(endpoint.base_url, reasks=0), checkout_config()))
     target = scores_target(workdir)
 
     endpoint.mode = (200, "I cannot grade this.")
@@ -163,27 +159,3 @@ def test_failed_verdicts_are_not_cached_and_forcerun_asks_again(workdir, endpoin
     proc = snakemake(workdir, target, "--forcerun", "judge_answers")
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert len(endpoint.bodies) == 2 * n
-
-
-def test_missing_judge_key_stops_a_dry_run_at_parse_time(tmp_path, monkeypatch) -> None:
-    monkeypatch.delenv(KEY_ENV, raising=False)
-    write_config(tmp_path, depth_config(openai_judge("http://127.0.0.1:9/v1")))
-    proc = snakemake(tmp_path, "-n", timeout=300)
-    assert proc.returncode != 0
-    said = proc.stdout + proc.stderr  # snakemake prints a WorkflowError to stdout
-    assert f"${KEY_ENV} is not set" in said and "depth.judge.api_key_env" in said
-    assert "answer_depthqa" not in said  # stopped before the DAG was built
-
-    monkeypatch.setenv(KEY_ENV, SECRET)
-    proc = snakemake(tmp_path, "-n", timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert SECRET not in proc.stdout + proc.stderr
-
-    # no depth models: no judge, no key needed
-    monkeypatch.delenv(KEY_ENV)
-    cfg = depth_config(openai_judge("http://127.0.0.1:9/v1"))
-    cfg["depth"]["models"], cfg["figures"]["depth"] = [], []
-    cfg["pathways"]["models"] = [MODEL]
-    write_config(tmp_path, cfg)
-    proc = snakemake(tmp_path, "-n", timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]

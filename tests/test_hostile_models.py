@@ -231,7 +231,7 @@ def _planned_rules(proc) -> set[str]:
     return {line.split()[1].rstrip(":") for line in proc.stdout.splitlines() if line.startswith("rule ")}
 
 
-@pytest.mark.slow
+@pytest.mark.workflow
 def test_prepare_model_in_the_workflow(tiny_src, tmp_path):
     target = "resources/models/tiny"
     write_config(tmp_path, _tiny_config({"local": str(tiny_src)}))

@@ -52,7 +52,7 @@ def _case(lm):
     return seq, len(seq) - 1, eq
 
 
-@pytest.mark.slow
+@pytest.mark.model
 @pytest.mark.parametrize("model", ["smollm", "gemma"])
 @pytest.mark.parametrize("mode", ["cumulative", "window"])
 def test_one_pass_equals_per_layer_reference(model, mode, request):
@@ -92,7 +92,7 @@ def test_shared_prefix_rule():
     assert shared_prefix([], [7]) == 6
 
 
-@pytest.mark.slow
+@pytest.mark.model
 @pytest.mark.parametrize("model", ["smollm", "gemma"])
 def test_prefix_cache_passes_equal_full_passes(model, request, monkeypatch):
     """Knockout passes that start from the clean prefix's keys and values give the full passes' states."""

@@ -18,7 +18,7 @@ TEXTS = [
 K_GRID = [10, 20, 30]
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_score_texts_equals_unbatched_forward(smollm) -> None:
     from truthflow.depth.mink import encode_for_scoring
 

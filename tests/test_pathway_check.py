@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
-import pytest
-from conftest import new_workdir, small_config, snakemake
+from conftest import checkout_config, copy_run, snakemake, write_config
 
-from truthflow.pathways.check import HOLDS, INCONCLUSIVE, NOT_HOLD, check, per_sample_means, verdict
+from truthflow.pathways.check import HOLDS, INCONCLUSIVE, NOT_HOLD, check, family, per_sample_means
 from truthflow.pathways.extract import control_positions, knockout_blocks
 
 
@@ -49,79 +48,78 @@ def _samples(target_flip, control_flip, target_dp, control_dp, layers=2) -> pl.D
                         "id": f"s{i}",
                         "layer": layer,
                         "knockout": knockout,
+                        "label": i % 2 == 0,
                         "matched": True,
                         "flip_rate": f,
-                        "delta_p": d,
+                        "delta_p": d * layer / layers,  # deeper layers carry more of the effect
                     }
                 )
     return pl.DataFrame(rows)
 
 
+AUC = pl.DataFrame({"layer": [1, 2], "auc": [0.8, 0.8], "status": ["ok", "ok"]})
+
+
+def _verdict(s: pl.DataFrame, **kw) -> dict:
+    cells = check(s, AUC, "second_half", **kw).select(
+        pl.lit("m").alias("model"), pl.lit("d").alias("dataset"), pl.all()
+    )
+    return family(cells)[0].row(0, named=True)
+
+
 def test_per_sample_means_hand_case():
     s = _samples([1.0, 0.0], [0.0, 0.5], [-40.0, -10.0], [0.0, -2.0])
     t = per_sample_means(s, "target")
-    assert t["flip"].to_list() == [100.0, 0.0] and t["delta_p"].to_list() == [-40.0, -10.0]
+    assert t["flip_rate"].to_list() == [100.0, 0.0] and t["delta_p"].to_list() == [-30.0, -7.5]
+    assert per_sample_means(s, "target", 2, 2)["delta_p"].to_list() == [-40.0, -10.0]  # the layer range
     c = per_sample_means(s, "control")
-    assert c["flip"].to_list() == [0.0, 50.0]
+    assert c["flip_rate"].to_list() == [0.0, 50.0]
 
 
-def test_verdict_holds_only_with_cis_apart():
+def test_check_verdicts_on_hand_cases():
     n = 40
-    # E_Q flips half the samples hard; the control flips none: holds
+    # E_Q lowers p hard in half the samples; the control barely: holds (ΔP, the primary measure)
     s = _samples([1.0, 0.0] * (n // 2), [0.0] * n, [-60.0, -5.0] * (n // 2), [-1.0, 0.0] * (n // 2))
-    row = check(s, min_samples=20, n_boot=300, seed=0)
-    assert row["verdict"] == HOLDS and row["n_samples"] == n
-    assert row["flip_target"] == 50.0 and row["flip_control"] == 0.0 and row["flip_diff"] == 50.0
-    assert row["flip_target_low"] > row["flip_control_high"]
-    # the same effect for E_Q and the control (the `target: random` situation): does not hold
+    row = _verdict(s)
+    assert row["verdict"] == HOLDS and row["n_samples"] == n and row["diff_high"] < 0
+    assert row["layers"] == "second_half (2-2)" and row["diff"] == -32.0
+    assert row["flip_target"] == 50.0 and row["flip_control"] == 0.0 and row["secondary_diff"] == 50.0
+    # the same effect for E_Q and the control, sample by sample swapped (the `target: random` situation):
+    # no "holds"; with n = 40 and differences of ±55 the CI is wider than ±SESOI, so inconclusive
     s = _samples(
         [1.0, 0.0] * (n // 2), [0.0, 1.0] * (n // 2), [-60.0, -5.0] * (n // 2), [-5.0, -60.0] * (n // 2)
     )
-    assert check(s, 20, 300, 0)["verdict"] == NOT_HOLD
-    # flips apart but ΔP not: does not hold (both measures must agree)
-    s = _samples([1.0, 0.0] * (n // 2), [0.0] * n, [-5.0] * n, [-5.0] * n)
-    row = check(s, 20, 300, 0)
-    assert row["verdict"] == NOT_HOLD and "ΔP" in row["reason"]
+    row = _verdict(s)
+    assert row["verdict"] == INCONCLUSIVE and row["mde"] > 5 and row["n_needed"] > n
+    # the same small effect for both: within ±SESOI, does not hold
+    s = _samples([0.0] * n, [0.0] * n, [-5.0, -6.0] * (n // 2), [-5.5] * n)
+    assert _verdict(s)["verdict"] == NOT_HOLD
     # too few samples: inconclusive, with the minimum stated
     s = _samples([1.0, 0.0] * 3, [0.0] * 6, [-60.0, -5.0] * 3, [0.0] * 6)
-    row = check(s, 20, 300, 0)
+    row = _verdict(s)
     assert row["verdict"] == INCONCLUSIVE and "< minimum 20" in row["reason"]
     # no control draws, or no probe: inconclusive
     s = _samples([1.0] * n, [0.0] * n, [-60.0] * n, [0.0] * n).filter(pl.col("knockout") == "target")
-    assert check(s, 20, 300, 0)["verdict"] == INCONCLUSIVE
-    assert check(s, 20, 300, 0, probe_status="probe undefined: one class only")["verdict"] == INCONCLUSIVE
+    assert "control_draws = 0" in _verdict(s)["reason"]
+    row = _verdict(s, probe_status="probe undefined: one class only")
+    assert row["verdict"] == INCONCLUSIVE and row["reason"] == "probe undefined: one class only"
 
 
-def test_verdict_function_on_hand_row():
-    row = {
-        "n_samples": 30,
-        "min_samples": 20,
-        "flip_target_low": 5.0,
-        "flip_control_high": 4.9,
-        "delta_p_target_high": -3.0,
-        "delta_p_control_low": -2.0,
-    }
-    assert verdict(row)[0] == HOLDS
-    assert verdict({**row, "flip_target_low": 4.9})[0] == NOT_HOLD  # touching CIs are not apart
-
-
-@pytest.mark.slow
-def test_random_target_is_not_reported_as_holding(tmp_path, demo_models_root):
+def test_random_target_is_not_reported_as_holding(demo_run, tmp_path):
     """The negative control of the whole analysis, on a real model: knocking out random question tokens
-    instead of E_Q must not give 'holds'."""
-    cfg = small_config()
-    for name in ("popqa", "nq"):
-        cfg["datasets"][name]["n"] = 60
-    cfg["datasets"] = {k: v for k, v in cfg["datasets"].items() if k in ("popqa", "nq")}
+    instead of E_Q must not give 'holds'. In a copy of the shared run: the knockout and what follows rerun."""
+    cfg = checkout_config()
     cfg["models"] = {"smollm2-135m": cfg["models"]["smollm2-135m"]}
-    cfg["pathways"].update(models=["smollm2-135m"], datasets=["popqa", "nq"])
+    cfg["pathways"]["models"] = ["smollm2-135m"]
     cfg["pathways"]["knockout"] = {"target": "random"}
     cfg["pathways"]["check"] = {"min_samples": 10}
     cfg["depth"] = {"models": []}
     cfg["figures"] = {"pathways": [["smollm2-135m"]], "depth": []}
-    work = new_workdir(tmp_path, demo_models_root, cfg)
+    work = copy_run(demo_run, tmp_path)
+    write_config(work, cfg)
     proc = snakemake(work)
     assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "rule generate_answers:" not in proc.stdout + proc.stderr  # the answers are the shared run's
     table = pl.read_csv(work / "results" / "demo" / "tables" / "pathways_check.tsv", separator="\t")
     assert table.height == 2
     assert HOLDS not in table["verdict"].to_list(), table

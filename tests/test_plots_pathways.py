@@ -50,7 +50,20 @@ def test_figures_draw_with_an_undefined_probe_and_embed_truetype(tmp_path):
     titles = {"a": "Model A", "b": "Model B"}
     plot_pathways(SUMMARY, AUC, ["a", "b"], titles, tmp_path / "p.png", tmp_path / "p.pdf", caption="test")
     plot_probe_auc(AUC, ["a", "b"], titles, tmp_path / "a.png", tmp_path / "a.pdf")
-    check = pl.DataFrame({"model": ["a"], "dataset": ["nq"], "verdict": ["holds"], "n_samples": [10]})
+    check = pl.DataFrame(
+        {
+            "model": ["a"],
+            "dataset": ["nq"],
+            "measure": ["delta_p"],
+            "verdict": ["holds"],
+            "n_samples": [10],
+            "diff": [-4.0],
+            "diff_low": [-6.0],
+            "diff_high": [-2.0],
+            "layer_from": [2],
+            "layer_to": [2],
+        }
+    )
     plot_check(SUMMARY, check, AUC, ["a", "b"], titles, tmp_path / "c.png", tmp_path / "c.pdf")
     for name in ("p.png", "p.pdf", "a.png", "a.pdf", "c.png", "c.pdf"):
         assert (tmp_path / name).stat().st_size > 5000

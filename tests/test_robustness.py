@@ -5,7 +5,6 @@ rerun gives the same tables as an uninterrupted run; killing snakemake (SIGTERM,
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -14,14 +13,14 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from conftest import new_workdir, small_config, snakemake, snakemake_cmd
+from conftest import ENV, RUN, checkout_config, copy_run, snakemake, snakemake_cmd
 
 from truthflow.batching import FAKE_OOM_ENV
 from truthflow.generation import build_prompt, generate_answers
 from truthflow.pathways.knockout import resid_sweep
 from truthflow.runlog import STOP_AT_ENV
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.model
 QUESTIONS = [
     "What is the capital of France?",
     "Who wrote Hamlet?",
@@ -64,13 +63,14 @@ def test_oom_at_batch_one_is_raised(gemma, monkeypatch):
         )
 
 
+@pytest.mark.workflow
 @pytest.mark.parametrize("victim", ["job", "snakemake and job"])
-def test_sigkill_mid_job_then_rerun_completes(tmp_path, demo_models_root, victim):
-    cfg = small_config()
-    workdir = new_workdir(tmp_path, demo_models_root, cfg)
+def test_sigkill_mid_job_then_rerun_completes(demo_run, tmp_path, victim):
+    cfg = checkout_config()
+    workdir = copy_run(demo_run, tmp_path)
     target = "results/demo/answers/gemma3-270m/nq.parquet"
     # the job stops itself (SIGSTOP) when its progress bar first shows: model loaded, generation under way
-    proc = _start(workdir, target, env={STOP_AT_ENV: "generate gemma3-270m/nq"})
+    proc = _start(workdir, "--forcerun", target, "--", target, env={STOP_AT_ENV: "generate gemma3-270m/nq"})
     job = _wait_for(
         lambda: [p for p in _session(proc.pid, "generate_answers.py") if _state(p) == "T"],
         proc,
@@ -96,43 +96,17 @@ def test_sigkill_mid_job_then_rerun_completes(tmp_path, demo_models_root, victim
     assert "Nothing to be done" in again.stdout + again.stderr
 
 
-# ------------------------------------------------------------ kills in a copy of the session's finished run
-RUN = Path("results/demo")
-
-
-_UP_TO_DATE: set[Path] = set()
-
-
-def copy_run(src: Path, dst: Path) -> Path:
-    """A copy of a finished run in `dst` (tmp_path: the same depth as the session's run, so the relative code
-    inputs are the same): results copied with their mtimes, model snapshots hard-linked, Snakemake's metadata
-    kept; the copy is up to date (checked once: a dry run of `src` has nothing to do)."""
-    if src not in _UP_TO_DATE:  # once per session: a stale run would rerun jobs over what a test sets up
-        dry = snakemake(src, "-n", "--nolock")
-        if "Nothing to be done" not in dry.stdout + dry.stderr:
-            pytest.fail(f"the session's run in {src} is out of date (code changed while it ran?): run again")
-        _UP_TO_DATE.add(src)
-    for item in src.iterdir():
-        target = dst / item.name
-        if item.name == "resources":
-            shutil.copytree(item, target, symlinks=True, copy_function=os.link)
-        elif item.is_dir():
-            shutil.copytree(
-                item, target, symlinks=True, ignore=shutil.ignore_patterns("locks", "log", "incomplete")
-            )
-        else:
-            shutil.copy2(item, target)
-    return dst
+# ------------------------------------------------------------ kills in copies of the shared run
 
 
 def _start(workdir: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env or {})}
     return subprocess.Popen(
         snakemake_cmd(workdir, *args),
+        cwd=workdir,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # its session id is its pid: every job it starts is found by that
-        env=env,
+        env={**ENV, **(env or {})},
     )
 
 
@@ -192,6 +166,7 @@ KILLED = {  # rule: (one of its outputs, the progress bar it is stopped at, its 
 }
 
 
+@pytest.mark.workflow
 @pytest.mark.parametrize("rule", list(KILLED))
 def test_sigkill_mid_job_then_rerun_gives_identical_tables(demo_run, tmp_path, rule):
     output, bar, log = KILLED[rule]
@@ -228,6 +203,7 @@ def test_sigkill_mid_job_then_rerun_gives_identical_tables(demo_run, tmp_path, r
     _same_tables(workdir, demo_run)
 
 
+@pytest.mark.workflow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_killing_snakemake_stops_its_jobs(demo_run, tmp_path, sig):
     """SIGTERM: snakemake would wait for the running jobs (hours, for a model job); SIGKILL: the job would be

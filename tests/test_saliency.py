@@ -193,7 +193,7 @@ def _smol_case(lm) -> tuple[list[int], int]:
     return prompt + answer, len(prompt)
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_gradient_matches_finite_differences_smollm(smol64, float64_norms):
     lm = smol64
     assert lm.model.config.model_type == "llama"  # _fd_attention is Llama's eager attention
@@ -242,7 +242,7 @@ def test_batched_equals_one_at_a_time_and_eager_switch():
     np.testing.assert_allclose(single[0], reduce_saliency(s, eqs[0], eas[0]), rtol=1e-6)
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_batched_equals_one_at_a_time_smollm(smol64):
     lm = smol64
     seq, start = _smol_case(lm)
@@ -263,7 +263,7 @@ def test_batched_equals_one_at_a_time_smollm(smol64):
     np.testing.assert_allclose(batched, single, rtol=2e-5)
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_shared_head_runs_once_and_changes_nothing_smollm(smol64, monkeypatch):
     """Rows sharing a head (here SmolLM2's chat header) run it once, without a graph: S is unchanged."""
     from truthflow.generation import build_prompt, encode_prompt
@@ -293,7 +293,7 @@ def test_shared_head_runs_once_and_changes_nothing_smollm(smol64, monkeypatch):
         attention_and_grads(lm, seqs, starts, head=min(starts))  # past the first scored position
 
 
-@pytest.mark.slow
+@pytest.mark.model
 @pytest.mark.parametrize("name", ["smollm", "gemma"])
 def test_loss_on_the_scored_positions_equals_the_models_own(name, request):
     """The loss runs the LM head on the predicting positions only; it equals the mean answer NLL from the

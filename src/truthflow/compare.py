@@ -131,23 +131,23 @@ def quantitative(
 
 def qualitative_pathways(check: pl.DataFrame) -> list[dict]:
     """One row per (model, dataset) from the falsification check (truthflow.pathways.check): E_Q knockout
-    against the matched random control. Q-Anchored below A-Anchored is not a check: it follows from the
-    split (METHOD A9)."""
+    against the matched random control, the primary measure's paired difference, Holm-corrected. Q-Anchored
+    below A-Anchored is not a check: it follows from the split (METHOD A9)."""
     rows = []
     for r in check.iter_rows(named=True):
-        if r["flip_target"] is None or r["flip_control"] is None:
-            detail = f"n = {r['n_samples']} matched samples: {r['reason']}"
-            value = None
-        else:
-            detail = (
-                f"flip rate E_Q {r['flip_target']:.1f}% [{r['flip_target_low']:.1f}, "
-                f"{r['flip_target_high']:.1f}] vs control {r['flip_control']:.1f}% "
-                f"[{r['flip_control_low']:.1f}, "
-                f"{r['flip_control_high']:.1f}]; ΔP E_Q {r['delta_p_target']:.1f} vs control "
-                f"{r['delta_p_control']:.1f}; n = {r['n_samples']} samples; {r['reason']} "
-                "(reproduced = flip-rate difference, points)"
+        detail = f"n = {r['n_samples']} matched samples, layers {r['layers']}: {r['reason']}"
+        if r["diff_low"] is not None:
+            sec = (
+                f"{r['secondary_measure']} {r['secondary_diff']:+.2f} [{r['secondary_low']:.2f},"
+                f" {r['secondary_high']:.2f}], p = {r['secondary_p']:.3g}"
             )
-            value = float(r["flip_diff"])
+            detail = (
+                f"{r['measure']} E_Q − control {r['diff']:+.2f} [{r['diff_low']:.2f}, {r['diff_high']:.2f}]"
+                f" (Holm-corrected), p = {r['p_value']:.3g}, p_holm = {r['p_holm']:.3g},"
+                f" SESOI {r['sesoi']:g}, per cell uncorrected: {r['verdict_cell']};"
+                f" secondary (uncorrected) {sec}; {detail}"
+                f" (reproduced = mean {r['measure']} difference)"
+            )
         rows.append(
             _row(
                 "E_Q knockout beats random control",
@@ -156,7 +156,7 @@ def qualitative_pathways(check: pl.DataFrame) -> list[dict]:
                 detail,
                 None,
                 None,
-                value,
+                r["diff"],
                 r["verdict"],
             )
         )

@@ -1,9 +1,13 @@
-"""Config defaults for the per-model / per-dataset entries (the schema's $defs) and cross-key checks."""
+"""Every parse-time config check, in one entry point (check_config, called by the Snakefile and by the tests):
+duplicate YAML keys, names that become paths, the schema and its defaults, the per-model / per-dataset
+defaults (the schema's $defs), cross-key names, local data sources and the judge's settings."""
 
 from __future__ import annotations
 
 import copy
+import os
 import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import yaml
@@ -44,23 +48,52 @@ def _key_of(path) -> str:
     return ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in path).replace(".[", "[")
 
 
-def check_schema(config: dict, schema_path: Path = SCHEMA) -> None:
-    """The config against the schema, with one line naming the key (Snakemake's own validation prints the
-    whole schema). The most relevant error comes first (jsonschema's best_match); the count of the others
-    follows it."""
-    from jsonschema import Draft202012Validator
+def _schema_error(errors: list) -> TruthflowError:
     from jsonschema.exceptions import best_match
 
-    schema = yaml.safe_load(Path(schema_path).read_text())
-    errors = list(Draft202012Validator(schema).iter_errors(config))
-    if not errors:
-        return
     err = best_match(errors)
     key = _key_of(err.absolute_path) or "the config's top level"
     desc = err.schema.get("description") if isinstance(err.schema, dict) else None
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
     hint = f" ({desc})" if desc and err.validator in {"type", "enum", "pattern", "minimum"} else ""
-    raise TruthflowError(f"{key}: {err.message}{hint}{more}; every key is documented in {SCHEMA_DOC}")
+    return TruthflowError(f"{key}: {err.message}{hint}{more}; every key is documented in {SCHEMA_DOC}")
+
+
+def check_schema(config: dict, schema_path: Path = SCHEMA) -> None:
+    """The config against the schema, with one line naming the key (Snakemake's own validation prints the
+    whole schema). The most relevant error comes first (jsonschema's best_match); the count of the others
+    follows it."""
+    from jsonschema import Draft202012Validator
+
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    errors = list(Draft202012Validator(schema).iter_errors(config))
+    if errors:
+        raise _schema_error(errors)
+
+
+def fill_defaults(config: dict, schema_path: Path = SCHEMA) -> dict:
+    """The schema's `default:` values into `config`, in place, as snakemake.utils.validate(config, schema,
+    set_default=True) fills them (jsonschema's default-filling validator from its FAQ: every `properties` a
+    validation passes through sets its missing keys first, so a section's default {} gets the section's own
+    defaults). Two differences, neither seen by a valid config: each default is a copy (no two entries share
+    one dict), and a value that is not a mapping is left alone for the validation to refuse."""
+    from jsonschema import Draft202012Validator, validators
+
+    validate_properties = Draft202012Validator.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for key, sub in properties.items():
+                if isinstance(sub, dict) and "default" in sub and key not in instance:
+                    instance[key] = copy.deepcopy(sub["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    filling = validators.extend(Draft202012Validator, {"properties": set_defaults})
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    errors = list(filling(schema).iter_errors(config))
+    if errors:  # a valid config stays valid with its defaults: a default that breaks the schema is a bug
+        raise _schema_error(errors)
+    return config
 
 
 # a name that becomes part of a path (results/{run}/..., resources/models/{model}, {dataset}.parquet)
@@ -197,3 +230,32 @@ def check_names(config: dict) -> None:
         raise TruthflowError(
             f"config key 'pathways.experiments.layer' must be 'auto' or a layer number >= 1, got {layer!r}"
         )
+
+
+def check_config(config: dict, configfiles: Iterable = (), environ: Mapping[str, str] | None = None) -> dict:
+    """Every check the workflow makes before any job (the Snakefile calls this, with the config files
+    Snakemake loaded and os.environ), in this order, raising TruthflowError with one line naming the key or
+    file; fills the defaults into `config` in place and returns it:
+
+    1. a key given twice in a config file (check_config_files);
+    2. `run` and the model and dataset names, which become paths (check_path_names);
+    3. the schema, then its defaults (check_schema, fill_defaults), then the per-model / per-dataset
+       defaults and each dataset's hub defaults (fill_entries);
+    4. names given elsewhere in the config are defined, once (check_names);
+    5. local dataset files exist and are not empty, a local DepthQA graph is closed (check_local_sources);
+    6. with depth models configured, the judge can run (depth.judge: backend, model, the API key in
+       `environ`), so a dry run already stops before model jobs spend hours on answers nobody can score.
+    """
+    from .data import check_local_sources
+    from .depth.judge import check_judge_config
+
+    check_config_files(configfiles)
+    check_path_names(config)
+    check_schema(config)
+    fill_defaults(config)
+    fill_entries(config)
+    check_names(config)
+    check_local_sources(config)
+    if config["depth"]["models"]:
+        check_judge_config(config["depth"]["judge"], os.environ if environ is None else environ)
+    return config

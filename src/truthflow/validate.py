@@ -49,7 +49,7 @@ _PRODUCERS: list[tuple[re.Pattern[str], str]] = [
         (r"tables/depth_[a-z_]+\.(parquet|tsv)", "depth_tables"),
         (
             r"tables/(pathways_summary|pathways_check|probe_auc)\.(parquet|tsv)"
-            r"|tables/(exact_tokens|dropped_samples)\.tsv",
+            r"|tables/(exact_tokens|dropped_samples|pathways_check_layers)\.tsv",
             "pathways_tables",
         ),
     ]

@@ -14,20 +14,10 @@ os.environ.update(
     PYTHONPATH=os.pathsep.join(filter(None, [SRC, _env.get("PYTHONPATH")]))
 )
 
-from truthflow.config import check_names, fill_entries  # noqa: E402
-from truthflow.data import check_local_sources  # noqa: E402
-from truthflow.errors import TruthflowError  # noqa: E402
 from truthflow import registry  # noqa: E402
 from truthflow.scheduling import model_slots, model_threads, torch_threads  # noqa: E402
 
-fill_entries(config)
-try:
-    check_names(config)
-    # before any job: local dataset files exist and are not empty, a local DepthQA graph is closed
-    check_local_sources(config)
-except TruthflowError as exc:
-    raise WorkflowError(f"invalid config: {exc}")
-
+# the config is checked and its defaults filled by the Snakefile (truthflow.config.check_config)
 RUN = config["run"]
 MODELS = list(config["models"])
 # the configured QA sets, in registry order (src/truthflow/registry.py holds every dataset's knowledge)
@@ -53,9 +43,17 @@ def _given_gpus():
 # model jobs share the local cores by slots (scheduling.model_slots); cluster profiles set their threads with
 # set-threads (every rule with a `gpu` resource), and torch then uses those
 _cores = _given_cores()
-_cores = _cores if isinstance(_cores, int) and _cores < 1024 else None  # None: a cluster run
-MODEL_THREADS = model_threads(_cores, model_slots(_given_gpus(), any(Path("/dev").glob("nvidia[0-9]*"))))
-_cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+_cores = (
+    _cores if isinstance(_cores, int) and _cores < 1024 else None
+)  # None: a cluster run
+MODEL_THREADS = model_threads(
+    _cores, model_slots(_given_gpus(), any(Path("/dev").glob("nvidia[0-9]*")))
+)
+_cpus = (
+    len(os.sched_getaffinity(0))
+    if hasattr(os, "sched_getaffinity")
+    else os.cpu_count() or 1
+)
 TORCH_THREADS = torch_threads(MODEL_THREADS, _cores, _cpus)
 
 
@@ -240,8 +238,14 @@ REPORT_TABLES = {
         "Patching, answer-only, knowledge boundary, saliency per group",
         "pathways_experiments_table.rst",
     ),
-    "pathways_awareness": ("Pathway awareness AUC by layer", "pathways_awareness_table.rst"),
-    "pathways_table3": ("Hallucination detection (the paper's Table 3)", "pathways_table3.rst"),
+    "pathways_awareness": (
+        "Pathway awareness AUC by layer",
+        "pathways_awareness_table.rst",
+    ),
+    "pathways_table3": (
+        "Hallucination detection (the paper's Table 3)",
+        "pathways_table3.rst",
+    ),
     "probe_auc": ("Probe AUC by layer", "probe_auc_table.rst"),
     "dropped_samples": ("Kept and dropped samples", "dropped.rst"),
     "published_vs_reproduced": ("Published vs reproduced", "compare.rst"),
@@ -356,14 +360,3 @@ def pw_inputs(name):
 
 def depth_dir(*parts):
     return res("depth", "{model}", *parts)
-
-
-# a judge that cannot run (openai without its API key) stops the workflow here, dry runs included, before any
-# model job spends hours on answers nobody can score
-if config["depth"]["models"]:
-    from truthflow.depth.judge import check_judge_config  # noqa: E402
-
-    try:
-        check_judge_config(config["depth"]["judge"], os.environ)
-    except TruthflowError as exc:
-        raise WorkflowError(f"invalid config: {exc}")

@@ -78,6 +78,7 @@ rule pathways_tables:
         summary=res("tables", "pathways_summary.parquet"),
         check=res("tables", "pathways_check.parquet"),
         check_tsv=res("tables", "pathways_check.tsv"),
+        check_layers=res("tables", "pathways_check_layers.tsv"),
         exact_tokens=res("tables", "exact_tokens.tsv"),
         auc=res("tables", "probe_auc.parquet"),
         auc_tsv=res("tables", "probe_auc.tsv"),
@@ -89,6 +90,7 @@ rule pathways_tables:
         "../../envs/truthflow.yaml"
     params:
         pairs=pw_pairs(),
+        check=config["pathways"]["check"],
     script:
         "../scripts/pathways_tables.py"
 
@@ -137,6 +139,7 @@ rule plot_pathways:
         caption=pathways_caption,
         show_caption=config["figures"]["caption"],
         target=config["pathways"]["knockout"]["target"],
+        check=config["pathways"]["check"],
     script:
         "../scripts/plot_pathways.py"
 

@@ -18,9 +18,15 @@ rule compare_published:
         published=checkout_path("workflow", "report", "published.tsv"),
         pathways=optional_input("pathways", res("tables", "pathways_summary.parquet")),
         check=optional_input("pathways", res("tables", "pathways_check.parquet")),
-        experiments=optional_input("pathways", res("tables", "pathways_experiments.parquet")),
-        awareness=optional_input("pathways", res("tables", "pathways_awareness.parquet")),
-        detection=optional_input("pathways", res("tables", "pathways_detection.parquet")),
+        experiments=optional_input(
+            "pathways", res("tables", "pathways_experiments.parquet")
+        ),
+        awareness=optional_input(
+            "pathways", res("tables", "pathways_awareness.parquet")
+        ),
+        detection=optional_input(
+            "pathways", res("tables", "pathways_detection.parquet")
+        ),
         depthwise=optional_input("depth", res("tables", "depth_depthwise.parquet")),
         pooled=optional_input("depth", res("tables", "depth_pooled_by_depth.tsv")),
         code=code(),

@@ -1,6 +1,7 @@
 import polars as pl
 
 from truthflow import runlog, validate
+from truthflow.pathways.check import family
 from truthflow.pathways.tokens import CLASS_TABLE_SCHEMA, class_table
 
 
@@ -23,7 +24,8 @@ def main(sm):
     summary = _concat(sm.input.summary, ["model", "dataset", "knockout", "anchor", "layer", "mean_delta_p"])
     auc = _concat(sm.input.auc, ["model", "dataset", "layer", "status", "auc", "seed", "n_test"])
     dropped = _concat(sm.input.dropped, ["model", "dataset", "reason"])
-    check = _concat(sm.input.check, ["model", "dataset", "verdict", "reason"])
+    cells = _concat(sm.input.check, ["model", "dataset", "range", "measure", "n_samples", "diff", "sd"])
+    check, by_layers = family(cells, sm.params.check)  # the verdicts: Holm needs every cell
     # one row per (model, dataset, reason), with the kept count as reason "kept" so nothing is silent
     kept = pl.DataFrame(
         [
@@ -74,7 +76,10 @@ def main(sm):
     )
     runlog.write_tsv(by_layer, sm.output.auc_tsv)
     runlog.write_tsv(table.sort(["model", "dataset", "reason"]), sm.output.dropped)
-    runlog.write_tsv(check.with_columns(pl.selectors.float().round(2)), sm.output.check_tsv)
+    p = pl.selectors.by_name("p_value", "p_holm", "level", "secondary_p", require_all=False)
+    for table, path in ((check, sm.output.check_tsv), (by_layers, sm.output.check_layers)):
+        rounded = table.with_columns((pl.selectors.float() - p).round(2), p.round_sig_figs(3))
+        runlog.write_tsv(rounded, path)
     runlog.write_tsv(exact_token_table(sm.params.pairs, sm.input.samples), sm.output.exact_tokens)
     for r in check.iter_rows(named=True):
         print(f"{r['model']}/{r['dataset']}: {r['verdict']} ({r['reason']})", flush=True)

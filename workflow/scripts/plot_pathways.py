@@ -1,4 +1,5 @@
 from truthflow import runlog, validate
+from truthflow.pathways.check import caption as check_caption
 from truthflow.pathways.plots import plot_anchored, plot_check, plot_pathways, plot_probe_auc
 
 
@@ -8,7 +9,7 @@ def main(sm):
     )
     auc = validate.read_parquet(sm.input.auc, ["model", "dataset", "seed", "layer", "auc", "status"])
     check = validate.read_parquet(
-        sm.input.check, ["model", "dataset", "verdict", "flip_target", "flip_control"]
+        sm.input.check, ["model", "dataset", "measure", "layers", "verdict", "diff", "diff_low", "diff_high"]
     )
     p = sm.params
     cap = p.caption if p.show_caption else ""
@@ -39,7 +40,7 @@ def main(sm):
         sm.output.check_pdf,
         caption=caption(
             "Falsification test: unsplit mean ΔP and flip rate over the same matched samples, E_Q knockout"
-            " vs random-token control; verdict 'holds' only when both CIs are apart."
+            f" vs random-token control. {check_caption(check, p.check)}"
         ),
         target_label="E_Q knockout"
         if p.target == "exact_question"

@@ -2,7 +2,7 @@ import numpy as np
 import polars as pl
 
 from truthflow import runlog, validate
-from truthflow.pathways.check import check, check_frame
+from truthflow.pathways.check import cell_frame, check
 from truthflow.pathways.probes import run_probes, summarize
 
 
@@ -32,15 +32,17 @@ def main(sm):
     boot = cfg["bootstrap"]
     summary = summarize(per_sample, boot["n"], boot["seed"])
     status = auc["status"][0] if auc.height and auc["status"][0] != "ok" else None
-    row = check(per_sample, cfg["check"]["min_samples"], boot["n"], boot["seed"], probe_status=status)
+    # the check's per-cell statistics; the verdicts need every cell (Holm): rule pathways_tables
+    cells = check(per_sample, auc, cfg["check"]["layers"], probe_status=status)
     model, dataset = sm.wildcards.model, sm.wildcards.dataset
     print(auc.group_by("status").len(), flush=True)
-    print(f"{model}/{dataset}: E_Q vs random control: {row['verdict']} ({row['reason']})", flush=True)
+    stats = cells.select("layers", "measure", "n_samples", "n_minority", "probe_auc", "diff", "sd", "status")
+    print(f"{model}/{dataset}: E_Q − control, per-cell statistics", stats, sep="\n", flush=True)
     keys = [pl.lit(model).alias("model"), pl.lit(dataset).alias("dataset")]
     runlog.write_parquet(auc.select(*keys, pl.all()), sm.output.auc)
     runlog.write_parquet(per_sample.select(*keys, pl.all()), sm.output.deltap)
     runlog.write_parquet(summary.select(*keys, pl.all()), sm.output.summary)
-    runlog.write_parquet(check_frame(row, model, dataset), sm.output.check)
+    runlog.write_parquet(cell_frame(cells, model, dataset), sm.output.check)
 
 
 runlog.run(snakemake, main)  # noqa: F821

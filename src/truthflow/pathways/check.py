@@ -1,17 +1,19 @@
-"""The falsification test of the two-pathway finding (METHOD A7, A9).
+"""The falsification test of the two-pathway finding (METHOD A7, A9; the statistics in docs/method.md A7).
 
 "Q-Anchored ΔP below A-Anchored" follows from the split itself (a flip needs ΔP < 100·(0.5 − p)/p ≤ 0), so
 it is no evidence. The evidence is that knocking out the exact question tokens E_Q moves the probe more
-than knocking out as many random other question tokens: per (model, dataset), over the matched samples
-(those whose question has at least |E_Q| non-E_Q tokens), each sample's flip rate and ΔP averaged over
-layers (seeds and control draws averaged first), E_Q against the control, each mean with a seeded
-bootstrap 95% CI over samples.
+than knocking out as many random other question tokens. Per (model, dataset) and matched sample:
+diff = E_Q − control of a pre-declared measure (ΔP or flip rate), seeds and control draws averaged first,
+then layers averaged over a pre-declared range. A one-sided paired t-test in the predicted direction, Holm
+over the run's cells, and a ±SESOI equivalence test give three verdicts:
+- **holds**: the Holm-corrected one-sided bound excludes 0 in the predicted direction;
+- **does not hold**: the corrected interval lies within ±SESOI (TOST), or it excludes 0 the wrong way;
+- **inconclusive**: otherwise (with the minimum detectable effect at 80% power and the n needed for
+  SESOI), and whenever no test is made: too few samples, no control, no probe, too little probe signal.
 
-Verdict:
-- **holds**: the E_Q flip rate's CI lies wholly above the control's AND the E_Q mean ΔP's CI wholly below
-  the control's (CIs apart, both measures);
-- **inconclusive**: fewer than `min_samples` matched samples, no control draws, or no probe;
-- **does not hold**: otherwise.
+Two stages: `check` runs per cell where the per-sample data is and keeps each (range, measure)'s
+sufficient statistics (n, mean and sd of diff); `family` gathers the cells and makes the verdicts. The
+statistics are vectorised (`verdicts`) so that the same code decides a run and 1,000 simulated ones.
 """
 
 from __future__ import annotations
@@ -20,103 +22,404 @@ import math
 
 import numpy as np
 import polars as pl
+from scipy import optimize, stats
 
-from .probes import CONTROL, TARGET, bootstrap_ci
+from .probes import CONTROL, TARGET
 
 HOLDS, NOT_HOLD, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
+# the sign of E_Q − control that the papers predict: E_Q lowers p more (ΔP), E_Q flips more (flip rate)
+MEASURES = {"delta_p": -1, "flip_rate": 1}
+UNITS = {"delta_p": "ΔP points", "flip_rate": "flip-rate points (%)"}
+NAMES = {"delta_p": "ΔP", "flip_rate": "flip rate"}
+POWER = 0.8
+# config: the verdict's settings (schema pathways.check); the code's defaults equal the schema's
+DEFAULTS = {
+    "measure": "delta_p",
+    "layers": "second_half",
+    "sesoi": 5.0,
+    "alpha": 0.05,
+    "min_samples": 20,
+    "min_minority": 10,
+    "min_minority_share": 0.1,
+    "min_auc": 0.6,
+}
 
-CHECK_SCHEMA = {
+CELL_SCHEMA = {
+    "range": pl.String,  # all | second_half | explicit | middle_third (the explicit stand-in)
+    "layers": pl.String,  # "second_half (16-30)"
+    "layer_from": pl.Int64,
+    "layer_to": pl.Int64,
+    "measure": pl.String,
     "n_samples": pl.Int64,
     "n_unmatched": pl.Int64,
-    "min_samples": pl.Int64,
-    "flip_target": pl.Float64,
-    "flip_target_low": pl.Float64,
-    "flip_target_high": pl.Float64,
-    "flip_control": pl.Float64,
-    "flip_control_low": pl.Float64,
-    "flip_control_high": pl.Float64,
-    "flip_diff": pl.Float64,
-    "flip_diff_low": pl.Float64,
-    "flip_diff_high": pl.Float64,
-    "delta_p_target": pl.Float64,
-    "delta_p_target_low": pl.Float64,
-    "delta_p_target_high": pl.Float64,
-    "delta_p_control": pl.Float64,
-    "delta_p_control_low": pl.Float64,
-    "delta_p_control_high": pl.Float64,
+    "n_minority": pl.Int64,
+    "probe_auc": pl.Float64,
+    "target": pl.Float64,
+    "control": pl.Float64,
+    "diff": pl.Float64,
+    "sd": pl.Float64,
+    "status": pl.String,  # why no test can be made in this cell (no probe, no control); null otherwise
+}
+TEST_COLUMNS = {
+    "diff": pl.Float64,
+    "diff_low": pl.Float64,
+    "diff_high": pl.Float64,
+    "p_value": pl.Float64,
+    "p_holm": pl.Float64,
+    "sesoi": pl.Float64,
+    "mde": pl.Float64,
+    "n_needed": pl.Int64,
     "verdict": pl.String,
+}
+CHECK_SCHEMA = {
+    "model": pl.String,
+    "dataset": pl.String,
+    "measure": pl.String,
+    "layers": pl.String,
+    "n_samples": pl.Int64,
+    **TEST_COLUMNS,
+    "reason": pl.String,
+    "verdict_cell": pl.String,  # the same cell without the family-wise correction
+    "level": pl.Float64,  # the one-sided level the corrected bounds are at (Holm's, at the cell's step)
+    "secondary_measure": pl.String,
+    "secondary_diff": pl.Float64,
+    "secondary_low": pl.Float64,
+    "secondary_high": pl.Float64,
+    "secondary_p": pl.Float64,
+    "flip_target": pl.Float64,
+    "flip_control": pl.Float64,
+    "delta_p_target": pl.Float64,
+    "delta_p_control": pl.Float64,
+    "layer_from": pl.Int64,
+    "layer_to": pl.Int64,
+    "n_unmatched": pl.Int64,
+    "n_minority": pl.Int64,
+    "probe_auc": pl.Float64,
+}
+LAYERS_SCHEMA = {
+    "model": pl.String,
+    "dataset": pl.String,
+    "range": pl.String,
+    "layers": pl.String,
+    "measure": pl.String,
+    "n_samples": pl.Int64,
+    **TEST_COLUMNS,
     "reason": pl.String,
 }
 
 
-def per_sample_means(samples: pl.DataFrame, knockout: str) -> pl.DataFrame:
-    """One row per matched sample: flip rate (%) and ΔP averaged over layers, for one knockout condition."""
+# ------------------------------------------------------------ per cell: sufficient statistics
+def layer_ranges(n_layers: int, layers) -> list[tuple[str, int, int]]:
+    """The sensitivity table's three ranges (name, from, to; 1-based, inclusive): every layer, the second
+    half, and the configured [from, to] (cut to the model's layers), else the middle third as stand-in."""
+    half = n_layers // 2 + 1
+    if isinstance(layers, list | tuple):
+        third = ("explicit", max(1, int(layers[0])), min(n_layers, int(layers[1])))
+    else:
+        third = ("middle_third", n_layers // 3 + 1, max(n_layers // 3 + 1, 2 * n_layers // 3))
+    return [("all", 1, n_layers), ("second_half", min(half, n_layers), n_layers), third]
+
+
+def range_name(layers) -> str:
+    return "explicit" if isinstance(layers, list | tuple) else str(layers)
+
+
+def per_sample_means(
+    samples: pl.DataFrame, knockout: str, lo: int = 1, hi: int | None = None
+) -> pl.DataFrame:
+    """One row per matched sample: flip rate (%) and ΔP averaged over layers lo..hi, for one knockout."""
+    keep = (pl.col("knockout") == knockout) & pl.col("matched") & (pl.col("layer") >= lo)
+    if hi is not None:
+        keep &= pl.col("layer") <= hi
     return (
-        samples.filter((pl.col("knockout") == knockout) & pl.col("matched"))
+        samples.filter(keep)
         .group_by("id")
-        .agg((pl.col("flip_rate").mean() * 100).alias("flip"), pl.col("delta_p").mean().alias("delta_p"))
+        .agg(
+            (pl.col("flip_rate").mean() * 100).alias("flip_rate"),
+            pl.col("delta_p").mean(),
+            pl.col("label").first(),
+        )
         .sort("id")
     )
 
 
-def _mean_ci(values: np.ndarray, n_boot: int, seed: int) -> tuple[float, float, float]:
-    if len(values) == 0:
-        return math.nan, math.nan, math.nan
-    lo, hi = bootstrap_ci(values, n_boot, seed)
-    return float(np.mean(values)), lo, hi
-
-
-def verdict(row: dict) -> tuple[str, str]:
-    """(verdict, reason) from a row with the CIs filled in."""
-    if row["n_samples"] < row["min_samples"]:
-        return INCONCLUSIVE, f"n = {row['n_samples']} matched samples < minimum {row['min_samples']}"
-    flip_apart = row["flip_target_low"] > row["flip_control_high"]
-    dp_apart = row["delta_p_target_high"] < row["delta_p_control_low"]
-    if flip_apart and dp_apart:
-        return HOLDS, "E_Q flips more and lowers p more than the random control, CIs apart"
-    why = []
-    if not flip_apart:
-        why.append("flip-rate CIs overlap or reversed")
-    if not dp_apart:
-        why.append("ΔP CIs overlap or reversed")
-    return NOT_HOLD, "; ".join(why)
-
-
 def check(
     samples: pl.DataFrame,
-    min_samples: int = 20,
-    n_boot: int = 1000,
-    seed: int = 0,
+    auc: pl.DataFrame | None = None,
+    layers="second_half",
     probe_status: str | None = None,
-) -> dict:
-    """The E_Q-vs-control comparison of one (model, dataset); `samples` is run_probes' per-sample table."""
-    row = dict.fromkeys(CHECK_SCHEMA)
-    row["min_samples"] = min_samples
+) -> pl.DataFrame:
+    """Per (layer range, measure) of one (model, dataset): n matched samples, the mean E_Q and control
+    values, and the mean and sd of the per-sample diff = E_Q − control. `samples` is run_probes' per-sample
+    table, `auc` its AUC table (the probe's signal over the range)."""
     unmatched = samples.filter(~pl.col("matched"))["id"].n_unique() if samples.height else 0
-    row["n_unmatched"] = unmatched
-    if probe_status:
-        row.update(n_samples=0, verdict=INCONCLUSIVE, reason=probe_status)
-        return row
-    target, control = per_sample_means(samples, TARGET), per_sample_means(samples, CONTROL)
-    row["n_samples"] = target.height
-    if control.height == 0:
-        row.update(verdict=INCONCLUSIVE, reason="no random-control draws (knockout.control_draws = 0)")
-        return row
-    both = target.join(control, on="id", suffix="_c")
-    for name, values in (
-        ("flip_target", both["flip"]),
-        ("flip_control", both["flip_c"]),
-        ("flip_diff", both["flip"] - both["flip_c"]),
-        ("delta_p_target", both["delta_p"]),
-        ("delta_p_control", both["delta_p_c"]),
-    ):
-        m, lo, hi = _mean_ci(values.to_numpy(), n_boot, seed)
-        row[name], row[f"{name}_low"], row[f"{name}_high"] = m, lo, hi
-    row["verdict"], row["reason"] = verdict(row)
-    return row
+    status = probe_status
+    if status is None and not samples.filter(pl.col("knockout") == CONTROL).height:
+        status = "no random-control draws (knockout.control_draws = 0)"
+    n_layers = 0 if status or not samples.height else int(samples["layer"].max())
+    ranges = (
+        layer_ranges(n_layers, layers)
+        if n_layers
+        else [(name, None, None) for name, _, _ in layer_ranges(1, layers)]
+    )
+    ok = auc.filter(pl.col("status") == "ok") if auc is not None and auc.height else None
+    rows = []
+    for name, lo, hi in ranges:
+        base = {"range": name, "layers": name, "layer_from": lo, "layer_to": hi, "n_unmatched": unmatched}
+        if lo is None or lo > hi:
+            why = status or f"no layer of {n_layers} in the configured range {layers}"
+            rows += [{**base, "measure": m, "n_samples": 0, "status": why} for m in MEASURES]
+            continue
+        base["layers"] = f"{name} ({lo}-{hi})"
+        both = per_sample_means(samples, TARGET, lo, hi).join(
+            per_sample_means(samples, CONTROL, lo, hi).drop("label"), on="id", suffix="_c"
+        )
+        n_correct = int(both["label"].sum())
+        probe_auc = None
+        if ok is not None:
+            in_range = ok.filter(pl.col("layer").is_between(lo, hi))["auc"]
+            probe_auc = float(in_range.mean()) if in_range.len() else None
+        for measure in MEASURES:
+            d = (both[measure] - both[f"{measure}_c"]).to_numpy()
+            rows.append(
+                {
+                    **base,
+                    "measure": measure,
+                    "n_samples": both.height,
+                    "n_minority": min(n_correct, both.height - n_correct),
+                    "probe_auc": probe_auc,
+                    "target": float(both[measure].mean()) if both.height else None,
+                    "control": float(both[f"{measure}_c"].mean()) if both.height else None,
+                    "diff": float(d.mean()) if len(d) else None,
+                    "sd": float(d.std(ddof=1)) if len(d) > 1 else None,
+                }
+            )
+    return pl.DataFrame(rows, schema=CELL_SCHEMA)
 
 
-def check_frame(row: dict, model: str, dataset: str) -> pl.DataFrame:
-    return pl.DataFrame([row], schema=CHECK_SCHEMA).select(
-        pl.lit(model).alias("model"), pl.lit(dataset).alias("dataset"), pl.all()
+def cell_frame(cells: pl.DataFrame, model: str, dataset: str) -> pl.DataFrame:
+    return cells.select(pl.lit(model).alias("model"), pl.lit(dataset).alias("dataset"), pl.all())
+
+
+# ------------------------------------------------------------ the statistics (vectorised)
+def t_test(mean, sd, n, sign: int) -> np.ndarray:
+    """One-sided paired t-test p-value for sign·diff > 0 from the mean, sd and n of the per-sample diffs."""
+    mean, sd, n = (np.asarray(a, dtype=float) for a in (mean, sd, n))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return stats.t.sf(sign * mean / (sd / np.sqrt(n)), n - 1)
+
+
+def bounds(mean, sd, n, level) -> tuple[np.ndarray, np.ndarray]:
+    """The two one-sided t bounds at `level` each: a (1 − 2·level) two-sided interval of the mean diff."""
+    mean, sd, n, level = (np.asarray(a, dtype=float) for a in (mean, sd, n, level))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        half = stats.t.isf(level, n - 1) * sd / np.sqrt(n)
+    return mean - half, mean + half
+
+
+def holm(p, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """Holm–Bonferroni over the last axis (NaN = not tested, outside the family). Returns (adjusted p, the
+    one-sided level each cell's bound is at): α/(m − k) at step k (0-based) while the step-down rejects,
+    then the level of the step where it stopped, so that a bound excludes 0 exactly when p_holm ≤ α."""
+    p = np.asarray(p, dtype=float)
+    order = np.argsort(p, axis=-1)  # NaN last
+    ps = np.take_along_axis(p, order, -1)
+    m = np.sum(~np.isnan(p), axis=-1, keepdims=True)
+    factor = np.maximum(m - np.arange(p.shape[-1]), 1)
+    adjusted = np.maximum.accumulate(np.fmin(ps * factor, 1.0), axis=-1)
+    step = alpha / factor
+    passed = np.logical_and.accumulate(ps <= step, axis=-1)
+    stop = np.minimum(passed.sum(axis=-1, keepdims=True), p.shape[-1] - 1)
+    level = np.where(passed, step, np.take_along_axis(step, stop, -1))
+    inverse = np.argsort(order, axis=-1)
+    adjusted, level = (np.take_along_axis(a, inverse, -1) for a in (adjusted, level))
+    nan = np.isnan(p)
+    return np.where(nan, np.nan, adjusted), np.where(nan, np.nan, level)
+
+
+def decide(low, high, sign: int, sesoi: float) -> np.ndarray:
+    """holds / does not hold / inconclusive from the corrected interval (NaN bounds: inconclusive)."""
+    low, high = np.asarray(low, dtype=float), np.asarray(high, dtype=float)
+    lo, hi = (low, high) if sign > 0 else (-high, -low)  # in the predicted direction
+    out = np.full(lo.shape, INCONCLUSIVE, dtype=object)
+    out[(lo > -sesoi) & (hi < sesoi)] = NOT_HOLD  # TOST: the interval within ±SESOI
+    out[hi < 0] = NOT_HOLD  # the wrong way, 0 excluded
+    out[lo > 0] = HOLDS
+    return out
+
+
+def verdicts(mean, sd, n, sign: int, sesoi: float, alpha: float = 0.05, correct: bool = True) -> dict:
+    """The family's tests over the last axis (cells); mean NaN = a cell without a test. Returns p, p_holm,
+    level, low, high, verdict (arrays of the input's shape)."""
+    mean, sd, n = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in (mean, sd, n)))
+    p = np.where(np.isfinite(mean) & (sd > 0) & (n > 1), t_test(mean, sd, n, sign), np.nan)
+    p_holm, level = holm(p, alpha) if correct else (p, np.where(np.isnan(p), np.nan, alpha))
+    low, high = bounds(mean, sd, n, level)
+    return {
+        "p": p,
+        "p_holm": p_holm,
+        "level": level,
+        "low": low,
+        "high": high,
+        "verdict": decide(low, high, sign, sesoi),
+    }
+
+
+def power(effect: float, sd: float, n: int, level: float) -> float:
+    """Power of the one-sided paired t-test at `level` for a true mean diff `effect` (> 0)."""
+    df = n - 1
+    return float(stats.nct.sf(stats.t.isf(level, df), df, effect * math.sqrt(n) / sd))
+
+
+def mde(sd: float, n: int, level: float, target: float = POWER) -> float:
+    """The smallest true effect the test detects with probability `target` at this n (noncentral t)."""
+    if not (n > 1 and sd > 0):
+        return math.nan
+    return optimize.brentq(lambda e: power(e, sd, n, level) - target, 1e-12 * sd, 100 * sd)
+
+
+def n_needed(effect: float, sd: float, level: float, target: float = POWER, n_max: int = 10**7) -> int | None:
+    """The smallest n whose one-sided test detects `effect` with probability `target` (None: sd unknown)."""
+    if not (sd > 0 and effect > 0):
+        return None
+    hi = 2
+    while power(effect, sd, hi, level) < target and hi < n_max:
+        hi *= 2
+    lo = hi // 2
+    while hi - lo > 1:  # power grows with n: bisect to the first n that reaches the target
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if power(effect, sd, mid, level) >= target else (mid, hi)
+    return max(hi, 2)
+
+
+# ------------------------------------------------------------ gathered: the verdicts of a run
+def _gate(row: dict, cfg: dict) -> str | None:
+    """Why this cell gets no test (it says inconclusive), or None."""
+    n = row["n_samples"] or 0
+    if row["status"]:
+        return row["status"]
+    if n < cfg["min_samples"]:
+        return f"n = {n} matched samples < minimum {cfg['min_samples']}"
+    minority = row["n_minority"]
+    if minority < max(cfg["min_minority"], cfg["min_minority_share"] * n):
+        return (
+            f"too little signal: the minority class has {minority} of {n} samples (< {cfg['min_minority']}"
+            f" or < {cfg['min_minority_share']:.0%}); the probe calls nearly every sample one class, so"
+            " little can flip under either knockout"
+        )
+    if row["probe_auc"] is None or row["probe_auc"] < cfg["min_auc"]:
+        auc = "undefined" if row["probe_auc"] is None else f"{row['probe_auc']:.2f}"
+        return f"too little signal: probe AUC {auc} over layers {row['layers']} < {cfg['min_auc']}"
+    if not (row["sd"] or 0) > 0:
+        return "the per-sample differences have no spread"
+    return None
+
+
+def _reason(v: str, sign: int, lo: float, hi: float, level: float, row: dict, cfg: dict) -> str:
+    ci = f"[{lo:.2f}, {hi:.2f}] (one-sided level {level:.4f} each side)"
+    sesoi = f"±{cfg['sesoi']:g} {UNITS[row['measure']]}"
+    if v == HOLDS:
+        small = f"; |diff| is below SESOI {cfg['sesoi']:g}" if abs(row["diff"]) < cfg["sesoi"] else ""
+        return f"p_holm = {row['p_holm']:.4f} ≤ {cfg['alpha']}: the corrected interval {ci} excludes 0{small}"
+    if v == NOT_HOLD and (lo > 0 if sign < 0 else hi < 0):
+        return f"the effect goes the wrong way: {ci} excludes 0"
+    if v == NOT_HOLD:
+        return f"equivalence: {ci} lies within {sesoi}"
+    return (
+        f"{ci} neither excludes 0 nor lies within {sesoi}; detectable at 80% power: {row['mde']:.2f} at"
+        f" n = {row['n_samples']}, SESOI needs n = {row['n_needed']}"
+    )
+
+
+def _family(rows: pl.DataFrame, cfg: dict) -> pl.DataFrame:
+    """One family (one measure, one layer range, every cell of the run): gates, tests, Holm, verdicts."""
+    sign, sesoi = MEASURES[rows["measure"][0]], float(cfg["sesoi"])
+    records = rows.to_dicts()
+    gates = [_gate(r, cfg) for r in records]
+    tested = np.array([g is None for g in gates])
+    n = rows["n_samples"].fill_null(0).to_numpy().astype(float)
+    sd = rows["sd"].fill_null(np.nan).to_numpy()
+    mean = rows["diff"].fill_null(np.nan).to_numpy()
+    fam = verdicts(np.where(tested, mean, np.nan), sd, n, sign, sesoi, cfg["alpha"])
+    cell = verdicts(np.where(tested, mean, np.nan), sd, n, sign, sesoi, cfg["alpha"], correct=False)
+    m = max(int(tested.sum()), 1)
+    for i, r in enumerate(records):
+        # an untested cell's planning numbers at Bonferroni's level, the strictest step of Holm
+        level = float(fam["level"][i]) if tested[i] else cfg["alpha"] / m
+        r.update(sesoi=sesoi, level=level, mde=None, n_needed=None, p_value=None)
+        if n[i] > 1 and sd[i] > 0:
+            r.update(
+                p_value=float(t_test(mean[i], sd[i], n[i], sign)),
+                mde=mde(sd[i], int(n[i]), level),
+                n_needed=n_needed(sesoi, sd[i], level),
+            )
+        if not tested[i]:
+            r.update(verdict=INCONCLUSIVE, verdict_cell=INCONCLUSIVE, reason=gates[i])
+            continue
+        lo, hi = float(fam["low"][i]), float(fam["high"][i])
+        r.update(diff_low=lo, diff_high=hi, p_holm=float(fam["p_holm"][i]), verdict=fam["verdict"][i])
+        r.update(verdict_cell=cell["verdict"][i], reason=_reason(r["verdict"], sign, lo, hi, level, r, cfg))
+    return pl.DataFrame(
+        records, schema={**CELL_SCHEMA, **LAYERS_SCHEMA, "level": pl.Float64, "verdict_cell": pl.String}
+    )
+
+
+def family(cells: pl.DataFrame, cfg: dict | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """From every cell's `check` rows (with model, dataset): (the check table: the configured measure and
+    layer range, Holm over the cells, with the secondary measure (uncorrected) and the means; the
+    sensitivity table: the primary measure's verdict under each layer range, Holm within each range)."""
+    cfg = {**DEFAULTS, **(cfg or {})}
+    primary, chosen = cfg["measure"], range_name(cfg["layers"])
+    secondary = next(m for m in MEASURES if m != primary)
+    cells = cells.sort(["model", "dataset"], maintain_order=True)
+    if chosen not in set(cells["range"]):
+        raise ValueError(f"pathways.check.layers = {cfg['layers']}: the cells hold {set(cells['range'])}")
+    tested = {
+        name: _family(cells.filter((pl.col("range") == name) & (pl.col("measure") == primary)), cfg)
+        for name in cells["range"].unique(maintain_order=True).to_list()
+    }
+    sens = pl.concat(tested.values()).select(list(LAYERS_SCHEMA))
+    # the secondary measure, per cell and uncorrected: p and the interval at α each side
+    sec = cells.filter((pl.col("range") == chosen) & (pl.col("measure") == secondary))
+    n, sd, mean = (sec[c].fill_null(np.nan).to_numpy().astype(float) for c in ("n_samples", "sd", "diff"))
+    s = verdicts(mean, sd, n, MEASURES[secondary], float(cfg["sesoi"]), cfg["alpha"], correct=False)
+    sec = sec.select(
+        "model",
+        "dataset",
+        pl.lit(secondary).alias("secondary_measure"),
+        pl.col("diff").alias("secondary_diff"),
+        pl.Series("secondary_low", s["low"]).fill_nan(None),
+        pl.Series("secondary_high", s["high"]).fill_nan(None),
+        pl.Series("secondary_p", s["p"]).fill_nan(None),
+    )
+    means = cells.filter(pl.col("range") == chosen).pivot(
+        on="measure", index=["model", "dataset"], values=["target", "control"]
+    )
+    means = means.select(
+        "model",
+        "dataset",
+        pl.col("target_flip_rate").alias("flip_target"),
+        pl.col("control_flip_rate").alias("flip_control"),
+        pl.col("target_delta_p").alias("delta_p_target"),
+        pl.col("control_delta_p").alias("delta_p_control"),
+    )
+    table = tested[chosen].join(sec, on=["model", "dataset"]).join(means, on=["model", "dataset"])
+    return table.select([pl.col(k).cast(t) for k, t in CHECK_SCHEMA.items()]), sens
+
+
+def caption(table: pl.DataFrame, cfg: dict) -> str:
+    """The falsification figure's statement of the test: measure, layer range, correction, SESOI."""
+    measure = table["measure"][0]
+    secondary = next(m for m in MEASURES if m != measure)
+    tested = table["p_holm"].drop_nulls().len()
+    sesoi = f"±{table['sesoi'][0]:g} {UNITS[measure]}"
+    return (
+        f"Verdict: one-sided paired t-test of the per-sample E_Q − control {NAMES[measure]} (primary;"
+        f" {NAMES[secondary]}"
+        f" secondary), averaged over layers {' / '.join(table['layers'].unique(maintain_order=True))}"
+        f" (shaded), Holm over the run's {tested} tested cells at α = {cfg['alpha']}; 'holds': the corrected"
+        f" bound excludes 0 in the predicted direction; 'does not hold': the corrected CI lies within {sesoi}"
+        " (SESOI) or excludes 0 the wrong way; otherwise 'inconclusive' (also: too few samples, too little"
+        f" probe signal: a rarer answer class below {cfg['min_minority']} samples or"
+        f" {cfg['min_minority_share']:.0%}, probe AUC below {cfg['min_auc']})."
     )

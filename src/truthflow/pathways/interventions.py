@@ -26,6 +26,7 @@ from .knockout import (
     decoder_layers,
     knockout_mask,
     last_hidden_after_head,
+    model_mask,
     prefix_cache,
     run_from,
 )
@@ -228,7 +229,7 @@ def resid_conditions(
     def run(cap, ids, mask, start, cache):
         try:
             if cache is None:
-                base(input_ids=ids, attention_mask=mask, use_cache=False)
+                base(input_ids=ids, attention_mask=model_mask(base.config, mask), use_cache=False)
             else:
                 run_from(base, ids, mask, copy.deepcopy(cache), start)
         except _Stop:
@@ -352,6 +353,7 @@ def p_true(lm: LoadedModel, prompts: list[list[int]], batch_size: int, desc: str
     dtype = next(model.parameters()).dtype
     pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
     t_ids, f_ids = verdict_token_ids(lm.tokenizer)
+    softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
     out = np.full(len(prompts), np.nan)
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
 
@@ -364,6 +366,8 @@ def p_true(lm: LoadedModel, prompts: list[list[int]], batch_size: int, desc: str
         h = last_hidden_after_head(base, ids, valid, shared, dtype)
         last = torch.tensor([len(prompts[i]) - 1 - shared for i in idx], device=device)
         logits = head(h[torch.arange(len(idx), device=device), last]).float()
+        if softcap:  # the model's own probabilities follow its capped logits
+            logits = torch.tanh(logits / softcap) * softcap
         lt = torch.logsumexp(logits[:, t_ids], dim=-1)
         lf = torch.logsumexp(logits[:, f_ids], dim=-1)
         out[idx] = torch.sigmoid(lt - lf).cpu().numpy()

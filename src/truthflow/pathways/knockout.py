@@ -4,7 +4,9 @@ The block stops every position *after* an E_Q token from attending to it (E_Q->E
 residual stream after layer k depends on layers 1..k only, so ONE pass with the block in every layer gives,
 at each layer k, exactly the cumulative knockout of layers 1..k. The block is an additive float 4D mask
 (0 allowed, finfo.min blocked) with causality and padding folded in; boolean 4D masks are silently wrong
-under eager attention in transformers 5.x.
+under eager attention in transformers 5.x. A 4D mask bypasses transformers' own masks, sliding windows
+included: `model_mask` folds each layer type's window in (Gemma-3, Mistral), and caches hold every position
+(`DynamicCache()`: a sliding-window cache keeps only the window, which a full-width mask cannot address).
 
 The clean pass and every knockout pass of a batch share the tokens before the first blocked position (the
 chat header, the instruction, the start of the question): their keys and values are computed once per batch
@@ -37,6 +39,37 @@ def knockout_mask(valid: torch.Tensor, block: torch.Tensor, dtype: torch.dtype) 
     allowed = allowed | torch.eye(t, dtype=torch.bool, device=valid.device)[None]  # padding rows stay finite
     mask = torch.zeros(allowed.shape, dtype=dtype, device=valid.device)
     return mask.masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
+
+
+def layer_windows(config) -> list[int | None]:
+    """Each decoder layer's sliding window in tokens (None: full attention), from the (text) config."""
+    text = config.get_text_config()
+    window = getattr(text, "sliding_window", None)
+    types = getattr(text, "layer_types", None)
+    if types is None:  # Mistral: one window for every layer
+        return [window] * text.num_hidden_layers
+    return [window if t == "sliding_attention" else None for t in types]
+
+
+def fold_window(mask: torch.Tensor, window: int | None, q_start: int = 0) -> torch.Tensor:
+    """mask [B, 1, Tq, Tk] (queries at positions q_start.., keys at 0..) with keys `window` or more tokens
+    behind the query blocked, as transformers' sliding-window mask does (key j visible iff j > i - window)."""
+    if window is None:
+        return mask
+    tq, tk = mask.shape[-2:]
+    i = torch.arange(q_start, q_start + tq, device=mask.device)[:, None]
+    far = i - torch.arange(tk, device=mask.device)[None, :] >= window
+    return mask.masked_fill(far, torch.finfo(mask.dtype).min)
+
+
+def model_mask(config, mask: torch.Tensor, q_start: int = 0):
+    """The attention_mask to give the base model for an additive 4D mask: each layer type's sliding window
+    folded in; one tensor when every layer has the same window, else {layer type: mask} (hybrid models)."""
+    windows = layer_windows(config)
+    if len(set(windows)) == 1:
+        return fold_window(mask, windows[0], q_start)
+    types = config.get_text_config().layer_types
+    return {t: fold_window(mask, w, q_start) for t, w in dict(zip(types, windows, strict=True)).items()}
 
 
 def decoder_layers(model) -> Sequence[torch.nn.Module]:
@@ -94,8 +127,9 @@ class ResidCapture:
 class LayerMasks:
     """Pre-hooks that give chosen decoder layers their own attention mask (per-layer knockout)."""
 
-    def __init__(self, layers: Sequence[torch.nn.Module]):
+    def __init__(self, layers: Sequence[torch.nn.Module], windows: Sequence[int | None] | None = None):
         self.masks: dict[int, torch.Tensor] = {}
+        self.windows = list(windows) if windows is not None else [None] * len(layers)
         self.handles = [
             layer.register_forward_pre_hook(self._hook(i), with_kwargs=True) for i, layer in enumerate(layers)
         ]
@@ -103,7 +137,7 @@ class LayerMasks:
     def _hook(self, i: int):
         def hook(_mod, args, kwargs):
             if i in self.masks:
-                kwargs["attention_mask"] = self.masks[i]
+                kwargs["attention_mask"] = fold_window(self.masks[i], self.windows[i])
             return args, kwargs
 
         return hook
@@ -210,13 +244,13 @@ def resid_sweep_multi(
                     ko[idx] = cap.stacked().numpy().astype(ko.dtype)
                 return
             cap.set_positions(probes)
-            base(input_ids=ids, attention_mask=clean_mask, use_cache=False)
+            base(input_ids=ids, attention_mask=model_mask(base.config, clean_mask), use_cache=False)
             clean[idx] = cap.stacked().numpy().astype(clean.dtype)
             for blocks, ko in zip(block_sets, kos, strict=True):
                 block = _block_tensor([blocks[i] for i in idx], ids.shape, device)
                 ko_mask = knockout_mask(valid, block, dtype)
                 if mode == "cumulative":
-                    base(input_ids=ids, attention_mask=ko_mask, use_cache=False)
+                    base(input_ids=ids, attention_mask=model_mask(base.config, ko_mask), use_cache=False)
                     ko[idx] = cap.stacked().numpy().astype(ko.dtype)
                 else:
                     ko[idx] = _window_passes(base, layers, cap, ids, clean_mask, ko_mask, window).astype(
@@ -241,11 +275,12 @@ def head_cache(base, ids: torch.Tensor, head: int, dtype):
     """Keys and values of the first `head` tokens, which every row of `ids` shares: computed for one row and
     repeated for the batch (a single pass then runs only the rest of each row). Equal to a batched pass up
     to float rounding (a matmul over 1 row may round differently from one over B)."""
+    from transformers import DynamicCache
+
     one = ids[:1, :head]
     valid = torch.ones_like(one, dtype=torch.bool)
-    out = base(
-        input_ids=one, attention_mask=knockout_mask(valid, torch.zeros_like(valid), dtype), use_cache=True
-    )
+    mask = model_mask(base.config, knockout_mask(valid, torch.zeros_like(valid), dtype))
+    out = base(input_ids=one, attention_mask=mask, past_key_values=DynamicCache(), use_cache=True)
     cache = out.past_key_values
     cache.batch_repeat_interleave(ids.shape[0])
     return cache
@@ -258,7 +293,7 @@ def run_from(base, ids: torch.Tensor, mask: torch.Tensor, cache, start: int, end
     positions = torch.arange(start, end, device=ids.device)[None].expand(ids.shape[0], -1)
     return base(
         input_ids=ids[:, start:end],
-        attention_mask=mask[:, :, start:end, :end],
+        attention_mask=model_mask(base.config, mask[:, :, start:end, :end], start),
         past_key_values=cache,
         position_ids=positions,
         use_cache=True,
@@ -271,7 +306,9 @@ def last_hidden_after_head(base, ids: torch.Tensor, valid: torch.Tensor, head: i
     0. Returns [B, T - head, D]."""
     mask = knockout_mask(valid, torch.zeros_like(valid), dtype)
     if head == 0:
-        return base(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+        return base(
+            input_ids=ids, attention_mask=model_mask(base.config, mask), use_cache=False
+        ).last_hidden_state
     return run_from(base, ids, mask, head_cache(base, ids, head, dtype), head).last_hidden_state
 
 
@@ -281,8 +318,13 @@ def prefix_cache(base, ids: torch.Tensor, mask: torch.Tensor, prefix: int, dtype
     the prefix runs per row on top of it."""
     head = common_head(ids[:, :prefix].tolist(), prefix)
     if head < MIN_SHARED_PREFIX:
+        from transformers import DynamicCache
+
         return base(
-            input_ids=ids[:, :prefix], attention_mask=mask[:, :, :prefix, :prefix], use_cache=True
+            input_ids=ids[:, :prefix],
+            attention_mask=model_mask(base.config, mask[:, :, :prefix, :prefix]),
+            past_key_values=DynamicCache(),
+            use_cache=True,
         ).past_key_values
     cache = head_cache(base, ids, head, dtype)
     if prefix > head:
@@ -314,7 +356,7 @@ def window_layers(k: int, window: int, n_layers: int) -> range:
 def _window_passes(base, layers, cap: ResidCapture, ids, clean_mask, ko_mask, window: int) -> np.ndarray:
     n_layers = len(layers)
     out = []
-    per_layer = LayerMasks(layers)
+    per_layer = LayerMasks(layers, layer_windows(base.config))
     try:
         for k in range(n_layers):
             per_layer.masks = {
@@ -323,7 +365,7 @@ def _window_passes(base, layers, cap: ResidCapture, ids, clean_mask, ko_mask, wi
             }
             cap.stop_after = k  # layers above k do not change layer k: stop the pass there
             try:
-                base(input_ids=ids, attention_mask=clean_mask, use_cache=False)
+                base(input_ids=ids, attention_mask=model_mask(base.config, clean_mask), use_cache=False)
             except _Stop:
                 pass
             out.append(cap.resid_post[k].float().cpu())
@@ -351,16 +393,17 @@ def per_layer_reference(
     ko_mask = knockout_mask(valid, block_t, dtype)
     cap = ResidCapture(layers)
     cap.set_positions([probe])
-    per_layer = LayerMasks(layers)
+    per_layer = LayerMasks(layers, layer_windows(base.config))
     n_layers = len(layers)
+    clean_in = model_mask(base.config, clean_mask)
     try:
-        base(input_ids=ids, attention_mask=clean_mask, use_cache=False)
+        base(input_ids=ids, attention_mask=clean_in, use_cache=False)
         clean = cap.stacked()[0].numpy()
         ko = []
         for k in range(n_layers):
             chosen = range(k + 1) if mode == "cumulative" else window_layers(k, window, n_layers)
             per_layer.masks = {j: (ko_mask if j in chosen else clean_mask) for j in range(n_layers)}
-            base(input_ids=ids, attention_mask=clean_mask, use_cache=False)
+            base(input_ids=ids, attention_mask=clean_in, use_cache=False)
             ko.append(cap.resid_post[k][0].float().cpu())
         return clean, torch.stack(ko).numpy()
     finally:

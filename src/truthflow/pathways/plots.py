@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from ..plotting import COLOURS, DATASETS, DPI, colour, datasets_in, label  # noqa: F401
@@ -156,10 +157,12 @@ def plot_check(
     target_label: str = "E_Q knockout",
 ) -> None:
     """The falsification test: unsplit mean ΔP (top) and flip rate (bottom) per layer, E_Q knockout (solid)
-    against the matched random control (dotted), over the same samples; each panel lists the verdicts."""
+    against the matched random control (dotted), over the same samples; each panel lists the verdicts
+    (with the primary measure's E_Q − control and its corrected CI) and shades the layers they average."""
     unsplit = summary.filter(pl.col("anchor") == "all")
     fig, axes = _figure(len(models), n_rows=2, height=2.9)
     drawn: set[tuple[str, str]] = set()
+    shaded = False
     for col, model in enumerate(models):
         top, bottom = axes[0][col], axes[1][col]
         top.set_title(titles.get(model, model), fontsize=11)
@@ -167,7 +170,7 @@ def plot_check(
             _layer_axis(ax)
             ax.axhline(0, color="0.6", lw=0.8, zorder=0)
         n_layers = _n_layers(unsplit, model)
-        notes, verdicts = [], []
+        notes, verdicts, span = [], [], None
         for ds, sub in _panel_datasets(unsplit, auc, model, notes):
             for knockout, style in KNOCKOUT_STYLES.items():
                 s = sub.filter(pl.col("knockout") == knockout)
@@ -183,7 +186,18 @@ def plot_check(
                     )
             c = check.filter((pl.col("model") == model) & (pl.col("dataset") == ds))
             if c.height:
-                verdicts.append(f"{label(ds)}: {c['verdict'][0]} (n={c['n_samples'][0]})")
+                r = c.row(0, named=True)
+                ci = (
+                    f"; E_Q − control {r['diff']:+.2f} [{r['diff_low']:.2f}, {r['diff_high']:.2f}]"
+                    if r["diff_low"] is not None
+                    else ""
+                )
+                verdicts.append(f"{label(ds)}: {r['verdict']} (n={r['n_samples']}{ci})")
+                span = span or (r["layer_from"] is not None and (r["layer_from"], r["layer_to"]))
+        if span:
+            for ax in (top, bottom):
+                ax.axvspan(span[0] - 0.5, span[1] + 0.5, color="0.92", lw=0, zorder=0)
+            shaded = True
         _blank_if_empty(top, notes)
         _blank_if_empty(bottom, [])
         if verdicts:
@@ -195,12 +209,16 @@ def plot_check(
                 fontsize=7,
                 va="top",
                 color="0.15",
+                bbox={"facecolor": "white", "alpha": 0.8, "lw": 0},
             )
         _notes(top, notes)
     axes[0][0].set_ylabel("ΔP, all samples")
     axes[1][0].set_ylabel("Flip rate (%)")
     names = {"target": target_label, "control": "random-token control"}
     handles, labels = _legend_entries(drawn, KNOCKOUT_STYLES, names)
+    if shaded:
+        handles.append(Patch(color="0.92"))
+        labels.append("layers averaged for the verdict")
     _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=2 if len(models) == 1 else 4)
 
 

@@ -1,0 +1,151 @@
+"""Tiny random-weight twins of the real architectures (Llama-3, Mistral, Qwen3, Gemma-3) for exactness tests.
+
+Each twin is built in-process from its transformers config class in well under a second, with the traits
+that change the forward-pass math: Llama-3's rope scaling, Mistral's sliding window over every layer, Qwen3's
+q/k norms and tied head, Gemma-3's sliding/full layer mix (a window shorter than any test sequence), its
+scaled embeddings and soft-caps (transformers' Gemma-3 attention ignores attn_logit_softcapping; the final
+cap bites: |logits| reach it). The tokenizer is real (a byte-level `tokenizers` BPE without merges, one
+token per byte, wrapped in PreTrainedTokenizerFast) with a chat template in each family's layout, so
+prompts are tens of tokens: longer than the window. `save_twin` writes a directory `load_model` reads.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from .models import INFO_FILE, LoadedModel
+
+ARCHS = ("llama", "gemma3", "mistral", "qwen3")
+WINDOW = 8  # Gemma-3 / Mistral sliding window (tokens): every test sequence crosses it
+SPECIAL = ["<pad>", "<bos>", "<eos>", "<|im_start|>", "<|im_end|>", "<start_of_turn>", "<end_of_turn>",
+           "[INST]", "[/INST]", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]  # fmt: skip
+THINK = ["<think>", "</think>"]  # plain added tokens, as in Qwen3 (decoded like text)
+_GEN = "{% if add_generation_prompt %}"
+TEMPLATES = {
+    "llama": "{{ bos_token }}<|start_header_id|>system<|end_header_id|>\n\nYou are a helpful assistant."
+    "<|eot_id|>"
+    "{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{{ m.content }}<|eot_id|>"
+    "{% endfor %}" + _GEN + "<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}",
+    "gemma3": "{{ bos_token }}{% for m in messages %}<start_of_turn>"
+    "{{ 'model' if m.role == 'assistant' else m.role }}\n{{ m.content }}<end_of_turn>\n{% endfor %}"
+    + _GEN
+    + "<start_of_turn>model\n{% endif %}",
+    "mistral": "{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}[INST] {{ m.content }} [/INST]"
+    "{% else %}{{ m.content }}{{ eos_token }}{% endif %}{% endfor %}",
+    # Qwen3-like: enable_thinking (default true) opens a reasoning block the model then writes and closes;
+    # enable_thinking=false writes an empty closed block, as Qwen3's own template does
+    "qwen3": "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    + _GEN
+    + "<|im_start|>assistant\n{% if enable_thinking is defined and enable_thinking is false %}"
+    "<think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endif %}",
+}
+CLASSES = {"llama": "LlamaForCausalLM", "gemma3": "Gemma3ForCausalLM", "mistral": "MistralForCausalLM",
+           "qwen3": "Qwen3ForCausalLM"}  # fmt: skip
+TURN_END = {"llama": "<|eot_id|>", "gemma3": "<end_of_turn>", "mistral": None, "qwen3": "<|im_end|>"}
+
+
+def build_tokenizer(arch: str):
+    """One token per byte (GPT-2's byte alphabet, no merges) plus the special tokens of every family."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    vocab = {s: i for i, s in enumerate(SPECIAL)}
+    for ch in bytes_to_unicode().values():
+        vocab[ch] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(SPECIAL)
+    tok.add_tokens(THINK)
+    bos = None if arch == "qwen3" else "<bos>"  # Qwen3 writes no BOS
+    if bos:
+        tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, 1)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=bos, eos_token="<eos>", pad_token="<pad>",
+        chat_template=TEMPLATES[arch], model_max_length=4096,
+    )  # fmt: skip
+
+
+def build_config(arch: str, vocab_size: int, **overrides):
+    import transformers as tf
+
+    ids = {"vocab_size": vocab_size, "pad_token_id": 0, "bos_token_id": None if arch == "qwen3" else 1,
+           "eos_token_id": 2, "max_position_embeddings": 512, "initializer_range": 0.2}  # fmt: skip
+    dims = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 8}  # fmt: skip
+    if arch == "llama":
+        rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}  # fmt: skip
+        cfg = tf.LlamaConfig(
+            num_hidden_layers=3, rope_parameters=rope, tie_word_embeddings=False, **dims, **ids
+        )
+    elif arch == "mistral":
+        cfg = tf.MistralConfig(
+            num_hidden_layers=2, sliding_window=WINDOW, tie_word_embeddings=False, **dims, **ids
+        )
+    elif arch == "qwen3":
+        cfg = tf.Qwen3Config(
+            num_hidden_layers=3,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+            **dims,
+            **ids,
+        )
+    elif arch == "gemma3":
+        cfg = tf.Gemma3TextConfig(
+            num_hidden_layers=3, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            sliding_window=WINDOW, final_logit_softcapping=3.0, attn_logit_softcapping=5.0,
+            query_pre_attn_scalar=8, tie_word_embeddings=True, **dims, **ids,
+        )  # fmt: skip
+    else:
+        raise ValueError(f"unknown twin architecture '{arch}'; one of {ARCHS}")
+    for key, value in overrides.items():
+        setattr(cfg, key, value)
+    return cfg
+
+
+def _info(arch: str, cfg, seed: int) -> dict:
+    return {"name": f"twin-{arch}", "architecture": cfg.architectures[0], "model_type": cfg.model_type,
+            "n_layers": int(cfg.num_hidden_layers), "hidden_size": int(cfg.hidden_size),
+            "key": {"twin": arch, "seed": seed}}  # fmt: skip
+
+
+def build_twin(
+    arch: str,
+    *,
+    dtype: torch.dtype = torch.float32,
+    seed: int = 0,
+    attn_implementation: str = "sdpa",
+    **overrides,
+) -> LoadedModel:
+    """A random-weight twin of `arch` (one of ARCHS) on the CPU, seeded (the global RNG is left as it was).
+    overrides set config attributes (e.g. sliding_window=4)."""
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    tok = build_tokenizer(arch)
+    cfg = build_config(arch, len(tok), **overrides)
+    cfg.architectures = [CLASSES[arch]]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn_implementation)
+    model = model.to(dtype).eval()
+    stop = [2] + ([tok.convert_tokens_to_ids(TURN_END[arch])] if TURN_END[arch] else [])
+    model.generation_config = GenerationConfig(
+        bos_token_id=cfg.bos_token_id, eos_token_id=stop, pad_token_id=0, do_sample=False
+    )
+    return LoadedModel(model=model, tokenizer=tok, info=_info(arch, cfg, seed), device="cpu")
+
+
+def save_twin(arch: str, out_dir: str | Path, *, seed: int = 0, **overrides) -> Path:
+    """Write a twin as a prepared model directory (config, safetensors, tokenizer, info file): load_model
+    reads it as it reads a real snapshot, and `local:` sources link it."""
+    out = Path(out_dir)
+    lm = build_twin(arch, seed=seed, **overrides)
+    lm.model.save_pretrained(out)
+    lm.tokenizer.save_pretrained(out)
+    (out / INFO_FILE).write_text(json.dumps(lm.info, indent=2))
+    return out
