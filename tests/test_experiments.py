@@ -184,35 +184,6 @@ def test_shared_head_runs_once_and_changes_nothing(tiny, monkeypatch):
                 assert got[1][i] == pytest.approx(vals.min(), abs=1e-5)
 
 
-@pytest.mark.model
-@pytest.mark.parametrize("name", ["smollm", "gemma"])
-def test_shared_head_on_the_demo_models(name, request):
-    """The real caches (Gemma's sliding-window layers too) repeated over a batch: equal to full passes."""
-    lm = request.getfixturevalue(name)
-    questions = ["Who wrote Hamlet?", "What is the capital of France?", "Who painted the Mona Lisa?"]
-    answers = ["Shakespeare wrote it.", "Paris.", "It was Leonardo da Vinci."]
-    # a header every prompt shares, as a chat template writes one (the demo's Gemma is a base model)
-    header = "You are a careful assistant. Read the question and the proposed answer, then reply.\n"
-    prompts = [
-        lm.tokenizer(header + iv.P_TRUE_TEMPLATE.format(question=q, answer=a))["input_ids"]
-        for q, a in zip(questions, answers, strict=True)
-    ]
-    seqs = [
-        p + lm.tokenizer(" " + a, add_special_tokens=False)["input_ids"]
-        for p, a in zip(prompts, answers, strict=True)
-    ]
-    ea = [[len(p), len(p) + 1] for p in prompts]
-    from truthflow.pathways import knockout
-
-    assert knockout.common_head(prompts, 10**6) >= iv.MIN_SHARED_PREFIX  # the chat header
-    shared = (*iv.answer_logprobs(lm, seqs, ea, 3), iv.p_true(lm, prompts, 3))
-    iv.MIN_SHARED_PREFIX, saved = 10**6, iv.MIN_SHARED_PREFIX
-    try:
-        full = (*iv.answer_logprobs(lm, seqs, ea, 3), iv.p_true(lm, prompts, 3))
-    finally:
-        iv.MIN_SHARED_PREFIX = saved
-    for a, b in zip(shared, full, strict=True):
-        assert np.allclose(a, b, atol=1e-4), (a, b)
 
 
 def test_p_true_is_the_two_way_softmax(tiny):
@@ -311,7 +282,7 @@ def test_experiment_layer_choice():
     assert ex.experiment_layer("auto", undefined, 30) == (15, "probe undefined: middle layer")
 
 
-@pytest.mark.parametrize("model", ["tiny", pytest.param("smollm", marks=pytest.mark.model)])
+@pytest.mark.parametrize("model", ["tiny"])  # the real architectures: test_architectures (twins)
 def test_conditions_from_a_shared_prefix_equal_full_passes(model, request, monkeypatch):
     """Patching and reweighting passes that start from the clean prefix's keys and values (stopped at K)
     give the states of full passes, one condition at a time."""

@@ -54,7 +54,7 @@ def _case(lm):
 
 @pytest.mark.model
 @pytest.mark.parametrize("model", ["smollm", "gemma"])
-@pytest.mark.parametrize("mode", ["cumulative", "window"])
+@pytest.mark.parametrize("mode", ["cumulative"])  # window mode: test_architectures (twins)
 def test_one_pass_equals_per_layer_reference(model, mode, request):
     lm = request.getfixturevalue(model)
     seq, probe, eq = _case(lm)
@@ -92,32 +92,3 @@ def test_shared_prefix_rule():
     assert shared_prefix([], [7]) == 6
 
 
-@pytest.mark.model
-@pytest.mark.parametrize("model", ["smollm", "gemma"])
-def test_prefix_cache_passes_equal_full_passes(model, request, monkeypatch):
-    """Knockout passes that start from the clean prefix's keys and values give the full passes' states."""
-    import truthflow.pathways.knockout as ko
-    from truthflow.pathways.knockout import resid_sweep_multi
-
-    lm = request.getfixturevalue(model)
-    head = "You answer questions about geography, history and science in a few words. Question:"
-    seqs, probes, eqs, ctrls = [], [], [], []
-    for q, a in [
-        (" What is the capital of France?", " Paris"),
-        (" Who wrote Hamlet?", " Shakespeare wrote it"),
-    ]:
-        prefix = lm.tokenizer(head)["input_ids"]
-        qa = lm.tokenizer(q + "\nAnswer:" + a, add_special_tokens=False)["input_ids"]
-        seqs.append(prefix + qa)
-        probes.append(len(seqs[-1]) - 1)
-        eqs.append([len(prefix) + 3, len(prefix) + 4])
-        ctrls.append([len(prefix) + 1, len(prefix) + 2])
-    assert ko.shared_prefix([eqs, ctrls], [len(s) for s in seqs]) >= ko.MIN_SHARED_PREFIX
-    clean, kos = resid_sweep_multi(lm, seqs, probes, [eqs, ctrls], batch_size=2, out_dtype=np.float32)
-    monkeypatch.setattr(ko, "MIN_SHARED_PREFIX", 10**9)  # full passes only
-    clean_ref, kos_ref = resid_sweep_multi(lm, seqs, probes, [eqs, ctrls], batch_size=2, out_dtype=np.float32)
-    scale = np.abs(clean_ref).max()
-    assert np.abs(clean - clean_ref).max() <= 1e-4 * scale
-    for a, b in zip(kos, kos_ref, strict=True):
-        assert np.abs(a - b).max() <= 1e-4 * scale
-    assert np.abs(kos_ref[0] - clean_ref).max() > 1e-3 * scale  # the knockout does change the states

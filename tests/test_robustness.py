@@ -20,7 +20,6 @@ from truthflow.generation import build_prompt, generate_answers
 from truthflow.pathways.knockout import resid_sweep
 from truthflow.runlog import STOP_AT_ENV
 
-pytestmark = pytest.mark.model
 QUESTIONS = [
     "What is the capital of France?",
     "Who wrote Hamlet?",
@@ -32,6 +31,14 @@ QUESTIONS = [
     "What is H2O?",
     "Who was the first US president?",
 ]
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    """A random-weight Gemma-3 twin (sliding window 8, soft-cap): the back-off is model-independent."""
+    from truthflow.twins import build_twin
+
+    return build_twin("gemma3")
 
 
 def test_oom_halves_batch_with_identical_results(gemma, monkeypatch):

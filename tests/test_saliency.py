@@ -180,31 +180,10 @@ def test_gradient_matches_finite_differences_tiny_llama(float64_norms):
     assert _fd_grad(lm.model, seq, start, 1, 1, 5, 1, 1e-5) == 0.0
 
 
-@pytest.fixture(scope="module")
-def smol64(smollm_dir):
-    lm = load_model(smollm_dir, "float32", attn_implementation="eager")
-    lm.model.to(torch.float64)
-    return lm
 
 
-def _smol_case(lm) -> tuple[list[int], int]:
-    prompt = lm.tokenizer("Q: What is the capital of France?\nA:")["input_ids"]
-    answer = lm.tokenizer(" Paris is the capital.", add_special_tokens=False)["input_ids"]
-    return prompt + answer, len(prompt)
 
 
-@pytest.mark.model
-def test_gradient_matches_finite_differences_smollm(smol64, float64_norms):
-    lm = smol64
-    assert lm.model.config.model_type == "llama"  # _fd_attention is Llama's eager attention
-    seq, start = _smol_case(lm)
-    n, last = len(seq), lm.info["n_layers"] - 1
-    cells = [(0, 0, start, 2), (3, 5, n - 2, start - 1), (15, 2, start + 1, 4), (last, 8, n - 2, 0)]
-    # float64 weights and norms (fixture), but the code's pass keeps the model's eager softmax, which rounds
-    # to float32, while the FD forward stays in float64: measured worst 1.5e-6 relative (cell 3), so 1e-4.
-    # Without float64_norms the float32 norms put ~1e-7 of noise into L and the FD is off by 5-100%.
-    worst = _check_cells(lm, seq, start, cells, eps=1e-5)
-    assert worst < 1e-4, worst
 
 
 # ------------------------------------------------------------------------- 4. batched == one at a time
@@ -242,74 +221,7 @@ def test_batched_equals_one_at_a_time_and_eager_switch():
     np.testing.assert_allclose(single[0], reduce_saliency(s, eqs[0], eas[0]), rtol=1e-6)
 
 
-@pytest.mark.model
-def test_batched_equals_one_at_a_time_smollm(smol64):
-    lm = smol64
-    seq, start = _smol_case(lm)
-    seqs = [seq, seq[:-2], seq[: start + 1]]
-    starts = [start] * 3
-    eqs = [[start - 3, start - 2]] * 3
-    eas = [[start, start + 1], [start + 1], [start]]
-    batched = saliency(lm, seqs, starts, eqs, eas, batch_size=3)
-    single = np.concatenate(
-        [saliency(lm, [s], [a], [q], [e], 1) for s, a, q, e in zip(seqs, starts, eqs, eas, strict=True)]
-    )
-    assert batched.shape == (3, lm.info["n_layers"], 2) and batched.dtype == np.float32
-    assert np.isfinite(batched).all()
-    # row 2's only E_A token is its last position, whose logits predict nothing: dL/dA = 0 on that row
-    assert batched[2, :, 0].max() == 0.0 and batched[:2, :, 0].min() > 0
-    # float64 weights, but RMSNorm and the eager softmax round to float32 inside the model, and a padded
-    # batch is a different matmul shape: batched and single differ by ~2e-6 relative (measured)
-    np.testing.assert_allclose(batched, single, rtol=2e-5)
 
 
-@pytest.mark.model
-def test_shared_head_runs_once_and_changes_nothing_smollm(smol64, monkeypatch):
-    """Rows sharing a head (here SmolLM2's chat header) run it once, without a graph: S is unchanged."""
-    from truthflow.generation import build_prompt, encode_prompt
-    from truthflow.pathways import knockout
-    from truthflow.pathways import saliency as sal
-
-    lm = smol64
-    rows = []
-    for q, a in (("What is the capital of France?", " Paris."), ("Who wrote Hamlet?", " It was Marlowe.")):
-        prompt = encode_prompt(lm.tokenizer, build_prompt(lm.tokenizer, q, True), True)
-        rows.append((prompt + lm.tokenizer(a, add_special_tokens=False)["input_ids"], len(prompt)))
-    seqs, starts = [r[0] for r in rows], [r[1] for r in rows]
-    eqs = [[starts[0] - 8, starts[0] - 7], [starts[1] - 6]]
-    eas = [[starts[0], starts[0] + 1], [starts[1] + 2]]
-    assert knockout.common_head(seqs, 10**6) >= 20  # the header, shared by both rows
-    heads = []
-    real = sal.attention_and_grads
-    monkeypatch.setattr(sal, "attention_and_grads", lambda *a: heads.append(a[3]) or real(*a))
-    shared = saliency(lm, seqs, starts, eqs, eas, batch_size=2)
-    assert heads and heads[0] >= 20 and heads[0] <= min(eqs[0] + eqs[1])
-    monkeypatch.setattr(sal, "MIN_SHARED_PREFIX", 10**6)
-    full = saliency(lm, seqs, starts, eqs, eas, batch_size=2)
-    assert heads[-1] == 0
-    assert np.isfinite(full).all() and (full > 0).all()
-    np.testing.assert_allclose(shared, full, rtol=1e-5)
-    with pytest.raises(ValueError, match="shared head"):
-        attention_and_grads(lm, seqs, starts, head=min(starts))  # past the first scored position
 
 
-@pytest.mark.model
-@pytest.mark.parametrize("name", ["smollm", "gemma"])
-def test_loss_on_the_scored_positions_equals_the_models_own(name, request):
-    """The loss runs the LM head on the predicting positions only; it equals the mean answer NLL from the
-    model's own full logits (Gemma's soft-cap and 262k vocabulary included), summed over rows."""
-    lm = request.getfixturevalue(name)
-    rows = []
-    pairs = (("Q: What is the capital of France?\nA:", " Paris is the capital."), ("Q: Who?\nA:", " Me."))
-    for q, a in pairs:
-        prompt = lm.tokenizer(q)["input_ids"]
-        rows.append((prompt + lm.tokenizer(a, add_special_tokens=False)["input_ids"], len(prompt)))
-    seqs, starts = [r[0] for r in rows], [r[1] for r in rows]
-    with eager_attention(lm.model):
-        loss, _, _, _ = attention_and_grads(lm, seqs, starts)
-    expected = 0.0
-    with torch.no_grad():
-        for seq, s in rows:
-            logp = torch.log_softmax(lm.model(torch.tensor([seq])).logits[0].float(), -1)
-            expected += -float(np.mean([logp[t - 1, seq[t]].item() for t in range(s, len(seq))]))
-    assert float(loss) == pytest.approx(expected, rel=1e-4)

@@ -1,15 +1,16 @@
 """Which GPUs a model job runs on.
 
-A cluster scheduler (SLURM, PBS, LSF) gives each job its own GPUs through CUDA_VISIBLE_DEVICES: that is
-honoured as is. A local run (`snakemake --cores 16 --resources gpu=K`) only counts GPUs, every job sees every
-device, and without help all of them would load onto cuda:0. There each job claims its own devices with an
+A job that sees exactly the GPUs it asked for (a cluster job per rule: SLURM sets CUDA_VISIBLE_DEVICES)
+uses them as they are. A job that sees more (a local run, `snakemake --cores 16 --resources gpu=K`, on a
+machine or inside a SLURM allocation of several GPUs: every job sees every device) claims its own with an
 exclusive file lock per device (one lock file per visible device under a lock directory), held until the
-process exits: a finished, failed or SIGKILLed job frees its GPUs with it. A job that finds every device taken
-waits for one.
+process exits: a finished, failed or SIGKILLed job frees its GPUs with it; without the locks every job would
+load onto cuda:0. A job that finds every device taken waits for one. Inside a scheduler's job the default
+lock directory is that job's own (its devices are its own; another allocation's "0" may be another GPU).
 
-Environment: TRUTHFLOW_GPU_ASSIGN = auto (default: lock when more devices are visible than the job asked for
-and no scheduler set them) | lock (always; e.g. snakemake run locally inside an salloc allocation) | off (as
-is); TRUTHFLOW_GPU_LOCK_DIR = the lock directory (default: a per-user folder in the temp directory).
+Environment: TRUTHFLOW_GPU_ASSIGN = auto (default: lock when more devices are visible than the job asked for)
+| lock (always) | off (as is); TRUTHFLOW_GPU_LOCK_DIR = the lock directory (default: a per-user folder in the
+temp directory, per scheduler job inside one).
 """
 
 from __future__ import annotations
@@ -52,8 +53,11 @@ def visible_devices(env: Mapping[str, str], count: int) -> list[str]:
     return [k.strip() for k in listed.split(",") if k.strip()][:count]
 
 
-def default_lock_dir() -> Path:
-    return Path(tempfile.gettempdir()) / f"truthflow-gpu-locks-{os.getuid()}"
+def default_lock_dir(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    job = next((env[v] for v in SCHEDULER_ENVS if env.get(v)), None)
+    suffix = f"-job-{re.sub(r'[^A-Za-z0-9_.-]', '_', job)}" if job else ""
+    return Path(tempfile.gettempdir()) / f"truthflow-gpu-locks-{os.getuid()}{suffix}"
 
 
 def _lock_path(lock_dir: Path, key: str) -> Path:
@@ -143,10 +147,11 @@ def assign_devices(
     mode = env.get(ASSIGN_ENV, "auto")
     if mode not in MODES:
         raise TruthflowError(f"{ASSIGN_ENV}={mode!r} is not one of {', '.join(MODES)}")
-    by_scheduler = any(env.get(v) for v in SCHEDULER_ENVS)
-    if mode == "off" or (mode == "auto" and (by_scheduler or len(keys) <= n)):
+    # a scheduler's job id says nothing about sharing: snakemake run locally inside an allocation of several
+    # GPUs starts concurrent jobs that all see every device
+    if mode == "off" or (mode == "auto" and len(keys) <= n):
         indices, how = list(range(n)), "as-is"
     else:
-        lock_dir = lock_dir or Path(env.get(LOCK_DIR_ENV) or default_lock_dir())
+        lock_dir = lock_dir or Path(env.get(LOCK_DIR_ENV) or default_lock_dir(env))
         indices, how = claim_devices(n, keys, lock_dir, poll_s=poll_s, log=log), "lock"
     return DeviceAssignment(f"cuda:{indices[0]}", indices, how)

@@ -310,9 +310,8 @@ def load_model(
     threads: int | None = None,
     attn_implementation: str | None = None,
 ) -> LoadedModel:
-    """Load a prepared snapshot once per job: on all given GPUs (device_map='auto') or on the CPU."""
+    """Load a prepared snapshot once per job (`load_pretrained`; threads: torch's CPU threads)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model_dir = Path(model_dir)
     if threads:
@@ -323,6 +322,18 @@ def load_model(
             f"model '{info.get('name', model_dir.name)}': model directory '{model_dir}' has no config.json; "
             f"delete it and rerun to prepare it again"
         )
+    model, tokenizer, device = load_pretrained(model_dir, dtype, gpus, attn_implementation)
+    return LoadedModel(model=model, tokenizer=tokenizer, info=info, device=device)
+
+
+def load_pretrained(source, dtype: str = "auto", gpus: int = 1, attn_implementation: str | None = None):
+    """(model, tokenizer, device) of a model directory or hub id, the weights loaded straight onto the job's
+    device: on a GPU machine its own GPU(s) (`devices.assign_devices`: a scheduler's devices as they are, a
+    lock per device where more are visible than the job asked for), placed by device_map (one GPU: all of
+    it there, never through host RAM; several: device_map='auto' over them); else the CPU."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     device = pick_device()
     kwargs: dict = {"dtype": torch_dtype(dtype)}  # auto: bf16 on a GPU, fp32 on a CPU
     if device == "cpu" and kwargs["dtype"] == torch.float16:
@@ -330,21 +341,19 @@ def load_model(
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     if device == "cuda":
-        from .devices import assign_devices
+        from . import devices
 
         # concurrent local jobs each claim their own GPU(s); a scheduler's CUDA_VISIBLE_DEVICES is kept as is
-        slot = assign_devices(gpus)
+        slot = devices.assign_devices(gpus)
         device = slot.device
         torch.cuda.set_device(slot.indices[0])
-        print(f"{model_dir.name}: GPU(s) {slot.indices} ({slot.how})", file=sys.stderr, flush=True)
+        print(f"{Path(str(source)).name}: GPU(s) {slot.indices} ({slot.how})", file=sys.stderr, flush=True)
+        kwargs["device_map"] = {"": device}
         if len(slot.indices) > 1:
             kwargs["device_map"] = "auto"
             kwargs["max_memory"] = {i: torch.cuda.mem_get_info(i)[0] for i in slot.indices}
-    model = AutoModelForCausalLM.from_pretrained(model_dir, **kwargs)
-    if "device_map" not in kwargs:
-        model.to(device)
-    model.eval()
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(source, **kwargs).eval()
+    tokenizer = AutoTokenizer.from_pretrained(source)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return LoadedModel(model=model, tokenizer=tokenizer, info=info, device=device)
+    return model, tokenizer, device

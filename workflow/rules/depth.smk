@@ -67,6 +67,10 @@ rule judge_answers:
         res("logs", "judge_answers", "{model}.log"),
     conda:
         "../../envs/truthflow.yaml"
+    # an hf judge is a model job: it holds a GPU (devices.assign_devices, as the model jobs) and their threads
+    threads: MODEL_THREADS if config["depth"]["judge"].get("backend") == "hf" else 1
+    resources:
+        gpu=1 if config["depth"]["judge"].get("backend") == "hf" else 0,
     params:
         judge=config["depth"]["judge"],
         # verdicts are cached here, outside results/, so a rerun or a crash never pays twice

@@ -45,7 +45,8 @@ JUDGE_DEFAULTS: dict = {
     "workers": 4,  # openai: requests in flight
     "batch_size": 8,  # hf
     "dtype": "auto",  # hf
-    "chat_template_kwargs": {},  # hf: extra chat-template variables, e.g. {"enable_thinking": False} (Qwen3)
+    # hf: extra chat-template variables; a template with enable_thinking (Qwen3) gets False unless set here
+    "chat_template_kwargs": {},
 }
 # bump when parse_verdict reads a text differently: cached verdicts of the old parser are then asked again
 PARSER_VERSION = 1
@@ -358,26 +359,19 @@ class HFJudge:
         self.chat = bool(getattr(self.lm.tokenizer, "chat_template", None))
 
     def _load(self):
-        from ..models import INFO_FILE, LoadedModel, load_model, pick_device, torch_dtype
+        from ..models import INFO_FILE, LoadedModel, load_model, load_pretrained
 
         dtype = str(self.settings["dtype"])
         path = Path(self.model_id)
         if (path / INFO_FILE).exists():
             return load_model(path, dtype)
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        device = pick_device()
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(self.model_id)
-            model = AutoModelForCausalLM.from_pretrained(self.model_id, dtype=torch_dtype(dtype))
+        try:  # a hub id or a plain directory: the same device assignment as the model jobs
+            model, tokenizer, device = load_pretrained(self.model_id, dtype)
         except OSError as exc:
             detail = _one_line(str(exc))
             raise TruthflowError(
                 f"depth.judge.model '{self.model_id}' cannot be loaded (dir or hub id?): {detail}"
             ) from None
-        model.to(device).eval()
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
         return LoadedModel(model=model, tokenizer=tokenizer, info={"name": self.model_id}, device=device)
 
     def _prompt(self, row: dict) -> str:
@@ -390,6 +384,10 @@ class HFJudge:
         if not self.chat:
             return content
         kwargs = dict(self.settings["chat_template_kwargs"] or {})
+        # a template with a thinking switch (Qwen3) thinks by default, past max_new_tokens before any verdict:
+        # off unless the config says otherwise
+        if "enable_thinking" in str(self.lm.tokenizer.chat_template):
+            kwargs.setdefault("enable_thinking", False)
         return build_prompt(self.lm.tokenizer, content, chat=True, instruction="", template_kwargs=kwargs)
 
     def verdicts(self, rows: list[dict]) -> Iterator[tuple[int, Verdict]]:

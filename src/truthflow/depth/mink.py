@@ -10,6 +10,7 @@ import polars as pl
 
 from ..batching import pad_batch, run_batched
 from ..errors import TruthflowError
+from ..logits import float_logits, unnormed
 from ..models import LoadedModel
 
 
@@ -84,18 +85,25 @@ def token_statistics(logits_row, targets) -> tuple[np.ndarray, np.ndarray, np.nd
     return tuple(t.double().cpu().numpy() for t in (token_logp, mu, sigma))  # type: ignore[return-value]
 
 
-def batch_token_statistics(logits, targets, lengths: list[int], max_elements: int = 2**28) -> list:
+def batch_token_statistics(
+    logits, targets, lengths: list[int], max_elements: int = 2**28, logits_of=None, vocab: int | None = None
+) -> list:
     """token_statistics for a right-padded batch: logits [B, T, V] predicting targets [B, T], row r's first
-    lengths[r] positions real. Rows are processed in chunks of at most `max_elements` float32 logits (bounded
-    memory), and each chunk's results reach the host in one copy (no per-row device sync)."""
+    lengths[r] positions real. With logits_of (e.g. `float_logits`), `logits` holds what it turns into float32
+    logits (the residual stream [B, T, D]) and vocab is their width. Rows are processed in chunks of at most
+    `max_elements` float32 logits (bounded memory), and each chunk's results reach the host in one copy (no
+    per-row device sync)."""
     import torch
 
-    b, t, v = logits.shape
+    b, t = logits.shape[:2]
+    v = vocab or logits.shape[-1]
     per_chunk = max(1, max_elements // max(1, t * v))
     out = []
     for start in range(0, b, per_chunk):
         rows = slice(start, min(b, start + per_chunk))
-        logp = torch.log_softmax(logits[rows].float(), dim=-1)  # [b', T, V]
+        chunk = logits_of(logits[rows]) if logits_of is not None else logits[rows].float()
+        logp = torch.log_softmax(chunk, dim=-1)  # [b', T, V]
+        del chunk
         token_logp = logp.gather(-1, targets[rows].to(logp.device)[..., None]).squeeze(-1)
         p = logp.exp()
         live = p > 0
@@ -129,23 +137,29 @@ def score_texts(
         if len(ids) < 2:
             raise TruthflowError(f"MIN-K%: text #{i} ({texts[i][:60]!r}) has no token after the BOS to score")
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
-    device = next(model.parameters()).device
+    device = model.get_input_embeddings().weight.device
     stats: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None] = [None] * len(texts)
     # longest first: an out-of-memory back-off happens on the first batch, not after hours
     order = sorted(range(len(texts)), key=lambda i: -len(encoded[i]))
+
+    base = getattr(model, model.base_model_prefix)
+    vocab = model.get_output_embeddings().weight.shape[0]
 
     def step(idx: list[int]) -> None:
         input_ids, valid = pad_batch([encoded[i] for i in idx], pad_id, side="right")
         input_ids, attention = input_ids.to(device), valid.long()
         with torch.inference_mode():
-            # the one [B, T, V] tensor of the batch (model dtype); the float32 work below is per text
-            logits = model(input_ids=input_ids, attention_mask=attention.to(device), use_cache=False).logits
+            # the residual stream [B, T, D]; float32 logits (final norm and head in float32) per chunk of texts
+            with unnormed(model):
+                resid = base(input_ids=input_ids, attention_mask=attention.to(device), use_cache=False)
+            resid = resid.last_hidden_state
             lengths = [len(encoded[i]) - 1 for i in idx]
-            for i, st in zip(
-                idx, batch_token_statistics(logits[:, :-1], input_ids[:, 1:], lengths), strict=True
-            ):
+            per_text = batch_token_statistics(
+                resid[:, :-1], input_ids[:, 1:], lengths, logits_of=lambda h: float_logits(model, h), vocab=vocab
+            )
+            for i, st in zip(idx, per_text, strict=True):
                 stats[i] = st
-        del logits
+        del resid
 
     run_batched(order, batch_size, step, desc=desc, unit="text")
     rows = []

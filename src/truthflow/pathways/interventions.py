@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ..batching import pad_batch, run_batched
+from ..logits import float_logits, unnormed
 from ..models import LoadedModel
 from .knockout import (
     MIN_SHARED_PREFIX,
@@ -29,6 +30,7 @@ from .knockout import (
     model_mask,
     prefix_cache,
     run_from,
+    store,
 )
 
 
@@ -253,11 +255,11 @@ def resid_conditions(
             else:
                 prefix = 0
             cap.set_positions([probe_pos[i] - prefix for i in idx])
-            for c, out in zip(conds, outs, strict=True):
+            for n, (c, out) in enumerate(zip(conds, outs, strict=True)):
                 c_ids = ids
                 if c["seqs"] is not None:
                     c_ids = pad_batch([c["seqs"][i] for i in idx], pad_id, side="right")[0].to(device)
-                out[idx] = run(cap, c_ids, mask_of(c, idx, c_ids, valid), prefix, cache).astype(out.dtype)
+                store(out, idx, run(cap, c_ids, mask_of(c, idx, c_ids, valid), prefix, cache), f"{desc}: condition {n}")
         finally:
             cap.remove()
 
@@ -275,15 +277,15 @@ def answer_logprobs(
     desc: str = "logits",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Logits-mean / Logits-min: the mean and the minimum log-probability of the E_A tokens, teacher-forced
-    (token at position p scored from position p-1). The LM head runs only on the positions needed (a full
-    [B, T, V] logit tensor of a 262k vocabulary would not fit)."""
+    (token at position p scored from position p-1). The final norm and the LM head run only on the positions
+    needed, in float32 (`logits.float_logits`; a full [B, T, V] logit tensor of a 262k vocabulary would not
+    fit). Index tensors are made on the device of the tensor they index: a model spread over several GPUs
+    takes its inputs on the first and leaves its hidden states on the last."""
     model = lm.model
     base = getattr(model, model.base_model_prefix)
-    head_fn = model.get_output_embeddings()
-    device = next(model.parameters()).device
+    device = model.get_input_embeddings().weight.device
     dtype = next(model.parameters()).dtype
     pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
-    softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
     mean = np.full(len(seqs), np.nan)
     low = np.full(len(seqs), np.nan)
     ends = [max(e) + 1 if e else 0 for e in ea_positions]
@@ -300,16 +302,14 @@ def answer_logprobs(
         # the tokens before every row's first scored position that all rows share run once
         head = common_head(rows, min(min(pos) - 1 for _, _, pos in scored))
         head = head if head >= MIN_SHARED_PREFIX else 0
-        h = last_hidden_after_head(base, ids, valid, head, dtype)
+        with unnormed(model):
+            h = last_hidden_after_head(base, ids, valid, head, dtype)
         # one LM-head call per batch: the head's weights (262k x D for Gemma) are read once, not once per row
-        row_of = torch.tensor([r for r, _, pos in scored for _ in pos], device=device)
-        prev = torch.tensor([p - 1 - head for _, _, pos in scored for p in pos], device=device)
-        target = torch.tensor([p for _, _, pos in scored for p in pos], device=device)
-        logits = head_fn(h[row_of, prev]).float()
-        if softcap:  # Gemma caps its logits; log-probabilities follow the capped logits
-            logits = torch.tanh(logits / softcap) * softcap
-        lp = torch.log_softmax(logits, dim=-1)
-        vals = lp[torch.arange(len(target), device=device), ids[row_of, target]].cpu().numpy()
+        row_of = torch.tensor([r for r, _, pos in scored for _ in pos], device=h.device)
+        prev = torch.tensor([p - 1 - head for _, _, pos in scored for p in pos], device=h.device)
+        lp = torch.log_softmax(float_logits(model, h[row_of, prev]), dim=-1)
+        target = torch.tensor([seqs[i][p] for _, i, pos in scored for p in pos], device=lp.device)
+        vals = lp[torch.arange(len(target), device=lp.device), target].cpu().numpy()
         at = 0
         for _, i, pos in scored:
             v = vals[at : at + len(pos)]
@@ -345,15 +345,14 @@ def verdict_token_ids(tokenizer) -> tuple[list[int], list[int]]:
 def p_true(lm: LoadedModel, prompts: list[list[int]], batch_size: int, desc: str = "P(True)") -> np.ndarray:
     """P(True) (Kadavath et al. 2022): the model's probability of 'True' against 'False' as the next token
     after a prompt asking whether the proposed answer is true: softmax over the two sets of first-token
-    ids, P = Σ exp(logit True ids) / Σ exp(logit True ∪ False ids)."""
+    ids, P = Σ exp(logit True ids) / Σ exp(logit True ∪ False ids). Logits in float32 (`float_logits`), index
+    tensors on the device of the hidden states they index (the last GPU of a model spread over several)."""
     model = lm.model
     base = getattr(model, model.base_model_prefix)
-    head = model.get_output_embeddings()
-    device = next(model.parameters()).device
+    device = model.get_input_embeddings().weight.device
     dtype = next(model.parameters()).dtype
     pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
     t_ids, f_ids = verdict_token_ids(lm.tokenizer)
-    softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
     out = np.full(len(prompts), np.nan)
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
 
@@ -363,11 +362,10 @@ def p_true(lm: LoadedModel, prompts: list[list[int]], batch_size: int, desc: str
         ids, valid = ids.to(device), valid.to(device)
         shared = common_head(rows, min(len(r) for r in rows) - 1)  # the template's header runs once
         shared = shared if shared >= MIN_SHARED_PREFIX else 0
-        h = last_hidden_after_head(base, ids, valid, shared, dtype)
-        last = torch.tensor([len(prompts[i]) - 1 - shared for i in idx], device=device)
-        logits = head(h[torch.arange(len(idx), device=device), last]).float()
-        if softcap:  # the model's own probabilities follow its capped logits
-            logits = torch.tanh(logits / softcap) * softcap
+        with unnormed(model):
+            h = last_hidden_after_head(base, ids, valid, shared, dtype)
+        last = torch.tensor([len(prompts[i]) - 1 - shared for i in idx], device=h.device)
+        logits = float_logits(model, h[torch.arange(len(idx), device=h.device), last])
         lt = torch.logsumexp(logits[:, t_ids], dim=-1)
         lf = torch.logsumexp(logits[:, f_ids], dim=-1)
         out[idx] = torch.sigmoid(lt - lf).cpu().numpy()

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..batching import MIN_SHARED_PREFIX, common_head, pad_batch, run_batched
+from ..errors import TruthflowError
 from ..models import LoadedModel
 
 
@@ -64,7 +65,14 @@ def fold_window(mask: torch.Tensor, window: int | None, q_start: int = 0) -> tor
 
 def model_mask(config, mask: torch.Tensor, q_start: int = 0):
     """The attention_mask to give the base model for an additive 4D mask: each layer type's sliding window
-    folded in; one tensor when every layer has the same window, else {layer type: mask} (hybrid models)."""
+    folded in; one tensor when every layer has the same window, else {layer type: mask} (hybrid models).
+    Flash attention is refused: it reads a mask as padding only, so a knockout would silently do nothing."""
+    impl = str(getattr(config, "_attn_implementation", None) or "")
+    if "flash" in impl:
+        raise TruthflowError(
+            f"attention '{impl}' cannot apply the additive 4D mask of the knockout and the interventions "
+            f"(it reads a mask as padding only): load the model with attn_implementation='sdpa' or 'eager'"
+        )
     windows = layer_windows(config)
     if len(set(windows)) == 1:
         return fold_window(mask, windows[0], q_start)
@@ -153,11 +161,23 @@ def _batch_tensors(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Te
 
 
 def _block_tensor(blocks: list[list[int]], shape, device) -> torch.Tensor:
+    """[B, T] bool of the blocked positions, built on the host and copied to the device once."""
     block = torch.zeros(shape, dtype=torch.bool)
-    for r, pos in enumerate(blocks):
-        if pos:
-            block[r, pos] = True
+    rows = [r for r, pos in enumerate(blocks) for _ in pos]
+    block[rows, [p for pos in blocks for p in pos]] = True
     return block.to(device)
+
+
+def store(dst: np.ndarray, idx, values: np.ndarray, what: str) -> None:
+    """dst[idx] = values in dst's dtype; float16 storage refuses a value it would turn into inf (|x| > 65504)."""
+    out = values.astype(dst.dtype)
+    if dst.dtype == np.float16 and np.isinf(out).any():
+        peak = float(np.abs(values.astype(np.float32)).max())
+        raise TruthflowError(
+            f"{what}: a residual value of |x| = {peak:,.0f} overflows float16 storage (max 65,504; it would be "
+            f"stored as inf); this model's residual stream needs float32 storage"
+        )
+    dst[idx] = out
 
 
 def resid_sweep(
@@ -237,25 +257,24 @@ def resid_sweep_multi(
                 cache = _prefix_cache(base, cap, ids, clean_mask, prefix)
                 cap.set_positions([p - prefix for p in probes])
                 _suffix_pass(base, ids, clean_mask, cache, prefix)
-                clean[idx] = cap.stacked().numpy().astype(clean.dtype)
-                for blocks, ko in zip(block_sets, kos, strict=True):
+                store(clean, idx, cap.stacked().numpy(), f"{desc}: resid_clean")
+                for c, (blocks, ko) in enumerate(zip(block_sets, kos, strict=True)):
                     block = _block_tensor([blocks[i] for i in idx], ids.shape, device)
                     _suffix_pass(base, ids, knockout_mask(valid, block, dtype), cache, prefix)
-                    ko[idx] = cap.stacked().numpy().astype(ko.dtype)
+                    store(ko, idx, cap.stacked().numpy(), f"{desc}: knockout condition {c}")
                 return
             cap.set_positions(probes)
             base(input_ids=ids, attention_mask=model_mask(base.config, clean_mask), use_cache=False)
-            clean[idx] = cap.stacked().numpy().astype(clean.dtype)
-            for blocks, ko in zip(block_sets, kos, strict=True):
+            store(clean, idx, cap.stacked().numpy(), f"{desc}: resid_clean")
+            for c, (blocks, ko) in enumerate(zip(block_sets, kos, strict=True)):
                 block = _block_tensor([blocks[i] for i in idx], ids.shape, device)
                 ko_mask = knockout_mask(valid, block, dtype)
                 if mode == "cumulative":
                     base(input_ids=ids, attention_mask=model_mask(base.config, ko_mask), use_cache=False)
-                    ko[idx] = cap.stacked().numpy().astype(ko.dtype)
+                    values = cap.stacked().numpy()
                 else:
-                    ko[idx] = _window_passes(base, layers, cap, ids, clean_mask, ko_mask, window).astype(
-                        ko.dtype
-                    )
+                    values = _window_passes(base, layers, cap, ids, clean_mask, ko_mask, window)
+                store(ko, idx, values, f"{desc}: knockout condition {c}")
         finally:
             cap.remove()
 
@@ -368,11 +387,12 @@ def _window_passes(base, layers, cap: ResidCapture, ids, clean_mask, ko_mask, wi
                 base(input_ids=ids, attention_mask=model_mask(base.config, clean_mask), use_cache=False)
             except _Stop:
                 pass
-            out.append(cap.resid_post[k].float().cpu())
+            out.append(cap.resid_post[k].float())  # on the device: one copy to the host for all k
     finally:
         cap.stop_after = None
         per_layer.remove()
-    return torch.stack(out, dim=1).numpy()
+    dev = out[0].device
+    return torch.stack([o.to(dev) for o in out], dim=1).cpu().numpy()
 
 
 @torch.inference_mode()

@@ -1,0 +1,60 @@
+"""Float32 logits of a bf16 (or fp16) model: the final norm, the LM head and Gemma's final soft-cap run in
+float32 on the last residual stream, so log-probabilities are not rounded to the model's dtype first (bf16
+keeps 8 significant bits: a logit of 20 lands on a grid of 0.125). Used where log-probabilities are the
+result (MIN-K%, Logits-mean/min, P(True)); the saliency loss keeps the model's own head (its float32 copy
+would be held for the backward pass), within the bound tests/test_gpu_paths.py states.
+
+`unnormed(model)`: inside it the base model returns its last residual stream BEFORE the final norm as
+last_hidden_state. `float_logits(model, resid)` (called outside it) then makes float32 logits of those rows.
+The head's weight is converted to float32 in chunks of rows, so no float32 copy of a whole head is held."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+
+HEAD_CHUNK_ELEMENTS = 2**26  # weight elements converted to float32 at a time (256 MiB)
+
+
+def _final_norm(model):
+    return getattr(getattr(model, model.base_model_prefix), "norm", None)
+
+
+@contextmanager
+def unnormed(model):
+    """Within the block, the base model's last_hidden_state is the residual stream before the final norm."""
+    norm = _final_norm(model)
+    handle = None if norm is None else norm.register_forward_hook(lambda _m, args, _out: args[0])
+    try:
+        yield
+    finally:
+        if handle is not None:
+            handle.remove()
+
+
+def float_logits(model, resid: torch.Tensor) -> torch.Tensor:
+    """Logits [..., V] in float32 (float64 for a float64 model) of residual-stream rows [..., D] taken under
+    `unnormed`, on the head's device: final norm, LM head, final soft-cap, as the model applies them."""
+    dtype = torch.promote_types(resid.dtype, torch.float32)
+    norm = _final_norm(model)
+    x = resid.to(dtype)
+    if norm is not None:
+        x = norm(x)  # the norms of these models compute in float32 and keep a float32 input's dtype
+    head = model.get_output_embeddings()
+    w, b = head.weight, head.bias
+    x = x.to(w.device, dtype)
+    step = max(1, HEAD_CHUNK_ELEMENTS // w.shape[1])
+    logits = torch.cat(
+        [
+            torch.nn.functional.linear(
+                x, w[i : i + step].to(dtype), None if b is None else b[i : i + step].to(dtype)
+            )
+            for i in range(0, w.shape[0], step)
+        ],
+        dim=-1,
+    )
+    softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
+    if softcap:
+        logits = torch.tanh(logits / softcap) * softcap
+    return logits
