@@ -184,8 +184,6 @@ def test_shared_head_runs_once_and_changes_nothing(tiny, monkeypatch):
                 assert got[1][i] == pytest.approx(vals.min(), abs=1e-5)
 
 
-
-
 def test_p_true_is_the_two_way_softmax(tiny):
     class Tok:
         pad_token_id = 0

@@ -90,5 +90,3 @@ def test_shared_prefix_rule():
     assert shared_prefix([[[12, 13], [5]], [[9], []]], [30, 21]) == 5
     assert shared_prefix([[[], []]], [30, 21]) == 20  # nothing blocked: everything before the probes
     assert shared_prefix([], [7]) == 6
-
-

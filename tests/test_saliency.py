@@ -11,7 +11,7 @@ import transformers
 from transformers import AttentionInterface
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, repeat_kv
 
-from truthflow.models import LoadedModel, load_model
+from truthflow.models import LoadedModel
 from truthflow.pathways.saliency import (
     attention_and_grads,
     eager_attention,
@@ -180,12 +180,6 @@ def test_gradient_matches_finite_differences_tiny_llama(float64_norms):
     assert _fd_grad(lm.model, seq, start, 1, 1, 5, 1, 1e-5) == 0.0
 
 
-
-
-
-
-
-
 # ------------------------------------------------------------------------- 4. batched == one at a time
 def _inputs():
     seqs = [_seq(14, 2), _seq(9, 3), _seq(11, 4)]
@@ -219,9 +213,3 @@ def test_batched_equals_one_at_a_time_and_eager_switch():
     _, attns, grads = _code_grads(lm, seqs[0], starts[0])
     s = torch.stack([(a[0] * g[0]).abs().sum(0) for a, g in zip(attns, grads, strict=True)])
     np.testing.assert_allclose(single[0], reduce_saliency(s, eqs[0], eas[0]), rtol=1e-6)
-
-
-
-
-
-
