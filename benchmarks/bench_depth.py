@@ -2,6 +2,9 @@
 
 CPU, demo models on the demo DepthQA questions: python benchmarks/bench_depth.py
 GPU, random-weight Llama-3-8B shape:            python benchmarks/bench_depth.py --shape llama-3-8b --n 512
+
+A demo model's chat setting is its `chat` in config.yaml (the prepared model's info file holds only what the
+weights are).
 """
 
 from __future__ import annotations
@@ -15,11 +18,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import polars as pl  # noqa: E402
 import torch  # noqa: E402
+import yaml  # noqa: E402
 from common import peak_mb  # noqa: E402
 
 import truthflow.depth.mink as mink  # noqa: E402
 import truthflow.generation as generation  # noqa: E402
 from truthflow.models import load_model  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def bench(lm, label, texts, prompts, batch, max_new, chat):
@@ -44,6 +50,11 @@ def bench(lm, label, texts, prompts, batch, max_new, chat):
     )
 
 
+def demo_questions(n: int) -> list[str]:
+    """The demo run's DepthQA questions (results/demo/data/depthqa.parquet: `snakemake` builds it)."""
+    return pl.read_parquet(REPO / "results" / "demo" / "data" / "depthqa.parquet")["question"].to_list()[:n]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape")
@@ -63,10 +74,11 @@ def main():
         generation.encode_prompt = lambda tok, p, c: p
         bench(lm, args.shape, ids, ids, args.batch, args.max_new_tokens, False)
         return
-    questions = pl.read_parquet("results/demo/data/depthqa.parquet")["question"].to_list()[: args.n]
+    questions = demo_questions(args.n)
+    config = yaml.safe_load((REPO / "config.yaml").read_text())["models"]
     for name in args.models:
-        lm = load_model(Path("resources/models") / name, "float32")
-        chat = lm.info["chat"]
+        lm = load_model(REPO / "resources" / "models" / name, "float32")
+        chat = bool(config[name].get("chat", False))
         prompts = [generation.build_prompt(lm.tokenizer, q, chat, instruction="") for q in questions]
         bench(lm, f"{name} (cpu)", questions, prompts, args.batch, args.max_new_tokens, chat)
 

@@ -28,6 +28,7 @@ from truthflow.models import load_model  # noqa: E402
 from truthflow.pathways.knockout import (  # noqa: E402
     LayerMasks,
     ResidCapture,
+    _block_tensor,
     decoder_layers,
     knockout_mask,
     resid_sweep,
@@ -54,7 +55,8 @@ def make_case(n: int, length: int, vocab: int, seed: int = 0, prefix: int = 0):
 @torch.inference_mode()
 def two_pass_reference(lm, seqs, probe, blocks, batch):
     """The plain reference: per length-sorted batch, two forward passes (clean mask, knockout mask) with
-    output_hidden_states=True, gathered at the probe position and copied to the host once per pass."""
+    output_hidden_states=True, gathered at the probe position and copied to the host once per pass. Its
+    inputs reach the device as the sweep's do, one copy per tensor per batch (never one per row)."""
     base = getattr(lm.model, lm.model.base_model_prefix)
     dtype = next(lm.model.parameters()).dtype
     device = next(lm.model.parameters()).device
@@ -63,9 +65,7 @@ def two_pass_reference(lm, seqs, probe, blocks, batch):
         idx = order[i : i + batch]
         ids, valid = pad_batch([seqs[j] for j in idx], 0, side="right")
         ids, valid = ids.to(device), valid.to(device)
-        block = torch.zeros_like(valid)
-        for r, j in enumerate(idx):
-            block[r, blocks[j]] = True
+        block = _block_tensor([blocks[j] for j in idx], ids.shape, device)
         rows = torch.arange(len(idx), device=device)
         pos = torch.tensor([probe[j] for j in idx], device=device)
         for b in (torch.zeros_like(block), block):
@@ -90,9 +90,7 @@ def naive_loop(lm, seqs, probe, blocks, batch):
     for i in range(0, len(seqs), batch):
         ids, valid = pad_batch(seqs[i : i + batch], 0, side="right")
         ids, valid = ids.to(device), valid.to(device)
-        block = torch.zeros_like(valid)
-        for r, b in enumerate(blocks[i : i + batch]):
-            block[r, b] = True
+        block = _block_tensor(blocks[i : i + batch], ids.shape, device)
         clean_m = knockout_mask(valid, torch.zeros_like(block), dtype)
         ko_m = knockout_mask(valid, block, dtype)
         cap = ResidCapture(layers)

@@ -29,21 +29,6 @@ from truthflow.pathways.check import check  # noqa: E402
 from truthflow.pathways.knockout import per_layer_reference, resid_sweep_multi  # noqa: E402
 from truthflow.pathways.probes import run_probes  # noqa: E402
 
-SHAPES.setdefault(
-    "tiny",
-    (
-        "llama",
-        dict(
-            hidden_size=128,
-            intermediate_size=256,
-            num_hidden_layers=4,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            vocab_size=1000,
-            max_position_embeddings=512,
-        ),
-    ),
-)
 # relative tolerance of one-pass vs per-layer knockout: float32 is exact to rounding; bf16 has 8 mantissa bits
 TOLERANCE = {"float32": 1e-4, "bfloat16": 5e-2, "float16": 1e-2}
 

@@ -43,6 +43,32 @@ SHAPES = {
             max_position_embeddings=4096,
         ),
     ),
+    "qwen3-32b": (  # 32.8B parameters, 65.5 GB in bf16: one H100/H200
+        "qwen3",
+        dict(
+            hidden_size=5120,
+            intermediate_size=25600,
+            num_hidden_layers=64,
+            num_attention_heads=64,
+            num_key_value_heads=8,
+            head_dim=128,
+            vocab_size=151936,
+            tie_word_embeddings=False,
+            max_position_embeddings=4096,
+        ),
+    ),
+    "tiny": (  # anywhere, CPU included: the benchmarks' own smoke test
+        "llama",
+        dict(
+            hidden_size=128,
+            intermediate_size=256,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=1000,
+            max_position_embeddings=512,
+        ),
+    ),
 }
 
 
@@ -72,6 +98,9 @@ def random_model(shape: str, dtype: str = "bfloat16", device: str | None = None)
             return " ".join(map(str, ids))
 
         def get_vocab(self):
+            return {}
+
+        def get_added_vocab(self):  # the newline stop (generation.newline_token_ids) reads it
             return {}
 
     info = {"n_layers": config.num_hidden_layers, "hidden_size": config.hidden_size, "chat": False}

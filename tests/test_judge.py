@@ -431,7 +431,9 @@ def test_check_judge_config_passes(cfg) -> None:
     judge.check_judge_config(cfg, {"MY_KEY": "k"})
 
 
-def test_hf_judge_chat_template_kwargs_reach_the_prompt_and_the_cache_key(smollm_dir, monkeypatch) -> None:
+def test_hf_judge_chat_template_kwargs_reach_the_prompt_and_the_cache_key(monkeypatch) -> None:
+    from truthflow.twins import build_twin
+
     def key(**settings) -> str:
         method = judge.judge_method({"backend": "hf", "model": "some/dir", **settings})
         return judge.cache_key(method, ROW["question"], ROW["answer"], ROW["reference"])
@@ -444,8 +446,15 @@ def test_hf_judge_chat_template_kwargs_reach_the_prompt_and_the_cache_key(smollm
         "{% if enable_thinking is defined and not enable_thinking %}[no-think] {% endif %}"
         "{{ messages[0]['content'] }}"
     )
-    for kwargs, expected in (({"enable_thinking": False}, True), ({}, False)):
-        hf = judge.HFJudge({"backend": "hf", "model": str(smollm_dir), "chat_template_kwargs": kwargs})
+    # a template that knows enable_thinking gets False unless the config sets it (Qwen3 would think past the
+    # verdict's max_new_tokens)
+    monkeypatch.setattr(judge.HFJudge, "_load", lambda self: build_twin("llama"))
+    for kwargs, expected in (
+        ({"enable_thinking": False}, True),
+        ({}, True),
+        ({"enable_thinking": True}, False),
+    ):
+        hf = judge.HFJudge({"backend": "hf", "model": "some/dir", "chat_template_kwargs": kwargs})
         hf.lm.tokenizer.chat_template = template
         prompt = hf._prompt({"question": "Q?", "answer": "A.", "reference": "R."})
         assert prompt.startswith("[no-think] ") is expected

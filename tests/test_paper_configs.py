@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -22,6 +24,7 @@ def _planned(out: str) -> dict[str, int]:
     return jobs
 
 
+@pytest.mark.workflow
 def test_paper_pathways_config_plans_every_experiment(tmp_path):
     proc = subprocess.run(
         [

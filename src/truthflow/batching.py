@@ -94,7 +94,7 @@ def run_batched(
                 if not _is_oom(exc) or len(idx) == 1:
                     raise
                 failed = True
-            if failed:  # out of the except block: the exception, its traceback and the step's tensors are gone
+            if failed:  # past the except block: the exception, its traceback and the step's tensors are gone
                 split_end = max(split_end, i + len(idx))
                 size = max(1, len(idx) // 2)
                 smallest = min(smallest, size)

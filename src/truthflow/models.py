@@ -343,7 +343,7 @@ def load_pretrained(source, dtype: str = "auto", gpus: int = 1, attn_implementat
     if device == "cuda":
         from . import devices
 
-        # concurrent local jobs each claim their own GPU(s); a scheduler's CUDA_VISIBLE_DEVICES is kept as is
+        # concurrent local jobs each claim their own GPU(s); a job that sees only its own uses them as is
         slot = devices.assign_devices(gpus)
         device = slot.device
         torch.cuda.set_device(slot.indices[0])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import partial
 
 import numpy as np
 import polars as pl
@@ -149,13 +150,13 @@ def score_texts(
         input_ids, valid = pad_batch([encoded[i] for i in idx], pad_id, side="right")
         input_ids, attention = input_ids.to(device), valid.long()
         with torch.inference_mode():
-            # the residual stream [B, T, D]; float32 logits (final norm and head in float32) per chunk of texts
+            # the residual stream [B, T, D]; float32 logits (final norm, head) per chunk of texts
             with unnormed(model):
                 resid = base(input_ids=input_ids, attention_mask=attention.to(device), use_cache=False)
             resid = resid.last_hidden_state
             lengths = [len(encoded[i]) - 1 for i in idx]
             per_text = batch_token_statistics(
-                resid[:, :-1], input_ids[:, 1:], lengths, logits_of=lambda h: float_logits(model, h), vocab=vocab
+                resid[:, :-1], input_ids[:, 1:], lengths, logits_of=partial(float_logits, model), vocab=vocab
             )
             for i, st in zip(idx, per_text, strict=True):
                 stats[i] = st

@@ -259,7 +259,8 @@ def resid_conditions(
                 c_ids = ids
                 if c["seqs"] is not None:
                     c_ids = pad_batch([c["seqs"][i] for i in idx], pad_id, side="right")[0].to(device)
-                store(out, idx, run(cap, c_ids, mask_of(c, idx, c_ids, valid), prefix, cache), f"{desc}: condition {n}")
+                values = run(cap, c_ids, mask_of(c, idx, c_ids, valid), prefix, cache)
+                store(out, idx, values, f"{desc}: condition {n}")
         finally:
             cap.remove()
 

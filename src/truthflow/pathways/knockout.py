@@ -169,13 +169,14 @@ def _block_tensor(blocks: list[list[int]], shape, device) -> torch.Tensor:
 
 
 def store(dst: np.ndarray, idx, values: np.ndarray, what: str) -> None:
-    """dst[idx] = values in dst's dtype; float16 storage refuses a value it would turn into inf (|x| > 65504)."""
-    out = values.astype(dst.dtype)
+    """dst[idx] = values in dst's dtype; float16 storage refuses a value it would make inf (|x| > 65504)."""
+    with np.errstate(over="ignore"):  # refused below, with the stage's own line
+        out = values.astype(dst.dtype)
     if dst.dtype == np.float16 and np.isinf(out).any():
         peak = float(np.abs(values.astype(np.float32)).max())
         raise TruthflowError(
-            f"{what}: a residual value of |x| = {peak:,.0f} overflows float16 storage (max 65,504; it would be "
-            f"stored as inf); this model's residual stream needs float32 storage"
+            f"{what}: a residual value of |x| = {peak:,.0f} overflows float16 storage (max 65,504; it would "
+            f"be stored as inf); this model's residual stream needs float32 storage"
         )
     dst[idx] = out
 
