@@ -339,25 +339,27 @@ def test_ea_length_table_hand_computed():
 @pytest.mark.parametrize("model", ["smollm2-135m", "gemma3-270m"])
 def test_shared_run_ea_lengths_comparable(demo_run, model):
     """On the shared run's own generations: mean |E_A| of wrong answers (deterministic extractor, with the
-    question) is at most 1.5x that of correct ones (the matched alias span, echo rule on), in every QA set."""
+    question) is at most 1.5x that of correct ones (the matched alias span, echo rule on), over its QA sets.
+
+    Pooled per model: one set of 32 is too noisy for a 1.5 bound (random 32-subsets of the demo's SmolLM2
+    PopQA answers: 90th percentile 1.79), 64 pooled answers much less (97.5th percentile 1.52 and 1.53 for
+    the two models). A regressed extractor is far above it: wrong answers at 6-8.5 tokens against 1.5-2.3."""
     from transformers import AutoTokenizer
 
     from truthflow.pathways.labels import label_frame
 
     res = demo_run / "results" / "demo"
     tokenizer = AutoTokenizer.from_pretrained(demo_run / "resources" / "models" / model)
-    checked = 0
+    labelled, questions = [], []
     for path in sorted((res / "answers" / model).glob("*.parquet")):
-        questions = pl.read_parquet(res / "data" / path.name)
-        labelled = label_frame(pl.read_parquet(path), questions)
-        t = ea_length_table(tokenizer, labelled, questions.select("id", "question"))
-        if t["n_correct"].item() < 5 or t["n_wrong"].item() < 5:
-            continue  # too few answers of one class for a mean
-        # SmolLM2/PopQA is the tightest demo cell: 1.45 (1.72 before titles and relation anchors, 1.62 before
-        # shouted runs and phrase heads); correct answers there are mostly one-token capitals ("Cairo")
-        assert t["ratio"].item() <= 1.5, (path.name, t)
-        checked += 1
-    assert checked, "no QA set had 5 answers of each class"
+        data = pl.read_parquet(res / "data" / path.name)
+        labelled.append(label_frame(pl.read_parquet(path), data))
+        questions.append(data.select("id", "question"))
+    t = ea_length_table(
+        tokenizer, pl.concat(labelled, how="diagonal_relaxed"), pl.concat(questions, how="diagonal_relaxed")
+    )
+    assert t["n_correct"].item() >= 10 and t["n_wrong"].item() >= 10, t
+    assert t["ratio"].item() <= 1.5, t
 
 
 def test_position_only_auc_hand_case():

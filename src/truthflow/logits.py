@@ -44,7 +44,8 @@ def float_logits(model, resid: torch.Tensor) -> torch.Tensor:
     head = model.get_output_embeddings()
     w, b = head.weight, head.bias
     x = x.to(w.device, dtype)
-    step = max(1, HEAD_CHUNK_ELEMENTS // w.shape[1])
+    # a head already in this dtype runs as one matmul; a bf16 head is converted a chunk of rows at a time
+    step = w.shape[0] if w.dtype == dtype else max(1, HEAD_CHUNK_ELEMENTS // w.shape[1])
     logits = torch.cat(
         [
             torch.nn.functional.linear(
@@ -56,5 +57,5 @@ def float_logits(model, resid: torch.Tensor) -> torch.Tensor:
     )
     softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
     if softcap:
-        logits = torch.tanh(logits / softcap) * softcap
+        logits = logits.div_(softcap).tanh_().mul_(softcap)
     return logits

@@ -1,4 +1,5 @@
-"""Model preparation (hub snapshot, local directory or embedded GGUF package) and loading."""
+"""Model preparation (hub snapshot, local directory, embedded GGUF package or a tiny random-weight twin of an
+architecture with a real tokenizer) and loading."""
 
 from __future__ import annotations
 
@@ -206,8 +207,13 @@ def _build(name: str, key: dict, store: Path) -> None:
             shutil.rmtree(tmp / ".cache", ignore_errors=True)
         elif "local" in source:
             _from_local(name, source, tmp, key.get("dtype", "float32"))
+        elif "twin" in source:
+            from .twins import save_twin
+
+            save_twin(source["twin"], tmp, tokenizer=_tokenizer_of(name, source["tokenizer"], tmp / "gguf"))
+            shutil.rmtree(tmp / "gguf", ignore_errors=True)
         else:
-            raise TruthflowError(f"model '{name}': source needs one of 'embedded', 'hub', 'local'")
+            raise TruthflowError(f"model '{name}': source needs one of 'embedded', 'hub', 'local', 'twin'")
         info = describe(tmp, name, key)
         (tmp / INFO_FILE).unlink(missing_ok=True)  # never write through a link
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=2))
@@ -240,6 +246,18 @@ def _from_local(name: str, source: dict, tmp: Path, dtype: str) -> None:
             continue
         target = item.absolute() if local.is_absolute() else Path(os.path.relpath(item.absolute(), tmp))
         (tmp / item.name).symlink_to(target)
+
+
+def _tokenizer_of(name: str, ref: str, workdir: Path):
+    """A twin's tokenizer: a directory's (a prepared model's), or an embedded package's, read from its GGUF
+    as prepare_model reads it (no weights converted)."""
+    from transformers import AutoTokenizer
+
+    if Path(ref).is_dir():
+        return AutoTokenizer.from_pretrained(ref)
+    workdir.mkdir(parents=True, exist_ok=True)
+    gguf = _gguf_from_embedded(ref, workdir)
+    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
 
 
 def _link(out_dir: Path, store: Path) -> None:
@@ -338,6 +356,8 @@ def load_pretrained(source, dtype: str = "auto", gpus: int = 1, attn_implementat
     kwargs: dict = {"dtype": torch_dtype(dtype)}  # auto: bf16 on a GPU, fp32 on a CPU
     if device == "cpu" and kwargs["dtype"] == torch.float16:
         kwargs["dtype"] = torch.float32  # fp16 matmuls are slow or missing on CPUs
+    if device == "cpu" and kwargs["dtype"] == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        kwargs["dtype"] = torch.float32  # bf16 only where the CPU has it (AVX512-BF16, AMX), else emulated
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     if device == "cuda":

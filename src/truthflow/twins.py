@@ -4,9 +4,14 @@ Each twin is built in-process from its transformers config class in well under a
 that change the forward-pass math: Llama-3's rope scaling, Mistral's sliding window over every layer, Qwen3's
 q/k norms and tied head, Gemma-3's sliding/full layer mix (a window shorter than any test sequence), its
 scaled embeddings and soft-caps (transformers' Gemma-3 attention ignores attn_logit_softcapping; the final
-cap bites: |logits| reach it). The tokenizer is real (a byte-level `tokenizers` BPE without merges, one
-token per byte, wrapped in PreTrainedTokenizerFast) with a chat template in each family's layout, so
-prompts are tens of tokens: longer than the window. `save_twin` writes a directory `load_model` reads.
+cap bites: |logits| reach it). The default tokenizer is a stand-in (a byte-level `tokenizers` BPE without
+merges, one token per byte, wrapped in PreTrainedTokenizerFast) with a chat template in each family's layout,
+so prompts are tens of tokens: longer than the window. `save_twin` writes a directory `load_model` reads.
+
+Given a real tokenizer (a demo model's: models.prepare_model's `twin` source, configs/rehearsal.yaml), the twin
+takes it in its family's layout instead (`adapt_tokenizer`: the family's turn tokens added where it lacks them,
+its BOS/EOS, the chat template above), its vocabulary the tokenizer's; Qwen3's twin then writes `</think>`
+often (its tied row scaled up), so that answers go through the reasoning-block strip.
 """
 
 from __future__ import annotations
@@ -45,6 +50,16 @@ TEMPLATES = {
 CLASSES = {"llama": "LlamaForCausalLM", "gemma3": "Gemma3ForCausalLM", "mistral": "MistralForCausalLM",
            "qwen3": "Qwen3ForCausalLM"}  # fmt: skip
 TURN_END = {"llama": "<|eot_id|>", "gemma3": "<end_of_turn>", "mistral": None, "qwen3": "<|im_end|>"}
+# a real tokenizer in a family's layout: the turn tokens its template writes (added where the tokenizer lacks
+# them), and its BOS / EOS / pad where they differ from the tokenizer's own (None: no BOS, as Qwen3)
+FAMILY = {
+    "llama": {"turn": ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"], "bos": "<|begin_of_text|>",
+              "eos": "<|end_of_text|>", "pad": "<|end_of_text|>"},
+    "mistral": {"turn": ["[INST]", "[/INST]"]},
+    "qwen3": {"turn": ["<|im_start|>", "<|im_end|>"], "bos": None, "eos": "<|im_end|>", "pad": "<|endoftext|>"},
+    "gemma3": {"turn": ["<start_of_turn>", "<end_of_turn>"]},
+}  # fmt: skip
+THINK_SCALE = 4.0  # Qwen3's twin: its </think> row x this (tied: logit and embedding), so it writes one often
 
 
 def build_tokenizer(arch: str):
@@ -70,11 +85,37 @@ def build_tokenizer(arch: str):
     )  # fmt: skip
 
 
-def build_config(arch: str, vocab_size: int, **overrides):
+def adapt_tokenizer(arch: str, tok):
+    """A real tokenizer (in place) in `arch`'s layout: FAMILY's tokens added where it lacks them (Qwen3's
+    <think> tags as plain tokens, as Qwen3's own), its BOS prepended to a plain encoding, the chat template."""
+    from tokenizers import processors
+
+    fam = FAMILY[arch]
+    vocab = tok.get_vocab()
+    named = [fam.get(k) for k in ("bos", "eos", "pad")]
+    tok.add_tokens([t for t in dict.fromkeys(fam["turn"] + named) if t and t not in vocab], special_tokens=True)
+    if arch == "qwen3":
+        tok.add_tokens([t for t in THINK if t not in vocab])
+    for key in ("bos", "eos", "pad"):
+        if key in fam:
+            setattr(tok, f"{key}_token", fam[key])
+    if "bos" in fam:  # the family's own BOS on a plain encoding (base prompts), or none
+        bos = fam["bos"]
+        tok.backend_tokenizer.post_processor = (
+            processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, tok.convert_tokens_to_ids(bos))])
+            if bos
+            else processors.TemplateProcessing(single="$A")
+        )
+    tok.chat_template = TEMPLATES[arch]
+    return tok
+
+
+def build_config(arch: str, vocab_size: int, ids: dict | None = None, **overrides):
+    """`ids`: pad/bos/eos token ids (default: the stand-in tokenizer's)."""
     import transformers as tf
 
-    ids = {"vocab_size": vocab_size, "pad_token_id": 0, "bos_token_id": None if arch == "qwen3" else 1,
-           "eos_token_id": 2, "max_position_embeddings": 512, "initializer_range": 0.2}  # fmt: skip
+    ids = {"vocab_size": vocab_size, "max_position_embeddings": 4096, "initializer_range": 0.2,
+           **(ids or {"pad_token_id": 0, "bos_token_id": None if arch == "qwen3" else 1, "eos_token_id": 2})}  # fmt: skip
     dims = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
             "head_dim": 8}  # fmt: skip
     if arch == "llama":
@@ -117,34 +158,42 @@ def _info(arch: str, cfg, seed: int) -> dict:
 def build_twin(
     arch: str,
     *,
+    tokenizer=None,
     dtype: torch.dtype = torch.float32,
     seed: int = 0,
     attn_implementation: str = "sdpa",
     **overrides,
 ) -> LoadedModel:
     """A random-weight twin of `arch` (one of ARCHS) on the CPU, seeded (the global RNG is left as it was).
-    overrides set config attributes (e.g. sliding_window=4)."""
+    tokenizer: a real tokenizer to adapt (adapt_tokenizer; default: the byte-level stand-in). overrides set
+    config attributes (e.g. sliding_window=4)."""
     from transformers import AutoModelForCausalLM, GenerationConfig
 
-    tok = build_tokenizer(arch)
-    cfg = build_config(arch, len(tok), **overrides)
+    tok = build_tokenizer(arch) if tokenizer is None else adapt_tokenizer(arch, tokenizer)
+    ids = {"pad_token_id": tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
+           "bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id}  # fmt: skip
+    cfg = build_config(arch, len(tok), ids, **overrides)
     cfg.architectures = [CLASSES[arch]]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn_implementation)
+    if tokenizer is not None and arch == "qwen3":
+        with torch.no_grad():
+            model.get_output_embeddings().weight[tok.convert_tokens_to_ids(THINK[1])] *= THINK_SCALE
     model = model.to(dtype).eval()
-    stop = [2] + ([tok.convert_tokens_to_ids(TURN_END[arch])] if TURN_END[arch] else [])
+    turn = [tok.convert_tokens_to_ids(TURN_END[arch])] if TURN_END[arch] else []
     model.generation_config = GenerationConfig(
-        bos_token_id=cfg.bos_token_id, eos_token_id=stop, pad_token_id=0, do_sample=False
-    )
+        bos_token_id=cfg.bos_token_id, eos_token_id=list(dict.fromkeys([cfg.eos_token_id, *turn])),
+        pad_token_id=cfg.pad_token_id, do_sample=False,
+    )  # fmt: skip
     return LoadedModel(model=model, tokenizer=tok, info=_info(arch, cfg, seed), device="cpu")
 
 
-def save_twin(arch: str, out_dir: str | Path, *, seed: int = 0, **overrides) -> Path:
+def save_twin(arch: str, out_dir: str | Path, *, tokenizer=None, seed: int = 0, **overrides) -> Path:
     """Write a twin as a prepared model directory (config, safetensors, tokenizer, info file): load_model
     reads it as it reads a real snapshot, and `local:` sources link it."""
     out = Path(out_dir)
-    lm = build_twin(arch, seed=seed, **overrides)
+    lm = build_twin(arch, tokenizer=tokenizer, seed=seed, **overrides)
     lm.model.save_pretrained(out)
     lm.tokenizer.save_pretrained(out)
     (out / INFO_FILE).write_text(json.dumps(lm.info, indent=2))

@@ -358,5 +358,13 @@ def pw_inputs(name):
     return [res("pathways", m, d, name) for m, d in pw_pairs()]
 
 
+def judge_model_input():
+    """The hf judge's model as input where depth.judge.model is a configured model's resources/models/<name>."""
+    judge = config["depth"]["judge"]
+    path = Path(str(judge.get("model")))
+    prepared = path.parent == Path("resources/models") and path.name in config["models"]
+    return [model_dir(model=path.name)] if judge["backend"] == "hf" and prepared else []
+
+
 def depth_dir(*parts):
     return res("depth", "{model}", *parts)

@@ -60,6 +60,8 @@ rule judge_answers:
     input:
         answers=depth_dir("answers.parquet"),
         data=res("data", "depthqa.parquet"),
+        # an hf judge named as a configured model's dir (resources/models/<name>) is prepared first
+        judge_model=judge_model_input(),
         code=code(),
     output:
         depth_dir("scores.parquet"),

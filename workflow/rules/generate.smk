@@ -11,6 +11,8 @@ rule generate_answers:
         res("benchmarks", "generate_answers", "{model}", "{dataset}.tsv")
     conda:
         "../../envs/truthflow.yaml"
+    # a chain's later model stages first; the DepthQA model jobs (priority 0) fill the slots it leaves idle
+    priority: 1
     threads: MODEL_THREADS
     resources:
         gpu=lambda w: gpu_resources(w.model)["gpu"],

@@ -16,6 +16,8 @@ rule extract_pathways:
         res("benchmarks", "extract_pathways", "{model}", "{dataset}.tsv")
     conda:
         "../../envs/truthflow.yaml"
+    # a chain's later model stages first; the DepthQA model jobs (priority 0) fill the slots it leaves idle
+    priority: 2
     threads: MODEL_THREADS
     resources:
         gpu=lambda w: gpu_resources(w.model)["gpu"],
@@ -164,6 +166,8 @@ rule extract_experiments:
         res("benchmarks", "extract_experiments", "{model}", "{dataset}.tsv")
     conda:
         "../../envs/truthflow.yaml"
+    # a chain's later model stages first; the DepthQA model jobs (priority 0) fill the slots it leaves idle
+    priority: 3
     threads: MODEL_THREADS
     resources:
         gpu=lambda w: gpu_resources(w.model)["gpu"],

@@ -65,57 +65,59 @@ def encode_for_scoring(tokenizer, text: str) -> list[int]:
     return ids
 
 
-def token_statistics(logits_row, targets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For one text: log p of each target and mu, sigma of log p over the vocabulary at each position.
+# the floor of a log-probability in the moments: a masked token (-inf) gets p = 0 and a finite log p, so
+# p · log p and p · (log p − mu)² are 0, not NaN, without a masking pass (1e18² stays finite in float32)
+LOGP_FLOOR = -1e18
 
-    logits_row: [n, V] (any dtype) predicting targets [n]. Float32 throughout; one [n, V] float copy at a time
-    besides the element-wise temporaries.
-    """
+
+def _moments(logits, targets):
+    """(log p of each target, mu, sigma of log p over the vocabulary) for logits [n, V] predicting targets [n].
+    Works in place on `logits` (the caller's own float copy): two [n, V] temporaries besides it."""
     import torch
 
-    logp = torch.log_softmax(logits_row.float(), dim=-1)  # [n, V]
-    token_logp = logp.gather(-1, targets.to(logp.device)[:, None]).squeeze(-1)
+    logp = logits.sub_(torch.logsumexp(logits, dim=-1, keepdim=True)).clamp_(min=LOGP_FLOOR)
+    token_logp = logp.gather(-1, targets[:, None]).squeeze(-1)
     p = logp.exp()
-    # p = 0 where a model masks logits to -inf: 0 · (-inf) must count as 0, not NaN
-    live = p > 0
-    plogp = torch.where(live, p * logp, 0.0)
-    mu = plogp.sum(-1)
+    mu = (p * logp).sum(-1)
     # centred second moment: Σ p (log p − mu)² equals Σ p (log p)² − mu² without float32 cancellation
-    centred = torch.where(live, logp - mu[:, None], 0.0)
-    sigma = (p * centred * centred).sum(-1).clamp_min(0.0).sqrt()
-    return tuple(t.double().cpu().numpy() for t in (token_logp, mu, sigma))  # type: ignore[return-value]
+    sigma = logp.sub_(mu[:, None]).square_().mul_(p).sum(-1).clamp_min(0.0).sqrt()
+    return token_logp, mu, sigma
+
+
+def token_statistics(logits_row, targets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For one text: log p of each target and mu, sigma of log p over the vocabulary at each position
+    (logits_row [n, V] of any dtype, computed in float32 on a copy)."""
+    import torch
+
+    logits = logits_row.to(torch.float32, copy=True)
+    return tuple(t.double().cpu().numpy() for t in _moments(logits, targets.to(logits.device)))  # type: ignore[return-value]
 
 
 def batch_token_statistics(
-    logits, targets, lengths: list[int], max_elements: int = 2**28, logits_of=None, vocab: int | None = None
+    logits, targets, lengths: list[int], max_elements: int = 2**25, logits_of=None, vocab: int | None = None
 ) -> list:
     """token_statistics for a right-padded batch: logits [B, T, V] predicting targets [B, T], row r's first
     lengths[r] positions real. With logits_of (e.g. `float_logits`), `logits` holds what it turns into float32
-    logits (the residual stream [B, T, D]) and vocab is their width. Rows are processed in chunks of at most
-    `max_elements` float32 logits (bounded memory), and each chunk's results reach the host in one copy (no
-    per-row device sync)."""
+    logits (the residual stream [B, T, D]) and vocab is their width. Only the real positions are scored
+    (packed: padding never reaches the head), in chunks of at most `max_elements` float32 logits (bounded
+    memory); the results reach the host in one copy (no per-row device sync)."""
     import torch
 
     b, t = logits.shape[:2]
     v = vocab or logits.shape[-1]
-    per_chunk = max(1, max_elements // max(1, t * v))
-    out = []
-    for start in range(0, b, per_chunk):
-        rows = slice(start, min(b, start + per_chunk))
-        chunk = logits_of(logits[rows]) if logits_of is not None else logits[rows].float()
-        logp = torch.log_softmax(chunk, dim=-1)  # [b', T, V]
+    real = torch.arange(t)[None, :] < torch.tensor(lengths)[:, None]  # [B, T], row-major: rows stay in order
+    flat = logits[real.to(logits.device)]
+    tgt = targets[real.to(targets.device)]
+    per_chunk = max(1, max_elements // v)
+    parts = []
+    for start in range(0, flat.shape[0], per_chunk):
+        rows = flat[start : start + per_chunk]
+        chunk = logits_of(rows) if logits_of is not None else rows.to(torch.float32, copy=True)
+        parts.append(torch.stack(_moments(chunk, tgt[start : start + per_chunk].to(chunk.device))))
         del chunk
-        token_logp = logp.gather(-1, targets[rows].to(logp.device)[..., None]).squeeze(-1)
-        p = logp.exp()
-        live = p > 0
-        mu = torch.where(live, p * logp, 0.0).sum(-1)
-        centred = torch.where(live, logp - mu[..., None], 0.0)
-        sigma = (p * centred * centred).sum(-1).clamp_min(0.0).sqrt()
-        del logp, p, live, centred
-        host = torch.stack([token_logp, mu, sigma]).double().cpu().numpy()  # [3, b', T]: one copy
-        for r, n in enumerate(lengths[rows]):
-            out.append((host[0, r, :n], host[1, r, :n], host[2, r, :n]))
-    return out
+    host = torch.cat(parts, dim=1).double().cpu().numpy()  # [3, positions]: one copy
+    ends = np.cumsum(lengths)
+    return [tuple(host[:, e - n : e]) for n, e in zip(lengths, ends, strict=True)]
 
 
 def score_texts(
