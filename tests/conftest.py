@@ -132,17 +132,22 @@ def snakemake_cmd(workdir: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "snakemake", *where, "--cores", "2", *args]
 
 
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
 
-def snakemake(workdir: Path, *args: str, timeout: int = 1800, env: dict | None = None):
+def env(**extra) -> dict:
+    """This process's environment as it is now (a test's monkeypatch.setenv included), offline."""
+    return {**os.environ, **OFFLINE, **extra}
+
+
+def snakemake(workdir: Path, *args: str, timeout: int = 1800, extra_env: dict | None = None):
     return subprocess.run(
         snakemake_cmd(workdir, *args),
         cwd=workdir,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**ENV, **(env or {})},
+        env=env(**(extra_env or {})),
     )
 
 

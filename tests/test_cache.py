@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import ENV, REPO
+from conftest import REPO, env
 
 pytestmark = [pytest.mark.workflow, pytest.mark.model]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -49,7 +49,7 @@ EDITS = {
 def run(ck: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     """`snakemake ARGS` typed in the checkout (the Snakefile and config.yaml are found there)."""
     return subprocess.run(
-        [*SNAKEMAKE, *args], cwd=ck, capture_output=True, text=True, timeout=timeout, env=ENV
+        [*SNAKEMAKE, *args], cwd=ck, capture_output=True, text=True, timeout=timeout, env=env()
     )
 
 

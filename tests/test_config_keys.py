@@ -36,6 +36,8 @@ HANDOFFS = {
     "src/truthflow/data.py": {"spec": ("datasets", ANY), "src": ("datasets", ANY, "source")},
     "src/truthflow/registry.py": {"spec": ("datasets", ANY)},  # fill_source: hub defaults into an entry
     "src/truthflow/models.py": {"spec": ("models", ANY), "source": ("models", ANY, "source")},
+    # memplan.plan_model(name, spec, ...) / dims_for(name, source): a model entry with its defaults
+    "src/truthflow/memplan.py": {"spec": ("models", ANY), "source": ("models", ANY, "source")},
     # depth.judge: settings = judge_settings(cfg), i.e. {**JUDGE_DEFAULTS, **cfg}
     "src/truthflow/depth/judge.py": {"cfg": ("depth", "judge"), "settings": ("depth", "judge")},
     # pathways.check: the verdict's settings, rule param `check` passed whole to check.family / caption

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from conftest import ENV, RUN, checkout_config, copy_run, snakemake, snakemake_cmd
+from conftest import RUN, checkout_config, copy_run, env, snakemake, snakemake_cmd
 
 from truthflow.batching import FAKE_OOM_ENV
 from truthflow.generation import build_prompt, generate_answers
@@ -77,7 +77,9 @@ def test_sigkill_mid_job_then_rerun_completes(demo_run, tmp_path, victim):
     workdir = copy_run(demo_run, tmp_path)
     target = "results/demo/answers/gemma3-270m/nq.parquet"
     # the job stops itself (SIGSTOP) when its progress bar first shows: model loaded, generation under way
-    proc = _start(workdir, "--forcerun", target, "--", target, env={STOP_AT_ENV: "generate gemma3-270m/nq"})
+    proc = _start(
+        workdir, "--forcerun", target, "--", target, extra_env={STOP_AT_ENV: "generate gemma3-270m/nq"}
+    )
     job = _wait_for(
         lambda: [p for p in _session(proc.pid, "generate_answers.py") if _state(p) == "T"],
         proc,
@@ -106,14 +108,14 @@ def test_sigkill_mid_job_then_rerun_completes(demo_run, tmp_path, victim):
 # ------------------------------------------------------------ kills in copies of the shared run
 
 
-def _start(workdir: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
+def _start(workdir: Path, *args: str, extra_env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen(
         snakemake_cmd(workdir, *args),
         cwd=workdir,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # its session id is its pid: every job it starts is found by that
-        env={**ENV, **(env or {})},
+        env=env(**(extra_env or {})),
     )
 
 
@@ -179,7 +181,7 @@ def test_sigkill_mid_job_then_rerun_gives_identical_tables(demo_run, tmp_path, r
     output, bar, log = KILLED[rule]
     workdir = copy_run(demo_run, tmp_path)
     # the job stops itself (SIGSTOP) when its progress bar first shows: model loaded, outputs being computed
-    proc = _start(workdir, "--forcerun", str(output), env={STOP_AT_ENV: bar})
+    proc = _start(workdir, "--forcerun", str(output), extra_env={STOP_AT_ENV: bar})
     job = _wait_for(
         lambda: [p for p in _session(proc.pid, f"{rule}.py") if _state(p) == "T"], proc, f"{rule} to start"
     )

@@ -216,6 +216,7 @@ def all_targets():
             res("tables", f"{t}.tsv")
             for t in (
                 "pathways_check",
+                "pathways_check_layers",
                 "exact_tokens",
                 "probe_auc",
                 "pathways_experiments",
@@ -232,6 +233,10 @@ REPORT_TABLES = {
     "pathways_check": (
         "Falsification test: E_Q knockout vs random control",
         "pathways_check_table.rst",
+    ),
+    "pathways_check_layers": (
+        "Falsification test under each layer range",
+        "pathways_check_layers.rst",
     ),
     "exact_tokens": ("Exact tokens per answer class", "exact_tokens.rst"),
     "pathways_experiments": (

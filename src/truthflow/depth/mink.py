@@ -71,8 +71,8 @@ LOGP_FLOOR = -1e18
 
 
 def _moments(logits, targets):
-    """(log p of each target, mu, sigma of log p over the vocabulary) for logits [n, V] predicting targets [n].
-    Works in place on `logits` (the caller's own float copy): two [n, V] temporaries besides it."""
+    """(log p of each target, mu, sigma of log p over the vocabulary) of logits [n, V] predicting targets
+    [n]. Works in place on `logits` (the caller's own float copy): two [n, V] temporaries besides it."""
     import torch
 
     logp = logits.sub_(torch.logsumexp(logits, dim=-1, keepdim=True)).clamp_(min=LOGP_FLOOR)

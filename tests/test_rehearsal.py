@@ -1,0 +1,64 @@
+"""The rehearsal of the paper configs (configs/rehearsal.yaml): `snakemake --cores 2 --configfile
+configs/rehearsal.yaml` typed in a fresh checkout runs, on a CPU, every rule that configs/paper-pathways.yaml and
+configs/paper-depth.yaml plan, for the twins of the four architectures (truthflow.twins, built by prepare_model
+with the demo models' real tokenizers), through the paths the paper models take: base and chat prompts, Qwen3's
+template with thinking off and reasoning blocks stripped, sliding windows shorter than every prompt, tied and
+untied embeddings, the hf judge."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+import yaml
+from conftest import REPO, new_checkout, snakemake
+from test_paper_configs import _planned
+
+from truthflow import registry
+
+TWINS = {"llama3": "llama", "mistral-instruct": "mistral", "qwen3": "qwen3", "gemma3": "gemma3"}
+TIED = {"qwen3", "gemma3"}
+
+
+@pytest.mark.workflow
+def test_rehearsal_runs_every_paper_rule_on_the_four_twins(tmp_path):
+    ck = new_checkout(tmp_path / "truthflow")
+    planned: set[str] = set()
+    for paper in ("paper-pathways", "paper-depth"):
+        dry = snakemake(ck, "-n", "--configfile", f"configs/{paper}.yaml", env={"OPENAI_API_KEY": "sk-test"})
+        assert dry.returncode == 0, dry.stderr[-3000:]
+        planned |= set(_planned(dry.stdout + dry.stderr))
+    proc = snakemake(ck, "--configfile", "configs/rehearsal.yaml", timeout=1800)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    ran = _planned(proc.stdout + proc.stderr)
+    assert planned <= set(ran), f"paper rules the rehearsal does not run: {sorted(planned - set(ran))}"
+    cfg = yaml.safe_load((ck / "configs" / "rehearsal.yaml").read_text())
+    assert set(cfg["pathways"]["models"]) == set(cfg["depth"]["models"]) == set(TWINS)
+    qa = cfg["pathways"]["datasets"]
+    assert set(qa) == set(registry.qa_names())
+    res = ck / "results" / "rehearsal"
+    for model, arch in TWINS.items():
+        snap = ck / "resources" / "models" / model
+        info = json.loads((snap / "truthflow_model.json").read_text())
+        config = json.loads((snap / "config.json").read_text())
+        assert info["key"]["source"]["twin"] == arch
+        assert bool(config.get("tie_word_embeddings")) == (model in TIED), model
+        from transformers import AutoTokenizer
+
+        assert config["vocab_size"] == len(AutoTokenizer.from_pretrained(snap)) > 40000  # a real tokenizer
+        for ds in qa:
+            assert (res / "pathways" / model / ds / "exp_scores.parquet").exists(), (model, ds)
+        answers = pl.concat([pl.read_parquet(res / "answers" / model / f"{ds}.parquet") for ds in qa])
+        assert answers.height == 8 * len(qa)
+        chat = cfg["models"][model].get("chat", False)
+        assert all(p.startswith("Q:") != chat for p in answers["prompt"]), model  # base prompts: Q: ... A:
+        if config.get("sliding_window"):  # every prompt crosses the twin's window
+            assert answers["prompt_ids"].list.len().min() > config["sliding_window"], model
+        depth = pl.read_parquet(res / "depth" / model / "scores.parquet")
+        assert set(depth["backend"]) == {"hf"}
+    qwen = pl.concat([pl.read_parquet(res / "answers" / "qwen3" / f"{ds}.parquet") for ds in qa])
+    assert all(p.endswith("<think>\n\n</think>\n\n") for p in qwen["prompt"])  # thinking off, as the paper
+    assert qwen["think_stripped"].any()  # a </think> the twin wrote was stripped from its answer
+    for table in ("accuracy", "pathways_check", "pathways_table3", "depth_pooled_by_depth", "benchmarks"):
+        assert (res / "tables" / f"{table}.tsv").exists(), table
