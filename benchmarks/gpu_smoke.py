@@ -3,11 +3,18 @@
     python benchmarks/gpu_smoke.py --shape llama-3.2-1b        # on a GPU (about a minute)
     python benchmarks/gpu_smoke.py --shape tiny --dtype float32 # anywhere, CPU included (seconds)
 
-Stages: generation (generate_answers, dynamic cache, var-len prompts), extraction with knockout (the one-pass
-sweep with E_Q and three matched control draws), probes (cross-fitted, per-layer, with the falsification
-check), MIN-K% statistics (the batched scoring path), and the HF judge's generation path (a judge prompt
-decoded greedily). The one-pass knockout is compared with the naive per-layer reference (a pass per layer with
-the block in layers 1..k) within a tolerance for the dtype. Exit status 1 when any stage fails.
+Stages: generation (generate_answers, dynamic cache, var-len prompts); chat generation through a Qwen3-style
+template with thinking on (prompts sharing the template's head: the shared-prefix prefill, and the
+reasoning-block strip); extraction with knockout (the one-pass sweep from a shared head, E_Q and three matched
+control draws, compared with the naive per-layer reference within a tolerance for the dtype); probes
+(cross-fitted, per-layer) and the falsification check (check + family); the interventions of the experiments
+(patching and Pathway Reweighting at layer K from the shared head, Logits-mean/min, P(True)); saliency (eager
+attention, the backward through every layer's attention); MIN-K% statistics (the batched scoring path); the HF
+judge (truthflow.depth.judge.HFJudge on the same weights: rubric prompts through the chat template, thinking
+turned off); and, where two GPUs are visible, the same weights saved and loaded by `models.load_pretrained`
+over both (device_map) for generation, the knockout sweep and the logit baselines. The text stages use the
+twins' byte-level stand-in tokenizer (truthflow.twins, a few hundred ids, valid in any shape's vocabulary).
+Exit status 1 when any stage fails.
 """
 
 from __future__ import annotations
@@ -25,9 +32,17 @@ import torch  # noqa: E402
 from shapes import SHAPES, random_model  # noqa: E402
 
 from truthflow.depth.mink import batch_token_statistics  # noqa: E402
-from truthflow.pathways.check import check  # noqa: E402
+from truthflow.models import LoadedModel  # noqa: E402
+from truthflow.pathways import interventions as iv  # noqa: E402
+from truthflow.pathways.check import cell_frame, check, family  # noqa: E402
 from truthflow.pathways.knockout import per_layer_reference, resid_sweep_multi  # noqa: E402
 from truthflow.pathways.probes import run_probes  # noqa: E402
+from truthflow.pathways.saliency import saliency  # noqa: E402
+from truthflow.twins import build_tokenizer  # noqa: E402
+
+HEAD = 16  # tokens every sequence shares (a chat template's header): the shared-prefix paths run
+QUESTIONS = ["What is the capital of France?", "Who wrote Hamlet?", "How many legs does a spider have?",
+             "Who painted the Mona Lisa?"]  # fmt: skip
 
 # relative tolerance of one-pass vs per-layer knockout: float32 is exact to rounding; bf16 has 8 mantissa bits
 TOLERANCE = {"float32": 1e-4, "bfloat16": 5e-2, "float16": 1e-2}
@@ -39,10 +54,12 @@ def sync() -> None:
 
 
 def case(n: int, vocab: int, seed: int = 0):
+    """n sequences of 32-64 tokens sharing a HEAD-token head; the question is the first half after it."""
     rng = np.random.default_rng(seed)
-    seqs = [rng.integers(3, vocab, size=int(m)).tolist() for m in rng.integers(24, 64, size=n)]
+    head = rng.integers(3, vocab, size=HEAD).tolist()
+    seqs = [head + rng.integers(3, vocab, size=int(m) - HEAD).tolist() for m in rng.integers(32, 64, size=n)]
     probe = [len(s) - 1 for s in seqs]
-    question = [list(range(1, len(s) // 2)) for s in seqs]
+    question = [list(range(HEAD, HEAD + (len(s) - HEAD) // 2)) for s in seqs]
     eq = [sorted(rng.choice(q, size=3, replace=False).tolist()) for q in question]
     controls = [
         [
@@ -92,9 +109,52 @@ def stage_probes(arrays, n: int):
     labels = np.array([0, 1] * (n // 2))
     ids = [f"s{i}" for i in range(n)]
     auc, samples = run_probes(clean, kos, labels, ids, seeds=[0], test_size=0.2, max_iter=200)
-    row = check(samples, min_samples=10, n_boot=200)
+    table, _ = family(cell_frame(check(samples, auc), "smoke", "random"), {"min_samples": 10})
     assert auc["status"].to_list()[0] == "ok" and samples.height == 2 * n * clean.shape[1]
-    return f"{auc.height} per-layer probes, check verdict on random labels: {row['verdict']}"
+    return f"{auc.height} per-layer probes, check verdict on random labels: {table['verdict'][0]}"
+
+
+def stage_chat_generation(chat_lm, n: int):
+    """Chat prompts with thinking on (the template opens <think>): the shared head is prefilled once."""
+    from truthflow.batching import MIN_SHARED_PREFIX, common_head
+    from truthflow.generation import build_prompt, encode_prompt, generate_answers
+
+    prompts = [build_prompt(chat_lm.tokenizer, QUESTIONS[i % 4], True) for i in range(n)]
+    assert all(p.endswith("<think>\n") for p in prompts)
+    head = common_head([encode_prompt(chat_lm.tokenizer, p, True) for p in prompts], 10**6)
+    assert head >= MIN_SHARED_PREFIX
+    out = generate_answers(
+        chat_lm, prompts, batch_size=n, max_new_tokens=16, stop_at_newline=False, chat=True
+    )
+    tokens = sum(o["n_new_tokens"] for o in out)
+    assert len(out) == n
+    stripped = sum(o["think_stripped"] for o in out)
+    return f"{n} chat prompts (shared head {head} tokens), {tokens} new tokens, {stripped} blocks stripped"
+
+
+def stage_interventions(chat_lm, n: int):
+    """Patching and Pathway Reweighting at layer K (shared head); Logits-mean/min; P(True)."""
+    seqs, probe, eq, _ = case(n, chat_lm.model.config.vocab_size, seed=3)
+    k = max(1, chat_lm.model.config.num_hidden_layers // 2)
+    patched = [iv.patch(s, e, [5] * len(e)) for s, e in zip(seqs, eq, strict=True)]
+    answer = [list(range(p - 3, p + 1)) for p in probe]
+    conds = [{"seqs": patched}, {"edges": (answer, eq), "factor": 2.0}]
+    states = iv.resid_conditions(chat_lm, seqs, probe, k, conds, batch_size=16)
+    mean, low = iv.answer_logprobs(chat_lm, seqs, answer, batch_size=16)
+    pt = iv.p_true(chat_lm, seqs, batch_size=16)
+    sync()
+    assert all(np.isfinite(x).all() for x in (*states, mean, low, pt)) and ((pt >= 0) & (pt <= 1)).all()
+    return f"{n} samples: patching + reweighting at layer {k}, logit baselines, P(True)"
+
+
+def stage_saliency(lm, n: int):
+    seqs, probe, eq, _ = case(min(n, 8), lm.model.config.vocab_size, seed=4)
+    starts = [p - 3 for p in probe]
+    ea = [[p - 1, p] for p in probe]
+    s = saliency(lm, seqs, starts, eq, ea, batch_size=4)
+    sync()
+    assert s.shape == (len(seqs), lm.model.config.num_hidden_layers, 2) and np.isfinite(s).all()
+    return f"{len(seqs)} samples x {s.shape[1]} layers, eager attention backward"
 
 
 @torch.inference_mode()
@@ -113,13 +173,42 @@ def stage_mink(lm, n: int):
     return f"{n} texts scored (log p, mu, sigma per token)"
 
 
-def stage_judge(lm):
-    from truthflow.generation import generate_answers
+def stage_judge(chat_lm):
+    """HFJudge itself on these weights: rubric prompts through the chat template, thinking turned off."""
+    from truthflow.depth.judge import HFJudge
 
-    prompt = [[2] + list(range(10, 60))]  # a long judge prompt, decoded greedily as the hf judge does
-    out = generate_answers(lm, [""], 1, 8, stop_at_newline=False, chat=False, prompt_ids=prompt)
-    assert out[0]["n_new_tokens"] >= 1
-    return "judge prompt decoded"
+    class SmokeJudge(HFJudge):
+        def _load(self):
+            return chat_lm
+
+    judge = SmokeJudge({"backend": "hf", "model": "random weights", "max_new_tokens": 8, "batch_size": 2})
+    rows = [{"question": q, "answer": "Paris", "reference": "Paris"} for q in QUESTIONS]
+    assert judge._prompt(rows[0]).endswith("<think>\n\n</think>\n\n")
+    verdicts = list(judge.verdicts(rows))
+    assert len(verdicts) == len(rows)
+    return f"{len(rows)} rubric prompts judged ({sum(v.score is not None for _, v in verdicts)} parsed)"
+
+
+def stage_split(lm, chat_lm, n: int, dtype: str):
+    """The same weights saved, loaded by load_pretrained over two GPUs (device_map), and run."""
+    import tempfile
+
+    from truthflow.generation import generate_answers
+    from truthflow.models import load_pretrained
+
+    with tempfile.TemporaryDirectory() as tmp:
+        lm.model.save_pretrained(tmp)
+        chat_lm.tokenizer.save_pretrained(tmp)
+        model, tok, device = load_pretrained(tmp, dtype, gpus=2)
+    split = LoadedModel(model=model, tokenizer=tok, info=lm.info, device=device)
+    devices = set(getattr(model, "hf_device_map", {"": device}).values())
+    assert len(devices) == 2, f"weights on {devices}, not split over two GPUs"
+    seqs, probe, eq, controls = case(n, model.config.vocab_size, seed=5)
+    resid_sweep_multi(split, seqs, probe, [eq, *controls], batch_size=64, out_dtype=np.float32)
+    iv.answer_logprobs(split, seqs, [[p] for p in probe], batch_size=64)
+    out = generate_answers(split, [""] * n, n, 8, stop_at_newline=False, chat=False, prompt_ids=seqs)
+    sync()
+    return f"over GPUs {sorted(map(str, devices))}: knockout, logit baselines, {len(out)} generations"
 
 
 def main() -> int:
@@ -135,15 +224,21 @@ def main() -> int:
         f"{args.shape} ({args.dtype}, {device}): random weights in {time.perf_counter() - t0:.1f} s",
         flush=True,
     )
+    chat_lm = LoadedModel(model=lm.model, tokenizer=build_tokenizer("qwen3"), info=lm.info, device=device)
     failed = 0
     arrays = None
     stages = [
         ("generation", lambda: stage_generation(lm, args.n)),
+        ("chat + thinking", lambda: stage_chat_generation(chat_lm, min(args.n, 16))),
         ("extraction + knockout", lambda: stage_extraction(lm, args.n, args.dtype)),
         ("probes + check", lambda: stage_probes(arrays, args.n)),
+        ("interventions", lambda: stage_interventions(chat_lm, args.n)),
+        ("saliency", lambda: stage_saliency(lm, args.n)),
         ("MIN-K%", lambda: stage_mink(lm, min(args.n, 64))),
-        ("HF judge path", lambda: stage_judge(lm)),
+        ("HF judge", lambda: stage_judge(chat_lm)),
     ]
+    if torch.cuda.device_count() >= 2:
+        stages.append(("two-GPU split", lambda: stage_split(lm, chat_lm, min(args.n, 32), args.dtype)))
     for name, fn in stages:
         t = time.perf_counter()
         try:

@@ -66,7 +66,7 @@ SHAPES = {
             num_attention_heads=4,
             num_key_value_heads=2,
             vocab_size=1000,
-            max_position_embeddings=512,
+            max_position_embeddings=4096,  # a rubric prompt in the byte-level stand-in tokenizer: ~1500 ids
         ),
     ),
 }

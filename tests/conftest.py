@@ -73,6 +73,17 @@ def gemma(gemma_dir):
     return load_model(gemma_dir, "float32", threads=os.cpu_count())
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny matmuls (the twins): one torch thread is ~20x faster than two on a busy 2-core machine."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def shared_real() -> Path:
     if not SHARED_REAL.exists():

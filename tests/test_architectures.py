@@ -9,12 +9,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from test_mink import reference_scores
 from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.masking_utils import eager_mask
 from transformers.models.llama.modeling_llama import repeat_kv
 
 from truthflow import batching
-from truthflow.depth.mink import encode_for_scoring, min_k_percent, min_k_plus_plus, mink_column, score_texts
+from truthflow.depth.mink import score_texts
 from truthflow.generation import (
     build_prompt,
     encode_prompt,
@@ -33,13 +34,7 @@ MIN = torch.finfo(torch.float32).min
 FIRST_BYTE = len(SPECIAL)  # byte tokens: FIRST_BYTE .. FIRST_BYTE + 255
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny matmuls: one thread is ~20x faster than two on a busy 2-core machine (thread hand-off)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module", params=ARCHS)
@@ -282,27 +277,11 @@ TEXTS = [
 ]
 
 
-@torch.no_grad()
-def _mink_reference(lm, text, k_grid):
-    ids = encode_for_scoring(lm.tokenizer, text)
-    logp = torch.log_softmax(lm.model(torch.tensor([ids])).logits[0, :-1].double(), -1)
-    target = torch.tensor(ids[1:])
-    token_logp = logp[torch.arange(len(target)), target].numpy()
-    p = logp.exp()
-    mu = (p * logp).sum(-1)
-    sigma = ((p * logp**2).sum(-1) - mu**2).clamp_min(0).sqrt()
-    row = {"n_tokens": len(target)}
-    for k in k_grid:
-        row[mink_column(k)] = min_k_percent(token_logp, k)
-        row[mink_column(k, True)] = min_k_plus_plus(token_logp, mu.numpy(), sigma.numpy(), k)
-    return row
-
-
 def test_mink_equals_direct_log_softmax(twin):
     k_grid = [10, 20, 50]
     table = score_texts(twin, TEXTS, k_grid, batch_size=4, desc="test")
     for i, text in enumerate(TEXTS):
-        expected = _mink_reference(twin, text, k_grid)
+        expected = reference_scores(twin, text, k_grid)
         got = table.row(i, named=True)
         for col, value in expected.items():
             assert got[col] == pytest.approx(value, rel=1e-4, abs=1e-5), (text, col)

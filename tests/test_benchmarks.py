@@ -9,18 +9,25 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO
 
 # script and arguments -> what its figures look like
 RUNS = {
     "bench_generate.py": (
         ["--n", "8", "--max-new-tokens", "4", "--batch", "4", "--threads", "1"],
-        [r"project cold : +\d+ new tokens in .* tokens/s", r"plain +: +\d+ new tokens", r"identical answers 8/8"],
+        [
+            r"project cold : +\d+ new tokens in .* tokens/s",
+            r"plain +: +\d+ new tokens",
+            r"identical answers 8/8",
+        ],
     ),
     "bench_knockout.py": (
         ["--n", "8", "--batch", "4", "--naive-n", "2", "--length", "24", "--prefix", "8"],
-        [r"clean \+ E_Q: .* samples/s", r"reference, two masked batched passes: .* samples/s", r"peak memory"],
+        [
+            r"clean \+ E_Q: .* samples/s",
+            r"reference, two masked batched passes: .* samples/s",
+            r"peak memory",
+        ],
     ),
     "bench_depth.py": (
         ["--n", "8", "--batch", "4", "--max-new-tokens", "4"],

@@ -36,12 +36,7 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 FIRST_BYTE = len(SPECIAL)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _rand(n: int, seed: int) -> list[int]:

@@ -1,6 +1,7 @@
 """The parse-time memory plan (truthflow.memplan) on every model of the two paper configs: the public
 dimensions give the published parameter counts and a meta-device build's, the paper configs pass with a plan
-for every model, a 70B model on one GPU is refused with the numbers, and derived batch sizes follow the GPU."""
+for every model, a 70B model on one GPU is refused with the numbers, and derived batch sizes follow the
+GPU."""
 
 from __future__ import annotations
 
@@ -17,11 +18,14 @@ from truthflow.config import check_config
 from truthflow.errors import TruthflowError
 
 REPO = Path(__file__).resolve().parents[1]
-PAPERS = {p: yaml.safe_load((REPO / "configs" / f"{p}.yaml").read_text()) for p in ("paper-pathways", "paper-depth")}
+PAPERS = {
+    p: yaml.safe_load((REPO / "configs" / f"{p}.yaml").read_text()) for p in ("paper-pathways", "paper-depth")
+}
 ENV = {"OPENAI_API_KEY": "sk-test"}
 # published parameter counts (model cards / safetensors metadata), in billions
 PUBLISHED = {
-    "meta-llama/Llama-3.2-1B": 1.24, "meta-llama/Llama-3.2-3B": 3.21, "meta-llama/Llama-3.2-3B-Instruct": 3.21,
+    "meta-llama/Llama-3.2-1B": 1.24, "meta-llama/Llama-3.2-3B": 3.21,
+    "meta-llama/Llama-3.2-3B-Instruct": 3.21,
     "meta-llama/Meta-Llama-3-8B": 8.03, "meta-llama/Meta-Llama-3-8B-Instruct": 8.03,
     "meta-llama/Meta-Llama-3-70B": 70.6, "meta-llama/Meta-Llama-3-70B-Instruct": 70.6,
     "meta-llama/Llama-2-7b-chat-hf": 6.74, "meta-llama/Llama-2-13b-chat-hf": 13.0,
@@ -120,5 +124,7 @@ def test_kv_cache_term_is_the_models_own_cache():
     got = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
     per_token = memplan.predict(dims, "bfloat16", 1, 1, 1, 1)
     kv = 2 * dims.layers * dims.kv_heads * dims.head_dim * 2
-    assert got == kv * 37 and dims.params == pytest.approx(sum(p.numel() for p in lm.model.parameters()), rel=0.01)
+    assert got == kv * 37 and dims.params == pytest.approx(
+        sum(p.numel() for p in lm.model.parameters()), rel=0.01
+    )
     assert per_token["weights"] * memplan.GIB == dims.params * 2

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from truthflow.depth.mink import (
+    encode_for_scoring,
     k_label,
     min_k_percent,
     min_k_plus_plus,
@@ -124,7 +125,7 @@ def tiny_lm() -> LoadedModel:
 
 def reference_scores(lm: LoadedModel, text: str, k_grid: list[float]) -> dict:
     """Unbatched, in float64, with the definition's own formula for sigma."""
-    ids = [1] + lm.tokenizer(text)["input_ids"]
+    ids = encode_for_scoring(lm.tokenizer, text)
     with torch.no_grad():
         logits = lm.model(torch.tensor([ids])).logits[0, :-1].double()
     logp = torch.log_softmax(logits, -1)

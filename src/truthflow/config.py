@@ -239,8 +239,10 @@ def check_config(config: dict, configfiles: Iterable = (), environ: Mapping[str,
 
     1. a key given twice in a config file (check_config_files);
     2. `run` and the model and dataset names, which become paths (check_path_names);
-    3. the schema, then its defaults (check_schema, fill_defaults), then the per-model / per-dataset
-       defaults and each dataset's hub defaults (fill_entries);
+    3. the schema (check_schema); the memory plan (memplan.plan_memory: a model that cannot fit its declared
+       GPUs is refused; batch_size and token_budget, where not given, come from the plan); the schema's
+       defaults (fill_defaults), then the per-model / per-dataset defaults and each dataset's hub defaults
+       (fill_entries);
     4. names given elsewhere in the config are defined, once (check_names);
     5. local dataset files exist and are not empty, a local DepthQA graph is closed (check_local_sources);
     6. with depth models configured, the judge can run (depth.judge: backend, model, the API key in
@@ -248,10 +250,12 @@ def check_config(config: dict, configfiles: Iterable = (), environ: Mapping[str,
     """
     from .data import check_local_sources
     from .depth.judge import check_judge_config
+    from .memplan import plan_memory
 
     check_config_files(configfiles)
     check_path_names(config)
     check_schema(config)
+    plan_memory(config)
     fill_defaults(config)
     fill_entries(config)
     check_names(config)

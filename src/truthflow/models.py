@@ -151,6 +151,8 @@ def weights_key(spec: dict) -> dict:
     """What a prepared snapshot depends on: its source, the dtype of a GGUF conversion, PREPARE_VERSION.
     display_name, chat, batch_size, max_new_tokens, gpus, mem_mb... never touch it."""
     key = {"source": dict(spec["source"]), "prepare_version": PREPARE_VERSION}
+    if "twin" in spec["source"]:  # a twin's weights are what twins.py builds: keyed on its text, not imported
+        key["twins_py"] = hashlib.sha256(Path(__file__).with_name("twins.py").read_bytes()).hexdigest()[:12]
     if _converts(spec["source"]):
         dtype = spec.get("dtype") or "auto"
         key["dtype"] = "float32" if dtype == "auto" else DTYPES.get(dtype, dtype)
@@ -208,9 +210,10 @@ def _build(name: str, key: dict, store: Path) -> None:
         elif "local" in source:
             _from_local(name, source, tmp, key.get("dtype", "float32"))
         elif "twin" in source:
-            from .twins import save_twin
-
-            save_twin(source["twin"], tmp, tokenizer=_tokenizer_of(name, source["tokenizer"], tmp / "gguf"))
+            # imported by name: only preparation builds twins (keyed on twins.py's text), so the model jobs
+            # that import this module do not count twins.py as their code (common.smk's code())
+            twins = importlib.import_module(".twins", __package__)
+            twins.save_twin(source["twin"], tmp, tokenizer=_tokenizer_of(source["tokenizer"], tmp / "gguf"))
             shutil.rmtree(tmp / "gguf", ignore_errors=True)
         else:
             raise TruthflowError(f"model '{name}': source needs one of 'embedded', 'hub', 'local', 'twin'")
@@ -248,7 +251,7 @@ def _from_local(name: str, source: dict, tmp: Path, dtype: str) -> None:
         (tmp / item.name).symlink_to(target)
 
 
-def _tokenizer_of(name: str, ref: str, workdir: Path):
+def _tokenizer_of(ref: str, workdir: Path):
     """A twin's tokenizer: a directory's (a prepared model's), or an embedded package's, read from its GGUF
     as prepare_model reads it (no weights converted)."""
     from transformers import AutoTokenizer
@@ -356,7 +359,8 @@ def load_pretrained(source, dtype: str = "auto", gpus: int = 1, attn_implementat
     kwargs: dict = {"dtype": torch_dtype(dtype)}  # auto: bf16 on a GPU, fp32 on a CPU
     if device == "cpu" and kwargs["dtype"] == torch.float16:
         kwargs["dtype"] = torch.float32  # fp16 matmuls are slow or missing on CPUs
-    if device == "cpu" and kwargs["dtype"] == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+    bf16_cpu = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    if device == "cpu" and kwargs["dtype"] == torch.bfloat16 and not bf16_cpu:
         kwargs["dtype"] = torch.float32  # bf16 only where the CPU has it (AVX512-BF16, AMX), else emulated
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation

@@ -6,8 +6,9 @@ from truthflow.pathways.detection import detection_summary
 
 def _concat(paths, columns) -> pl.DataFrame:
     frames = [validate.read_parquet(p, columns) for p in paths]
-    frames = [f for f in frames if f.height]
-    return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+    filled = [f for f in frames if f.height]
+    # no rows anywhere (every pair undefined): an empty table that keeps its columns
+    return pl.concat(filled, how="diagonal_relaxed") if filled else frames[0]
 
 
 def _display(ds: str) -> str:

@@ -7,6 +7,13 @@ from truthflow import runlog, validate
 from truthflow.models import load_model
 from truthflow.pathways.extract import extract, locate_all
 
+_POS = pl.List(pl.Int64)
+EMPTY_SAMPLES = {"id": pl.String, "correct": pl.Boolean, "refusal": pl.Boolean, "eq_positions": _POS,
+                 "ea_positions": _POS, "probe_position": pl.Int64, "question_positions": _POS,
+                 "eq_text": pl.String, "ea_text": pl.String, "blocked_positions": _POS,
+                 "control_positions": pl.List(_POS), "control_matched": pl.Boolean, "n_eq": pl.Int64,
+                 "n_ea": pl.Int64}  # fmt: skip
+
 
 def main(sm):
     labels = ["id", "prompt", "answer", "prompt_ids", "answer_ids", "correct", "match_start", "refusal"]
@@ -86,7 +93,7 @@ def main(sm):
                 pl.Series("n_ea", [len(e) for e in kept["ea_positions"].to_list()], dtype=pl.Int64),
             ).drop("seq")
         else:
-            kept = pl.DataFrame(schema={"id": pl.String, "correct": pl.Boolean})
+            kept = pl.DataFrame(schema=EMPTY_SAMPLES)  # every column the later rules read
         for arr in (clean, ko, ctrl):
             arr.flush()
         del clean, ko, ctrl

@@ -23,7 +23,7 @@ def main(sm):
         ex.rows_frame([]),
         pl.DataFrame(schema={"layer": pl.Int64, "seed": pl.Int64, "auc": pl.Float64, "status": pl.String}),
         pl.DataFrame(schema={"method": pl.String, "seed": pl.Int64, "auc": pl.Float64, "status": pl.String}),
-        pl.DataFrame(schema={"id": pl.String}),
+        pl.DataFrame(schema={"id": pl.String, "group": pl.String, "correct": pl.Boolean}),
     )
     if samples.height == 0 or scores.height == 0 or deltap.height == 0:
         why = "no samples" if samples.height == 0 else "probe undefined (no ΔP rows)"

@@ -1,0 +1,209 @@
+"""Memory plan: each model job's peak GPU memory predicted from the model's config.json alone (arithmetic, no
+torch), checked against the GPUs the config declares before any job runs (config.check_config calls
+`plan_memory`), and the batch sizes that fill them.
+
+Dimensions: a `local:` source's config.json; else the public dimensions of the hub ids in
+schemas/model_dims.yaml (the paper configs' models: planned before any download); else the prepared
+resources/models/<name>/config.json, checked only (a value derived from it would change once the model is
+prepared and rerun its jobs). Nothing else is planned (embedded demo models and twins: tiny; other hub ids).
+
+Per GPU, in bytes (b: bytes per element of the dtype; a model split over g GPUs holds 1/g of its layers):
+
+  weights      P·b/g, P counted from the dims (embeddings, untied head, attention, gated MLP x experts)
+  KV cache     2·L·Hkv·hd·b/g per token
+  activations  (4·D + 3·I·k)·b per token, one layer at a time (k: routed experts per token, else 1)
+  mask         B·T²·b (the knockout sweep's 4D mask)
+  saliency     eager attention keeps every layer's probabilities [B, H, T, T] for the backward, and
+               torch.autograd.grad returns dL/dA for all layers at once: 2·L·B·H·T²·b/g; the graph's saved
+               activations L·B·T·(4·D + 3·I·k + 2·(H + 2·Hkv)·hd)·b/g; one layer's float32 softmax B·H·T²·4
+  head         0.625 GiB: float32 logits chunks (mink: 2^25 elements, three live) and the head's float32
+               conversion chunk (logits.HEAD_CHUNK_ELEMENTS)
+  overhead     1.5 GiB: CUDA context, cuBLAS/cuDNN workspaces
+
+Jobs: `generation` (generate_answers, answer_depthqa) at token_budget tokens: weights + (KV + activations) per
+token + head; `passes` (extract_pathways' knockout sweep, extract_experiments' passes, score_mink) at
+batch_size rows of ROW_TOKENS tokens: weights + (KV + activations) per token + mask + head; `saliency`
+(pathways models with experiments.saliency) at saliency_batch_size rows of ROW_TOKENS. A longer batch than
+planned backs off at run time (batching.run_batched halves it on an out-of-memory error).
+
+A model whose smallest jobs (one row; a token budget of one row) exceed gpu_mem_gb is refused with one line.
+Otherwise batch_size and token_budget, where the config leaves them out, become the largest powers of two
+whose jobs' working memory fills at most HEADROOM of what the weights leave of a GPU (capped at MAX_BATCH and
+MAX_BUDGET).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import yaml
+
+from .errors import TruthflowError
+
+DIMS_FILE = Path(__file__).resolve().parent / "schemas" / "model_dims.yaml"
+GIB = 2**30
+BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "auto": 2}  # auto: bf16 on a GPU
+ROW_TOKENS = 256  # tokens of a planned row: a QA prompt and its answer, a DepthQA question (most are < 128)
+HEAD_GIB = 0.625
+OVERHEAD_GIB = 1.5
+HEADROOM = 0.9  # share of the memory left beside the weights that a planned batch may fill
+MAX_BATCH = 256
+MAX_BUDGET = 2**18
+MIN_BUDGET = 64  # the schema's minimum token_budget
+DERIVED = ("batch_size", "token_budget")  # from the plan where the config leaves them out
+
+
+@dataclass(frozen=True)
+class Dims:
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    tied: bool = False
+    experts: int = 1
+    experts_per_token: int = 1
+
+    @classmethod
+    def of(cls, cfg: dict) -> Dims:
+        """From a config.json (a multimodal one's text_config)."""
+        cfg = cfg.get("text_config") or cfg
+        d, h = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+        return cls(
+            layers=int(cfg["num_hidden_layers"]),
+            hidden=d,
+            heads=h,
+            kv_heads=int(cfg.get("num_key_value_heads") or h),
+            head_dim=int(cfg.get("head_dim") or d // h),
+            intermediate=int(cfg["intermediate_size"]),
+            vocab=int(cfg["vocab_size"]),
+            tied=bool(cfg.get("tie_word_embeddings", False)),
+            experts=int(cfg.get("num_local_experts") or 1),
+            experts_per_token=int(cfg.get("num_experts_per_tok") or 1),
+        )
+
+    @property
+    def params(self) -> int:
+        attn = self.hidden * self.head_dim * 2 * (self.heads + self.kv_heads)  # q, o; k, v
+        mlp = self.experts * 3 * self.hidden * self.intermediate + (
+            self.hidden * self.experts if self.experts > 1 else 0
+        )
+        per_layer = attn + mlp + 2 * self.hidden  # two norms
+        return self.layers * per_layer + self.vocab * self.hidden * (1 if self.tied else 2) + self.hidden
+
+
+def predict(m: Dims, dtype: str, gpus: int, batch: int, budget: int, saliency_batch: int) -> dict[str, float]:
+    """Peak GiB per GPU of each job kind, and the weights' share."""
+    b, g, t = BYTES.get(dtype, 2), max(1, gpus), ROW_TOKENS
+    fixed = (HEAD_GIB + OVERHEAD_GIB) * GIB
+    weights = m.params * b / g
+    per_token = (
+        2 * m.layers * m.kv_heads * m.head_dim * b / g
+        + (4 * m.hidden + 3 * m.intermediate * m.experts_per_token) * b
+    )
+    saved = (
+        4 * m.hidden + 3 * m.intermediate * m.experts_per_token + 2 * (m.heads + 2 * m.kv_heads) * m.head_dim
+    )
+    saliency = saliency_batch * (
+        (2 * m.layers * m.heads * t * t * b + m.layers * t * saved * b) / g + m.heads * t * t * 4
+    )
+    out = {
+        "weights": weights,
+        "generation": fixed + weights + budget * per_token,
+        "passes": fixed + weights + batch * t * per_token + batch * t * t * b,
+        "saliency": fixed + weights + saliency,
+    }
+    return {k: v / GIB for k, v in out.items()}
+
+
+@cache
+def _table() -> dict:
+    return yaml.safe_load(DIMS_FILE.read_text())
+
+
+def dims_for(name: str, source: dict) -> tuple[Dims, bool] | None:
+    """(dims, whether batch sizes may be derived from them), or None where nothing is known."""
+    local = (
+        Path(source["local"]) / "config.json" if "local" in source and not source.get("gguf_file") else None
+    )
+    if local is not None and local.is_file():
+        return Dims.of(json.loads(local.read_text())), True
+    if source.get("hub") in _table():
+        return Dims.of(_table()[source["hub"]]), True
+    prepared = Path("resources", "models", name, "config.json")
+    if "hub" in source and prepared.is_file():
+        return Dims.of(json.loads(prepared.read_text())), False
+    return None
+
+
+def _largest(fits, low: int, high: int) -> int:
+    """The largest power of two in [low, high] that fits (low where none does)."""
+    best, x = low, low
+    while x <= high:
+        if fits(x):
+            best = x
+        x *= 2
+    return best
+
+
+def plan_model(name: str, spec: dict, dims: Dims, jobs: set[str], saliency_batch: int) -> dict:
+    """Refuse `name` when its smallest jobs exceed the GPU; else the batch_size and token_budget that fit
+    (the spec's own where it sets them) and the predicted peaks (GiB per GPU) at those."""
+    mem, gpus, dtype = float(spec["gpu_mem_gb"]), int(spec["gpus"]), spec["dtype"]
+
+    def smallest(g: int) -> float:
+        p = predict(dims, dtype, g, 1, ROW_TOKENS, 1)
+        return max(p[j] for j in jobs)
+
+    if smallest(gpus) > mem:
+        need = next((g for g in range(gpus + 1, 65) if smallest(g) <= mem), None)
+        weights = predict(dims, dtype, gpus, 1, 1, 1)["weights"]
+        hint = f"; {need} GPUs would hold it (models.{name}.gpus)" if need else ""
+        raise TruthflowError(
+            f"model '{name}' cannot fit: predicted peak {smallest(gpus):.1f} GiB per GPU (weights "
+            f"{weights:.1f} GiB over {gpus} GPU(s), {dtype}) exceeds the {mem:g} GiB available "
+            f"(models.{name}.gpu_mem_gb){hint}"
+        )
+    fixed = predict(dims, dtype, gpus, 0, 0, 0)["generation"]  # weights, head, overhead
+    cap = fixed + HEADROOM * (mem - fixed)
+    batch = spec.get("batch_size") or _largest(
+        lambda x: predict(dims, dtype, gpus, x, ROW_TOKENS, 1)["passes"] <= cap, 1, MAX_BATCH
+    )
+    budget = spec.get("token_budget") or _largest(
+        lambda x: predict(dims, dtype, gpus, 1, x, 1)["generation"] <= cap, MIN_BUDGET, MAX_BUDGET
+    )
+    at = predict(dims, dtype, gpus, batch, budget, saliency_batch)
+    return {"batch_size": batch, "token_budget": budget, "params": dims.params, "smallest": smallest(gpus),
+            **{k: at[k] for k in ("weights", *sorted(jobs))}}  # fmt: skip
+
+
+def plan_memory(config: dict) -> dict[str, dict]:
+    """check_config's memory step, on a valid config before its defaults are filled (so that what it leaves
+    out shows): refuses a model that cannot fit; sets batch_size and token_budget where the config leaves
+    them out and the dims may derive them. Returns the plans by model name."""
+    from .config import fill_defaults
+
+    full = fill_defaults(copy.deepcopy(config))
+    pw, exp = full["pathways"], full["pathways"]["experiments"]
+    plans = {}
+    for name, given in config["models"].items():
+        spec = {k: v for k, v in full["models"][name].items() if k in given or k not in DERIVED}
+        used = name in pw["models"] or name in full["depth"]["models"]
+        found = dims_for(name, spec["source"]) if used and spec["gpus"] else None
+        if found is None:
+            continue
+        dims, derive = found
+        jobs = {"generation", "passes"} | (
+            {"saliency"} if name in pw["models"] and exp["saliency"] else set()
+        )
+        plans[name] = plan = plan_model(name, spec, dims, jobs, exp["saliency_batch_size"])
+        if derive:
+            for key in DERIVED:
+                given.setdefault(key, plan[key])
+    return plans
