@@ -72,27 +72,11 @@ def check_schema(config: dict, schema_path: Path = SCHEMA) -> None:
 
 
 def fill_defaults(config: dict, schema_path: Path = SCHEMA) -> dict:
-    """The schema's `default:` values into `config`, in place, as snakemake.utils.validate(config, schema,
-    set_default=True) fills them (jsonschema's default-filling validator from its FAQ: every `properties` a
-    validation passes through sets its missing keys first, so a section's default {} gets the section's own
-    defaults). Two differences, neither seen by a valid config: each default is a copy (no two entries share
-    one dict), and a value that is not a mapping is left alone for the validation to refuse."""
-    from jsonschema import Draft202012Validator, validators
+    """The schema's `default:` values into `config`, in place: Snakemake's own validate(set_default=True).
+    check_schema runs first, so an invalid config has already been refused with one line naming the key."""
+    from snakemake.utils import validate
 
-    validate_properties = Draft202012Validator.VALIDATORS["properties"]
-
-    def set_defaults(validator, properties, instance, schema):
-        if isinstance(instance, dict):
-            for key, sub in properties.items():
-                if isinstance(sub, dict) and "default" in sub and key not in instance:
-                    instance[key] = copy.deepcopy(sub["default"])
-        yield from validate_properties(validator, properties, instance, schema)
-
-    filling = validators.extend(Draft202012Validator, {"properties": set_defaults})
-    schema = yaml.safe_load(Path(schema_path).read_text())
-    errors = list(filling(schema).iter_errors(config))
-    if errors:  # a valid config stays valid with its defaults: a default that breaks the schema is a bug
-        raise _schema_error(errors)
+    validate(config, str(schema_path), set_default=True)
     return config
 
 
@@ -229,6 +213,11 @@ def check_names(config: dict) -> None:
     if isinstance(layer, str) and layer != "auto" or isinstance(layer, int) and layer < 1:
         raise TruthflowError(
             f"config key 'pathways.experiments.layer' must be 'auto' or a layer number >= 1, got {layer!r}"
+        )
+    span = ps.get("check", {}).get("layers")
+    if isinstance(span, list) and span[0] > span[1]:
+        raise TruthflowError(
+            f"config key 'pathways.check.layers' is [from, to] with from <= to (1-based, inclusive), got {span}"
         )
 
 
