@@ -311,3 +311,12 @@ def test_missing_judge_key_stops_a_dry_run_at_parse_time(tmp_path):
     proc = snakemake(tmp_path, "-n", timeout=300)  # the variable is unset in the test environment
     out = refused_by_dry_run(tmp_path, proc, message)
     assert "answer_depthqa" not in out  # stopped before the DAG was built
+
+
+def test_reversed_check_layer_range_is_refused():
+    cfg = small_config()
+    cfg["pathways"]["check"] = {"layers": [20, 5]}
+    with pytest.raises(TruthflowError, match=r"'pathways.check.layers' is \[from, to\] with from <= to"):
+        check_config(cfg, environ={})
+    cfg["pathways"]["check"] = {"layers": [5, 20]}
+    check_config(cfg, environ={})  # the same range the right way round is taken
