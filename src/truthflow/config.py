@@ -217,7 +217,7 @@ def check_names(config: dict) -> None:
     span = ps.get("check", {}).get("layers")
     if isinstance(span, list) and span[0] > span[1]:
         raise TruthflowError(
-            f"config key 'pathways.check.layers' is [from, to] with from <= to (1-based, inclusive), got {span}"
+            f"config key 'pathways.check.layers' is [from, to] with from <= to (1-based), got {span}"
         )
 
 
