@@ -46,15 +46,13 @@ def float_logits(model, resid: torch.Tensor) -> torch.Tensor:
     x = x.to(w.device, dtype)
     # a head already in this dtype runs as one matmul; a bf16 head is converted a chunk of rows at a time
     step = w.shape[0] if w.dtype == dtype else max(1, HEAD_CHUNK_ELEMENTS // w.shape[1])
-    logits = torch.cat(
-        [
-            torch.nn.functional.linear(
-                x, w[i : i + step].to(dtype), None if b is None else b[i : i + step].to(dtype)
-            )
-            for i in range(0, w.shape[0], step)
-        ],
-        dim=-1,
-    )
+    parts = [
+        torch.nn.functional.linear(
+            x, w[i : i + step].to(dtype), None if b is None else b[i : i + step].to(dtype)
+        )
+        for i in range(0, w.shape[0], step)
+    ]
+    logits = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)  # one chunk: no [N, V] copy
     softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
     if softcap:
         logits = logits.div_(softcap).tanh_().mul_(softcap)
