@@ -38,7 +38,7 @@ def test_rehearsal_runs_every_paper_rule_on_the_four_twins(tmp_path):
     cfg = yaml.safe_load((ck / "configs" / "rehearsal.yaml").read_text())
     assert set(cfg["pathways"]["models"]) == set(cfg["depth"]["models"]) == set(TWINS)
     qa = cfg["pathways"]["datasets"]
-    assert set(qa) == set(registry.qa_names())
+    assert set(qa) < set(registry.qa_names()) and "hotpotqa" in qa  # the longest prompts are rehearsed
     res = ck / "results" / "rehearsal"
     for model, arch in TWINS.items():
         snap = ck / "resources" / "models" / model
