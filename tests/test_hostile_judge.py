@@ -13,6 +13,8 @@ import polars as pl
 import pytest
 from conftest import checkout_config, copy_run, small_config, snakemake, write_config
 
+from truthflow.depth.judge import OPENAI_WORKERS
+
 KEY_ENV = "TRUTHFLOW_HOSTILE_JUDGE_KEY"
 # shaped like no known credential, so only the value-based redaction can hide it
 SECRET = "tfkey-7Hq2x9LmWv4Rz8Kp3Nc6"
@@ -82,8 +84,13 @@ def depth_config(judge: dict, cfg: dict | None = None) -> dict:
 
 
 def openai_judge(base_url: str, **extra) -> dict:
-    return {"backend": "openai", "model": "judge-model", "base_url": base_url, "api_key_env": KEY_ENV,
-            "backoff_s": 0.01, **extra}  # fmt: skip
+    return {
+        "backend": "openai",
+        "model": "judge-model",
+        "base_url": base_url,
+        "api_key_env": KEY_ENV,
+        **extra,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +133,7 @@ def test_401_echoing_the_key_leaks_it_nowhere_and_fails_with_one_line(workdir, e
     assert log_errors == [error]
     assert "Traceback" not in rule_log.read_text()
     # deterministic: not retried; at most one request per worker was in flight when the first one failed
-    assert len(endpoint.bodies) <= 4
+    assert len(endpoint.bodies) <= OPENAI_WORKERS
     prompts = [b["messages"][-1]["content"] for b in endpoint.bodies]
     assert len(set(prompts)) == len(prompts)
 
@@ -135,7 +142,7 @@ def test_failed_verdicts_are_not_cached_and_forcerun_asks_again(workdir, endpoin
     monkeypatch.setenv(KEY_ENV, SECRET)
     cache = workdir / "resources" / "judge_cache" / f"{MODEL}.jsonl"
     cache.unlink(missing_ok=True)
-    write_config(workdir, depth_config(openai_judge(endpoint.base_url, reasks=0), checkout_config()))
+    write_config(workdir, depth_config(openai_judge(endpoint.base_url), checkout_config()))
     target = scores_target(workdir)
 
     endpoint.mode = (200, "I cannot grade this.")

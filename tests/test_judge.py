@@ -10,11 +10,9 @@ import re
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import polars as pl
 import pytest
-import yaml
 
 from truthflow.depth import judge
 from truthflow.depth.judge import f1_to_score, judge_all, normalize_text, parse_verdict, read_cache, token_f1
@@ -126,6 +124,7 @@ class FakeEndpoint:
                     payload = {"error": {"message": content.replace("{headers}", str(dict(self.headers)))}}
                 data = json.dumps(payload).encode()
                 self.send_response(status)
+                self.send_header("retry-after-ms", "10")  # the SDK's backoff honours it: fast tests
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -158,8 +157,13 @@ def key(monkeypatch) -> str:
 
 
 def openai_cfg(base_url: str, **extra) -> dict:
-    return {"backend": "openai", "base_url": base_url, "model": "judge-model", "api_key_env": KEY_ENV,
-            "backoff_s": 0.01, **extra}  # fmt: skip
+    return {
+        "backend": "openai",
+        "base_url": base_url,
+        "model": "judge-model",
+        "api_key_env": KEY_ENV,
+        **extra,
+    }
 
 
 def test_openai_good_verdict(endpoint, key, tmp_path) -> None:
@@ -179,21 +183,21 @@ def test_openai_good_verdict(endpoint, key, tmp_path) -> None:
         assert part in prompt
 
 
-def test_openai_malformed_verdict_is_reasked_then_missing_and_never_cached(endpoint, key, tmp_path) -> None:
+def test_openai_malformed_verdict_is_missing_and_never_cached(endpoint, key, tmp_path) -> None:
     endpoint.replies = [(200, "I would rather not grade this answer today.")]
     cache = tmp_path / "c.jsonl"
-    table = judge_all([ROW], openai_cfg(endpoint.base_url, reasks=2), cache, progress=False)
-    assert len(endpoint.requests) == 3  # first ask and two re-asks
+    table = judge_all([ROW], openai_cfg(endpoint.base_url), cache, progress=False)
+    assert len(endpoint.requests) == 1
     assert table["score"].to_list() == [None]
     assert table["reason"][0] == "unparseable verdict: I would rather not grade this answer today."
     assert not cache.exists() or cache.read_text() == ""  # a missing verdict is not cached
     # so the rerun asks again, and keeps the verdict once there is one
     endpoint.replies = [(200, "Now fine. [RESULT] 4")]
-    again = judge_all([ROW], openai_cfg(endpoint.base_url, reasks=2), cache, progress=False)
-    assert len(endpoint.requests) == 4
+    again = judge_all([ROW], openai_cfg(endpoint.base_url), cache, progress=False)
+    assert len(endpoint.requests) == 2
     assert again["cached"].to_list() == [False] and again["score"].to_list() == [4]
-    third = judge_all([ROW], openai_cfg(endpoint.base_url, reasks=2), cache, progress=False)
-    assert len(endpoint.requests) == 4 and third["cached"].to_list() == [True]
+    third = judge_all([ROW], openai_cfg(endpoint.base_url), cache, progress=False)
+    assert len(endpoint.requests) == 2 and third["cached"].to_list() == [True]
 
 
 def test_failed_verdicts_in_an_old_cache_are_asked_again(endpoint, key, tmp_path) -> None:
@@ -209,6 +213,7 @@ def test_failed_verdicts_in_an_old_cache_are_asked_again(endpoint, key, tmp_path
 
 
 def test_openai_rate_limit_is_retried(endpoint, key, tmp_path) -> None:
+    # the SDK's own retries (max_retries = depth.judge.retries)
     endpoint.replies = [(429, "slow down"), (503, "busy"), (200, "[RESULT] 5")]
     table = judge_all([ROW], openai_cfg(endpoint.base_url), tmp_path / "c.jsonl", progress=False)
     assert table["score"].to_list() == [5]
@@ -231,7 +236,7 @@ def test_openai_refused_connection_names_the_url(key, tmp_path) -> None:
         port = sock.getsockname()[1]
     base_url = f"http://127.0.0.1:{port}/v1"
     with pytest.raises(TruthflowError, match=re.escape(base_url)):
-        judge_all([ROW], openai_cfg(base_url), tmp_path / "c.jsonl", progress=False)
+        judge_all([ROW], openai_cfg(base_url, retries=1), tmp_path / "c.jsonl", progress=False)
 
 
 def test_openai_missing_key_names_the_variable(endpoint, monkeypatch, tmp_path) -> None:
@@ -246,7 +251,7 @@ def test_openai_cache_second_call_makes_no_request(endpoint, key, monkeypatch, t
     endpoint.replies = [(200, "Fine. [RESULT] 3")]
     rows = [ROW, {**ROW, "qid": "d1_q2", "answer": "Another answer."}]
     cache = tmp_path / "sub" / "c.jsonl"
-    first = judge_all(rows, openai_cfg(endpoint.base_url, workers=2), cache, progress=False)
+    first = judge_all(rows, openai_cfg(endpoint.base_url), cache, progress=False)
     assert len(endpoint.requests) == 2
     assert first["cached"].to_list() == [False, False]
     lines = [json.loads(line) for line in cache.read_text().splitlines()]
@@ -292,11 +297,10 @@ def test_openai_deterministic_error_fails_at_once_with_one_redacted_line(
     endpoint, key, tmp_path, status, content, hint
 ) -> None:
     endpoint.replies = [(status, content)]
-    rows = [ROW, {**ROW, "qid": "d1_q2", "answer": "Another answer."}]
     with pytest.raises(TruthflowError) as err:
-        judge_all(rows, openai_cfg(endpoint.base_url, workers=1), tmp_path / "c.jsonl", progress=False)
+        judge_all([ROW], openai_cfg(endpoint.base_url), tmp_path / "c.jsonl", progress=False)
     message = str(err.value)
-    assert len(endpoint.requests) == 1  # not retried, and the next row is not asked
+    assert len(endpoint.requests) == 1  # not retried
     assert f"{endpoint.base_url}/chat/completions answered HTTP {status} (not retried)" in message
     assert hint in message and "\n" not in message
     assert key not in message
@@ -308,8 +312,8 @@ def test_openai_deterministic_error_stops_every_worker(endpoint, key, tmp_path) 
     endpoint.replies = [(401, "no")]
     rows = [{**ROW, "qid": f"q{i}", "answer": f"Answer {i}."} for i in range(40)]
     with pytest.raises(TruthflowError, match="HTTP 401"):
-        judge_all(rows, openai_cfg(endpoint.base_url, workers=4), tmp_path / "c.jsonl", progress=False)
-    assert len(endpoint.requests) <= 4  # only those in flight when the first failed
+        judge_all(rows, openai_cfg(endpoint.base_url), tmp_path / "c.jsonl", progress=False)
+    assert len(endpoint.requests) <= judge.OPENAI_WORKERS  # only those in flight when the first failed
 
 
 def test_openai_base_url_from_environment_and_config_overrides_it(
@@ -369,8 +373,8 @@ def test_cache_key_covers_everything_that_can_change_a_verdict(monkeypatch) -> N
             variants[name] = key()
     assert base not in variants.values()
     assert len(set(variants.values())) == len(variants)
-    # settings that cannot change a verdict keep the key: the endpoint, workers, retries, timeouts
-    assert key(base_url="http://elsewhere/v1", workers=9, retries=0, reasks=0, timeout_s=1) == base
+    # settings that cannot change a verdict keep the key: the endpoint, retries, timeouts
+    assert key(base_url="http://elsewhere/v1", retries=0, timeout_s=1) == base
 
 
 def test_parser_change_needs_a_new_parser_version() -> None:
@@ -378,17 +382,6 @@ def test_parser_change_needs_a_new_parser_version() -> None:
     # then asked again) and update both values here
     source = inspect.getsource(judge.parse_verdict) + judge._RESULT.pattern + judge._INTEGER.pattern
     assert (judge.PARSER_VERSION, hashlib.sha256(source.encode()).hexdigest()[:12]) == (1, PARSER_DIGEST)
-
-
-def test_judge_settings_agree_with_the_schema() -> None:
-    schema = yaml.safe_load(
-        (Path(__file__).resolve().parents[1] / "src/truthflow/schemas/config.schema.yaml").read_text()
-    )
-    section = schema["properties"]["depth"]["properties"]["judge"]
-    assert section["additionalProperties"] is False
-    assert {
-        k: v.get("default", "NO DEFAULT") for k, v in section["properties"].items()
-    } == judge.JUDGE_DEFAULTS
 
 
 def test_judge_code_reads_no_key_outside_the_schema() -> None:

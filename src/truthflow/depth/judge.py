@@ -2,10 +2,8 @@
 
 Backends: `reference` (token-F1, offline, deterministic), `openai` (any OpenAI-compatible chat endpoint) and
 `hf` (a local transformers model). The LLM backends share one absolute-grading rubric prompt in the style of
-DepthQA / Prometheus: feedback, then `[RESULT] <1-5>`.
-
-Settings are the `depth.judge` section of the config; `JUDGE_DEFAULTS` lists every key this module reads, with
-the defaults of src/truthflow/schemas/config.schema.yaml (a test keeps the two equal).
+DepthQA / Prometheus: feedback, then `[RESULT] <1-5>`. Settings are the `depth.judge` section of the config,
+its defaults those of the schema (JUDGE_DEFAULTS).
 """
 
 from __future__ import annotations
@@ -24,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
+import yaml
 from tqdm.auto import tqdm
 
 from ..errors import TruthflowError
@@ -32,22 +31,10 @@ from ..text import normalize_text
 
 BACKENDS = ("reference", "openai", "hf")
 REFERENCE_MODEL = "token-f1"
-JUDGE_DEFAULTS: dict = {
-    "backend": "reference",
-    "model": None,  # openai: model name; hf: model dir or hub id
-    "base_url": None,  # openai: None = $OPENAI_BASE_URL, else https://api.openai.com/v1
-    "api_key_env": "OPENAI_API_KEY",  # openai: variable holding the key; None = the endpoint takes no key
-    "max_new_tokens": 256,  # both LLM backends
-    "reasks": 2,  # openai: asks again after an unparseable verdict
-    "retries": 5,  # openai: retries after a network error, HTTP 429 or 5xx
-    "backoff_s": 2.0,  # openai: first wait before a retry; doubles each time, up to 60 s
-    "timeout_s": 120.0,  # openai: per request
-    "workers": 4,  # openai: requests in flight
-    "batch_size": 8,  # hf
-    "dtype": "auto",  # hf
-    # hf: extra chat-template variables; a template with enable_thinking (Qwen3) gets False unless set here
-    "chat_template_kwargs": {},
-}
+SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
+_JUDGE_SCHEMA = yaml.safe_load(SCHEMA.read_text())["properties"]["depth"]["properties"]["judge"]["properties"]
+JUDGE_DEFAULTS: dict = {key: spec["default"] for key, spec in _JUDGE_SCHEMA.items()}
+OPENAI_WORKERS = 4  # requests in flight
 # bump when parse_verdict reads a text differently: cached verdicts of the old parser are then asked again
 PARSER_VERSION = 1
 
@@ -137,13 +124,13 @@ def parse_verdict(text: str | None) -> int | None:
     return None
 
 
-def _feedback(text: str) -> str:
+def read_verdict(text: str | None) -> Verdict:
+    """The score and the feedback before `[RESULT]`; an unparseable text is a verdict without a score."""
+    score = parse_verdict(text)
+    if score is None:
+        return Verdict(None, f"unparseable verdict: {(text or '').strip()[:80]}", text)
     head = re.split(r"\[RESULT\]", text, flags=re.IGNORECASE)[0]
-    return re.sub(r"^\s*feedback\s*:\s*", "", head, flags=re.IGNORECASE).strip()
-
-
-def _unparseable(text: str | None) -> Verdict:
-    return Verdict(None, f"unparseable verdict: {(text or '').strip()[:80]}", text)
+    return Verdict(score, re.sub(r"^\s*feedback\s*:\s*", "", head, flags=re.IGNORECASE).strip(), text)
 
 
 # ---------------------------------------------------------------- settings and backends
@@ -167,21 +154,17 @@ def judge_model_name(cfg: Mapping) -> str:
     return str(cfg["model"])
 
 
-def _missing_key(key_env: str) -> str:
-    return (
-        f"depth.judge.backend 'openai' needs an API key, but ${key_env} is not set "
-        f"(depth.judge.api_key_env: {key_env}): export {key_env}=<key>, or set depth.judge.api_key_env to "
-        f"the variable that holds it (null for an endpoint that takes no key)"
-    )
-
-
 def check_judge_config(judge_cfg: Mapping, environ: Mapping[str, str]) -> None:
     """Raise TruthflowError, naming the config key or variable, when the judge cannot run as configured."""
     settings = judge_settings(judge_cfg)
     judge_model_name(settings)
     key_env = settings["api_key_env"]
     if settings["backend"] == "openai" and key_env and not environ.get(key_env):
-        raise TruthflowError(_missing_key(key_env))
+        raise TruthflowError(
+            f"depth.judge.backend 'openai' needs an API key, but ${key_env} is not set "
+            f"(depth.judge.api_key_env: {key_env}): export {key_env}=<key>, or set depth.judge.api_key_env "
+            f"to the variable that holds it (null for an endpoint that takes no key)"
+        )
 
 
 class ReferenceJudge:
@@ -194,7 +177,7 @@ class ReferenceJudge:
             yield i, Verdict(f1_to_score(f1), f"token-F1 {f1:.3f}")
 
 
-def _one_line(value: object, limit: int = 300) -> str:
+def _one_line(value: object, limit: int = 200) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
     return redact(" ".join(str(text).split()))[:limit]
 
@@ -202,77 +185,41 @@ def _one_line(value: object, limit: int = 300) -> str:
 class OpenAIJudge:
     """Chat completions at any OpenAI-compatible endpoint (`openai` SDK), rubric prompt, temperature 0.
 
-    One retry policy: a network error, HTTP 429 or 5xx is retried `retries` times with exponential backoff;
-    any other error (401, 400, an unknown model) stops the job at once with one line naming the endpoint and
-    the status.
+    The SDK retries a network error, a timeout, HTTP 408/409/429 and 5xx `retries` times (exponential backoff,
+    Retry-After honoured); any other error (401, 400, an unknown model) stops the job with one line naming
+    the endpoint and the status.
     """
 
     def __init__(self, cfg: Mapping) -> None:
         try:
             import openai
-            import tenacity
-        except ImportError as exc:
+        except ImportError:
             raise TruthflowError(
-                f"depth.judge.backend 'openai' needs the packages openai and tenacity ({exc.name} is "
-                f"missing): pip install openai tenacity"
+                "depth.judge.backend 'openai' needs the package openai: pip install openai"
             ) from None
-
         settings = judge_settings(cfg)
-        self.model = judge_model_name(settings)
-        self.key_env = settings["api_key_env"]
-        key = None
-        if self.key_env:
-            key = os.environ.get(self.key_env)
-            if not key:
-                raise TruthflowError(_missing_key(self.key_env))
-            add_secret(key)
+        check_judge_config(settings, os.environ)
+        self.model, self.key_env = str(settings["model"]), settings["api_key_env"]
+        key = os.environ[self.key_env] if self.key_env else None
+        add_secret(key)
         self.client = openai.OpenAI(
             # a placeholder, never None: with None the SDK would send $OPENAI_API_KEY to a keyless endpoint
             api_key=key or "no-key",
             base_url=settings["base_url"] or None,  # None: $OPENAI_BASE_URL, else api.openai.com
-            max_retries=0,  # the retries are ours, below
+            max_retries=int(settings["retries"]),
             timeout=float(settings["timeout_s"]),
         )
         self.url = str(self.client.base_url).rstrip("/") + "/chat/completions"
         self.max_new_tokens = int(settings["max_new_tokens"])
-        self.reasks = int(settings["reasks"])
         self.tries = int(settings["retries"]) + 1
-        self.workers = max(1, int(settings["workers"]))
-        self.failed: TruthflowError | None = None
         self.openai = openai
-        self.retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception(self._transient),
-            stop=tenacity.stop_after_attempt(self.tries),
-            wait=tenacity.wait_exponential(multiplier=float(settings["backoff_s"]), max=60),
-            before_sleep=self._log_retry,
-            reraise=True,
-        )
-        for name in ("openai", "httpx", "httpx2", "httpcore"):  # no line per request in the rule log
+        for name in ("httpx", "httpx2", "httpcore"):  # no line per request in the rule log
             logging.getLogger(name).setLevel(logging.WARNING)
-
-    def _transient(self, exc: BaseException) -> bool:
-        if isinstance(exc, self.openai.APIConnectionError):  # timeouts included
-            return True
-        return isinstance(exc, self.openai.APIStatusError) and (
-            exc.status_code == 429 or exc.status_code >= 500
-        )
-
-    def _log_retry(self, state) -> None:
-        exc = state.outcome.exception()
-        what = f"HTTP {exc.status_code}" if isinstance(exc, self.openai.APIStatusError) else "no connection"
-        logging.getLogger(__name__).warning(
-            "judge endpoint %s: %s on try %d of %d; next try in %.1f s",
-            self.url,
-            what,
-            state.attempt_number,
-            self.tries,
-            state.next_action.sleep,
-        )
 
     def _error(self, exc: Exception) -> TruthflowError:
         if isinstance(exc, self.openai.APIStatusError):
             status = exc.status_code
-            if self._transient(exc):
+            if status in (408, 409, 429) or status >= 500:  # the statuses the SDK retries
                 head = f"still answers HTTP {status} after {self.tries} tries"
             else:
                 head = f"answered HTTP {status} (not retried)"
@@ -283,67 +230,38 @@ class OpenAIJudge:
             body = exc.body if exc.body is not None else exc.response.text
             if isinstance(body, dict) and isinstance(body.get("message"), str):
                 body = body["message"]  # an OpenAI-style {"error": {"message": ...}}
-            return TruthflowError(f"judge endpoint {self.url} {head}: {_one_line(body, 200)}")
-        if isinstance(exc, self.openai.APIConnectionError):
-            reason = _one_line(exc.__cause__ or exc, 200)
+            return TruthflowError(f"judge endpoint {self.url} {head}: {_one_line(body)}")
+        if isinstance(exc, self.openai.APIConnectionError):  # timeouts included
             return TruthflowError(
-                f"judge endpoint {self.url} is unreachable after {self.tries} tries ({reason}); "
-                f"check depth.judge.base_url"
+                f"judge endpoint {self.url} is unreachable after {self.tries} tries "
+                f"({_one_line(exc.__cause__ or exc)}); check depth.judge.base_url"
             )
-        return TruthflowError(
-            f"judge endpoint {self.url} gave an unusable answer: {_one_line(str(exc), 200)}"
-        )
-
-    def ask(self, messages: list[dict]) -> str | None:
-        if self.failed:  # another worker hit an error that no retry cures: ask nothing more
-            raise self.failed
-        try:
-            reply = self.retrying(
-                self.client.chat.completions.create,
-                model=self.model,
-                messages=messages,
-                temperature=0,
-                max_tokens=self.max_new_tokens,
-            )
-        except self.openai.OpenAIError as exc:
-            self.failed = self.failed or self._error(exc)
-            raise self.failed from None
-        try:
-            return reply.choices[0].message.content
-        except (AttributeError, IndexError, TypeError):
-            detail = _one_line(reply, 200)
-            raise TruthflowError(
-                f"judge endpoint {self.url} answered without choices[0].message.content: {detail}"
-            ) from None
+        return TruthflowError(f"judge endpoint {self.url} gave an unusable answer: {_one_line(str(exc))}")
 
     def one(self, row: dict) -> Verdict:
-        messages = [
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {
-                "role": "user",
-                "content": build_rubric_prompt(row["question"], row["answer"], row["reference"]),
-            },
-        ]
-        text = None
-        for _ in range(self.reasks + 1):
-            text = self.ask(messages)
-            score = parse_verdict(text)
-            if score is not None:
-                return Verdict(score, _feedback(text), text)
-        return _unparseable(text)
+        prompt = build_rubric_prompt(row["question"], row["answer"], row["reference"])
+        messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": prompt}]
+        try:
+            reply = self.client.chat.completions.create(
+                model=self.model, messages=messages, temperature=0, max_tokens=self.max_new_tokens
+            )
+        except self.openai.OpenAIError as exc:
+            raise self._error(exc) from None
+        try:
+            return read_verdict(reply.choices[0].message.content)
+        except (AttributeError, IndexError, TypeError):
+            raise TruthflowError(
+                f"judge endpoint {self.url} answered without choices[0].message.content: {_one_line(reply)}"
+            ) from None
 
     def verdicts(self, rows: list[dict]) -> Iterator[tuple[int, Verdict]]:
-        if self.workers == 1 or len(rows) < 2:
-            for i, row in enumerate(rows):
-                yield i, self.one(row)
-            return
-        pool = ThreadPoolExecutor(max_workers=self.workers)
+        pool = ThreadPoolExecutor(max_workers=OPENAI_WORKERS)
         try:
             futures = {pool.submit(self.one, row): i for i, row in enumerate(rows)}
             # as they finish, so a slow request never holds finished verdicts out of the cache
             for future in as_completed(futures):
                 yield futures[future], future.result()
-        finally:
+        finally:  # an error stops the job: the queued requests are never sent
             pool.shutdown(wait=True, cancel_futures=True)
 
 
@@ -368,7 +286,7 @@ class HFJudge:
         try:  # a hub id or a plain directory: the same device assignment as the model jobs
             model, tokenizer, device = load_pretrained(self.model_id, dtype)
         except OSError as exc:
-            detail = _one_line(str(exc))
+            detail = _one_line(str(exc), 300)
             raise TruthflowError(
                 f"depth.judge.model '{self.model_id}' cannot be loaded (dir or hub id?): {detail}"
             ) from None
@@ -407,15 +325,7 @@ class HFJudge:
                 desc=f"judge {self.model_id}",
             )
             for offset, out in enumerate(outs):
-                text = out["answer"]
-                score = parse_verdict(text)
-                yield start + offset, Verdict(score, _feedback(text), text) if score else _unparseable(text)
-
-
-def make_judge(cfg: Mapping):
-    settings = judge_settings(cfg)
-    judge_model_name(settings)
-    return {"reference": ReferenceJudge, "openai": OpenAIJudge, "hf": HFJudge}[settings["backend"]](settings)
+                yield start + offset, read_verdict(out["answer"])
 
 
 # ---------------------------------------------------------------- cache and driver
@@ -473,13 +383,6 @@ def read_cache(cache_path: str | Path) -> dict[str, dict]:
     return cache
 
 
-def _check_rows(rows: list[dict]) -> None:
-    for i, row in enumerate(rows):
-        missing = [f for f in ("qid", "question", "answer", "reference") if f not in row]
-        if missing:
-            raise TruthflowError(f"judge row #{i} (qid {row.get('qid')!r}) lacks field(s) {missing}")
-
-
 def judge_all(
     rows: Iterable[dict], backend_cfg: Mapping, cache_path: str | Path, progress: bool = True
 ) -> pl.DataFrame:
@@ -490,7 +393,10 @@ def judge_all(
     backend is only built when something is uncached.
     """
     rows = list(rows)
-    _check_rows(rows)
+    for i, row in enumerate(rows):
+        missing = [f for f in ("qid", "question", "answer", "reference") if f not in row]
+        if missing:
+            raise TruthflowError(f"judge row #{i} (qid {row.get('qid')!r}) lacks field(s) {missing}")
     settings = judge_settings(backend_cfg)
     backend = settings["backend"]
     method = judge_method(settings)
@@ -499,11 +405,11 @@ def judge_all(
     cached_before = set(cache)
     todo: dict[str, dict] = {}
     for key, row in zip(keys, rows, strict=True):
-        if key not in cache and key not in todo:
-            todo[key] = row
+        if key not in cache:
+            todo.setdefault(key, row)
     verdicts = dict(cache)
     if todo:
-        judge = make_judge(settings)
+        judge = {"reference": ReferenceJudge, "openai": OpenAIJudge, "hf": HFJudge}[backend](settings)
         Path(cache_path).parent.mkdir(parents=True, exist_ok=True)
         pending = list(todo.items())
         with (
@@ -527,19 +433,9 @@ def judge_all(
                     handle.flush()
                     os.fsync(handle.fileno())
                 bar.update(1)
-    return pl.DataFrame(
-        {
-            "qid": [r["qid"] for r in rows],
-            "score": [verdicts[k]["score"] for k in keys],
-            "reason": [verdicts[k]["reason"] for k in keys],
-            "backend": [backend] * len(rows),
-            "cached": [k in cached_before for k in keys],
-        },
-        schema={
-            "qid": pl.Utf8,
-            "score": pl.Int64,
-            "reason": pl.Utf8,
-            "backend": pl.Utf8,
-            "cached": pl.Boolean,
-        },
-    )
+    schema = {"qid": pl.Utf8, "score": pl.Int64, "reason": pl.Utf8, "backend": pl.Utf8, "cached": pl.Boolean}
+    table = [
+        (row["qid"], verdicts[key]["score"], verdicts[key]["reason"], backend, key in cached_before)
+        for row, key in zip(rows, keys, strict=True)
+    ]
+    return pl.DataFrame(table, schema=schema, orient="row")
