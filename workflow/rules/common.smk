@@ -1,17 +1,14 @@
-import ast
 import functools
+import modulefinder
 import os
-import re
 import sys
-import textwrap
 from pathlib import Path
 
 SRC = str(Path(workflow.basedir) / "src")
 sys.path.insert(0, SRC)
 # script jobs (local, SLURM or in a conda env) import the package from this checkout
-_env = dict(os.environ)
-os.environ.update(
-    PYTHONPATH=os.pathsep.join(filter(None, [SRC, _env.get("PYTHONPATH")]))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    filter(None, [SRC, os.environ.get("PYTHONPATH")])
 )
 
 from truthflow import registry  # noqa: E402
@@ -22,39 +19,48 @@ RUN = config["run"]
 MODELS = list(config["models"])
 # the configured QA sets, in registry order (src/truthflow/registry.py holds every dataset's knowledge)
 QA = [d for d in registry.qa_names() if d in config["datasets"]]
-PKG = Path(workflow.basedir) / "src" / "truthflow"
 
 
-def _given_cores():
-    """--cores of this invocation, or None where there is none (--report, --list-rules, a cluster run)."""
+def _local_cores():
+    """--cores of a local run; None for a cluster run or an invocation without cores (--report)."""
     try:
-        return workflow.cores
+        cores = workflow.cores
     except WorkflowError:
         return None
-
-
-def _given_gpus():
-    """K of --resources gpu=K, or None where it is not given."""
-    value = workflow.global_resources.get("gpu")
-    value = getattr(value, "value", value)
-    return value if isinstance(value, int) and value > 0 else None
+    return cores if isinstance(cores, int) and cores < 1024 else None
 
 
 # model jobs share the local cores by slots (scheduling.model_slots); cluster profiles set their threads with
 # set-threads (every rule with a `gpu` resource), and torch then uses those
-_cores = _given_cores()
-_cores = (
-    _cores if isinstance(_cores, int) and _cores < 1024 else None
-)  # None: a cluster run
+_cores = _local_cores()
+_gpus = workflow.global_resources.get("gpu")  # --resources gpu=K
+_gpus = getattr(_gpus, "value", _gpus)
+_gpu_machine = any(Path("/dev").glob("nvidia[0-9]*"))
 MODEL_THREADS = model_threads(
-    _cores, model_slots(_given_gpus(), any(Path("/dev").glob("nvidia[0-9]*")))
+    _cores,
+    model_slots(_gpus if isinstance(_gpus, int) and _gpus > 0 else None, _gpu_machine),
 )
 _cpus = (
-    len(os.sched_getaffinity(0))
-    if hasattr(os, "sched_getaffinity")
-    else os.cpu_count() or 1
+    len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 )
 TORCH_THREADS = torch_threads(MODEL_THREADS, _cores, _cpus)
+
+
+def model_spec(model):
+    return config["models"][model]
+
+
+def model_gpus(wildcards):
+    return model_spec(wildcards.model)["gpus"]
+
+
+# the other resources of every model job (each rule names its `gpu` resource, which the SLURM profiles key on)
+MODEL_RESOURCES = dict(
+    torch_threads=TORCH_THREADS,
+    mem_mb=lambda w: model_spec(w.model)["mem_mb"],
+    runtime=lambda w: model_spec(w.model)["runtime"],
+    batch_size=lambda w: model_spec(w.model)["batch_size"],
+)
 
 
 def res(*parts):
@@ -68,82 +74,31 @@ def checkout_path(*parts):
     return os.path.relpath(Path(workflow.basedir, *parts), Path.cwd())
 
 
-def _module_file(dotted):
-    """The file of a truthflow module or package, or None (an attribute, or not truthflow)."""
-    parts = dotted.split(".")
-    if parts[0] != "truthflow":
-        return None
-    base = PKG.joinpath(*parts[1:])
-    for path in (base.with_suffix(".py"), base / "__init__.py"):
-        if len(parts) > 1 and path.is_file():
-            return path
-    return PKG / "__init__.py" if len(parts) == 1 else None
-
-
-def _imported_modules(source, module=None, where="a rule"):
-    """Dotted truthflow modules a source imports anywhere (lazy imports inside functions count).
-
-    module: its own dotted name (a package's: <package>.__init__), for relative imports.
-    """
-    try:
-        tree = ast.parse(source)
-    except SyntaxError as exc:
-        raise WorkflowError(f"cannot read the imports of {where}: {exc}")
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                package = (module or "").split(".")[: -node.level]
-                base = ".".join(package + ([base] if base else []))
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
-    return {name for name in found if _module_file(name)}
-
-
 @functools.cache
-def _module_closure(source, where):
-    """Files of the truthflow modules a source imports, transitively, with their parent packages."""
-    files, todo = set(), list(_imported_modules(source, where=where))
-    while todo:
-        parts = todo.pop().split(".")
-        for i in range(1, len(parts) + 1):
-            name = ".".join(parts[:i])
-            path = _module_file(name)
-            if path and path not in files:
-                files.add(path)
-                own = f"{name}.__init__" if path.name == "__init__.py" else name
-                todo.extend(_imported_modules(path.read_text(), own, str(path)))
-    return tuple(sorted(files))
+def _script_modules(script):
+    """The truthflow files a script imports, transitively (imports inside functions count)."""
+    finder = modulefinder.ModuleFinder(path=[SRC])
+    finder.run_script(script)
+    files = {
+        m.__file__
+        for name, m in finder.modules.items()
+        if name.split(".")[0] == "truthflow"
+    }
+    return sorted(os.path.relpath(f, Path.cwd()) for f in files if f)
 
 
 class _RuleCode:
-    """Input function: the package modules that the rule's script (or run block) imports, transitively."""
+    """Input function: the package modules that the rule's script imports (Snakemake tracks the script's own
+    code only; tests/test_cache.py::test_module_edit_reruns_exactly_its_importers)."""
 
     def __call__(self, wildcards):
-        job_rule = next(
-            r for r in workflow.rules if any(item is self for item in r.input)
-        )
-        if job_rule.script:
-            script = Path(job_rule.script)
-            if not script.is_absolute():
-                script = Path(job_rule.snakefile).parent / script
-            source, where = script.read_text(), str(script)
-        elif job_rule.shellcmd is None and job_rule.run_func_src:
-            # a run: block counts the imports it makes itself
-            source = textwrap.dedent(job_rule.run_func_src)
-            where = f"the run: block of rule {job_rule.name}"
-        else:
-            return []
-        files = _module_closure(source, where)
-        return [os.path.relpath(path, Path.cwd()) for path in files]
+        job_rule = next(r for r in workflow.rules if any(i is self for i in r.input))
+        return _script_modules(str(Path(job_rule.snakefile).parent / job_rule.script))
 
 
 def code():
-    """The `code=` input of a rule: every truthflow module its script imports (directly or not), relative
-    to the working directory, so editing one reruns exactly the jobs that import it."""
+    """The `code=` input of a rule: every truthflow module its script imports, so that editing one reruns
+    exactly the jobs that import it."""
     return _RuleCode()
 
 
@@ -151,19 +106,10 @@ def model_dir(wildcards=None, model=None):
     return f"resources/models/{model or wildcards.model}"
 
 
-def model_spec(model):
-    return config["models"][model]
-
-
-def local_source(kind, name):
-    """A local dataset/model source as input, so editing the file reruns what depends on it."""
-    src = config[kind][name]["source"]
+def local_source(name):
+    """A local dataset source as input, so editing the file reruns what depends on it."""
+    src = config["datasets"][name]["source"]
     return [src["local"]] if "local" in src and Path(src["local"]).exists() else []
-
-
-def gpu_resources(model):
-    spec = model_spec(model)
-    return {"gpu": spec["gpus"], "mem_mb": spec["mem_mb"], "runtime": spec["runtime"]}
 
 
 def qa_pairs():
@@ -172,59 +118,70 @@ def qa_pairs():
     return [(m, d) for m in models for d in QA]
 
 
-def all_targets():
-    targets = [res("tables", "accuracy.tsv")] if qa_pairs() else []
+def pw_pairs():
+    """(model, dataset) pairs of the pathways analysis, in one order for every aggregate."""
     pw = config["pathways"]
-    if pw["models"] and pw["datasets"]:
-        targets += [
-            res("tables", "pathways_summary.parquet"),
-            res("tables", "dropped_samples.tsv"),
-        ]
-        for pair in config["figures"]["pathways"]:
-            targets += [
-                res("figures", f"{fig}_{pair_name(pair)}.png")
-                for fig in (
-                    "pathways",
-                    "pathways_control",
-                    "pathways_check",
-                    "probe_auc",
-                )
-            ]
-            targets += [
-                res("figures", f"experiment_{fig}_{pair_name(pair)}.png")
-                for fig in EXPERIMENT_FIGURES
-            ]
-    if config["depth"]["models"]:
-        targets += [
-            res("tables", "depth_per_question.parquet"),
-            res("tables", "depth_pooled_by_depth.tsv"),
-        ]
-        if config["figures"]["depth"]:
-            targets += [
-                res("figures", "depth_mink_boxes.png"),
-                res("figures", "depth_score_gap_density.png"),
-            ]
+    return [(m, d) for m in pw["models"] for d in pw["datasets"]]
+
+
+def pw_dir(*parts):
+    return res("pathways", "{model}", "{dataset}", *parts)
+
+
+def pw_inputs(name):
+    return [res("pathways", m, d, name) for m, d in pw_pairs()]
+
+
+def depth_dir(*parts):
+    return res("depth", "{model}", *parts)
+
+
+def optional_input(part, path):
+    """An analysis's table as input only when that analysis is configured."""
+    active = pw_pairs() if part == "pathways" else config["depth"]["models"]
+    return [path] if active else []
+
+
+def judge_model_input():
+    """The hf judge's model as input where depth.judge.model is a configured model's resources/models/<name>."""
+    judge = config["depth"]["judge"]
+    path = Path(str(judge.get("model")))
+    prepared = path.parent == Path("resources/models") and path.name in config["models"]
+    return [model_dir(model=path.name)] if judge["backend"] == "hf" and prepared else []
+
+
+def gpu_jobs():
+    """(rule, wildcards) of every model job in the DAG, in the benchmark table's row order."""
+    jobs = [("generate_answers", dict(model=m, dataset=d)) for m, d in qa_pairs()]
+    for name in ("extract_pathways", "extract_experiments"):
+        jobs += [(name, dict(model=m, dataset=d)) for m, d in pw_pairs()]
+    for m in config["depth"]["models"]:
+        jobs += [(name, dict(model=m)) for name in ("score_mink", "answer_depthqa")]
+    return jobs
+
+
+def all_targets():
+    """Every output of the configured analyses, read off the rules that make them."""
+    depth = config["depth"]["models"]
+    made = [rules.accuracy_table] if qa_pairs() else []
+    if pw_pairs():
+        made += [rules.pathways_tables, rules.experiment_tables]
+    if depth:
+        made += [rules.depth_tables] + (
+            [rules.plot_depth] if config["figures"]["depth"] else []
+        )
     elif "depthqa" in config["datasets"]:
-        targets.append(res("data", "depthqa.parquet"))
-    if config["depth"]["models"] or (pw["models"] and pw["datasets"]):
-        targets += [
-            res("tables", "published_vs_reproduced.tsv"),
-            res("tables", "benchmarks.tsv"),
-        ]
-    if pw["models"] and pw["datasets"]:
-        targets += [
-            res("tables", f"{t}.tsv")
-            for t in (
-                "pathways_check",
-                "pathways_check_layers",
-                "exact_tokens",
-                "probe_auc",
-                "pathways_experiments",
-                "pathways_awareness",
-                "pathways_table3",
-            )
-        ]
-    return targets + report_tables(targets)
+        made.append(rules.download_depthqa)
+    if depth or pw_pairs():
+        made += [rules.compare_published, rules.benchmark_table]
+    targets = [str(f) for r in made for f in r.output]
+    if pw_pairs():
+        pairs = [pair_name(p) for p in config["figures"]["pathways"]]
+        targets += expand(
+            [*rules.plot_pathways.output, *rules.plot_experiments.output], pair=pairs
+        )
+    tables = [t for t in REPORT_TABLES if res("tables", f"{t}.tsv") in targets]
+    return targets + expand(rules.table_html.output[0], table=tables)
 
 
 # report tables, shown inline as HTML (rule table_html): name -> (title, caption file in workflow/report)
@@ -263,12 +220,6 @@ def table_caption(name):
         workflow.basedir, "workflow", "report", REPORT_TABLES[name][1]
     ).read_text()
     return " ".join(text.replace("``", "").split())
-
-
-def report_tables(targets):
-    """The inline HTML page of every report table that this run makes."""
-    made = {Path(t).stem for t in targets if t.endswith(".tsv")}
-    return [res("report", f"{name}.html") for name in REPORT_TABLES if name in made]
 
 
 # the experiment figures of rule plot_experiments, one of each per model pair: figures/experiment_<name>_<pair>
@@ -321,55 +272,3 @@ def check_gated_tokens():
     for name in sorted(used):
         if not Path(model_dir(model=name), INFO_FILE).exists():
             check_gated_token(name, model_spec(name)["source"])
-
-
-def optional_input(part, path):
-    """An analysis's table as input only when that analysis is configured."""
-    active = bool(config[part]["models"]) and (
-        part != "pathways" or bool(config["pathways"]["datasets"])
-    )
-    return [path] if active else []
-
-
-def all_benchmarks(wildcards=None):
-    """Benchmark files of every GPU job in the DAG."""
-    paths = [
-        res("benchmarks", "generate_answers", m, f"{d}.tsv") for m, d in qa_pairs()
-    ]
-    paths += [
-        res("benchmarks", rule, m, f"{d}.tsv")
-        for rule in ("extract_pathways", "extract_experiments")
-        for m, d in pw_pairs()
-    ]
-    for m in config["depth"]["models"]:
-        paths += [
-            res("benchmarks", "score_mink", f"{m}.tsv"),
-            res("benchmarks", "answer_depthqa", f"{m}.tsv"),
-        ]
-    return paths
-
-
-def pw_dir(*parts):
-    return res("pathways", "{model}", "{dataset}", *parts)
-
-
-def pw_pairs():
-    """(model, dataset) pairs of the pathways analysis, in one order for every aggregate."""
-    pw = config["pathways"]
-    return [(m, d) for m in pw["models"] for d in pw["datasets"]]
-
-
-def pw_inputs(name):
-    return [res("pathways", m, d, name) for m, d in pw_pairs()]
-
-
-def judge_model_input():
-    """The hf judge's model as input where depth.judge.model is a configured model's resources/models/<name>."""
-    judge = config["depth"]["judge"]
-    path = Path(str(judge.get("model")))
-    prepared = path.parent == Path("resources/models") and path.name in config["models"]
-    return [model_dir(model=path.name)] if judge["backend"] == "hf" and prepared else []
-
-
-def depth_dir(*parts):
-    return res("depth", "{model}", *parts)

@@ -1,6 +1,6 @@
 rule download_dataset:
     input:
-        local=lambda w: local_source("datasets", w.dataset),
+        local=lambda w: local_source(w.dataset),
         code=code(),
     output:
         data=res("data", "{dataset}.parquet"),
@@ -19,7 +19,7 @@ rule download_dataset:
 
 rule download_depthqa:
     input:
-        local=lambda w: local_source("datasets", "depthqa"),
+        local=lambda w: local_source("depthqa"),
         code=code(),
     output:
         questions=res("data", "depthqa.parquet"),

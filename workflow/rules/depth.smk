@@ -13,11 +13,8 @@ rule score_mink:
         "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
     resources:
-        gpu=lambda w: gpu_resources(w.model)["gpu"],
-        torch_threads=TORCH_THREADS,
-        mem_mb=lambda w: gpu_resources(w.model)["mem_mb"],
-        runtime=lambda w: gpu_resources(w.model)["runtime"],
-        batch_size=lambda w: model_spec(w.model)["batch_size"],
+        **MODEL_RESOURCES,
+        gpu=model_gpus,
     params:
         dtype=lambda w: model_spec(w.model)["dtype"],
         k_grid=config["depth"]["mink"]["k_grid"],
@@ -40,11 +37,8 @@ rule answer_depthqa:
         "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
     resources:
-        gpu=lambda w: gpu_resources(w.model)["gpu"],
-        torch_threads=TORCH_THREADS,
-        mem_mb=lambda w: gpu_resources(w.model)["mem_mb"],
-        runtime=lambda w: gpu_resources(w.model)["runtime"],
-        batch_size=lambda w: model_spec(w.model)["batch_size"],
+        **MODEL_RESOURCES,
+        gpu=model_gpus,
     params:
         chat=lambda w: model_spec(w.model)["chat"],
         dtype=lambda w: model_spec(w.model)["dtype"],
@@ -141,5 +135,6 @@ rule plot_depth:
         },
         caption=depth_caption,
         show_caption=config["figures"]["caption"],
+        report=checkout_path("workflow", "report"),
     script:
         "../scripts/plot_depth.py"

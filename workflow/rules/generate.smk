@@ -9,17 +9,14 @@ rule generate_answers:
         res("logs", "generate_answers", "{model}", "{dataset}.log"),
     benchmark:
         res("benchmarks", "generate_answers", "{model}", "{dataset}.tsv")
-    conda:
-        "../../envs/truthflow.yaml"
     # a chain's later model stages first; the DepthQA model jobs (priority 0) fill the slots it leaves idle
     priority: 1
+    conda:
+        "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
     resources:
-        gpu=lambda w: gpu_resources(w.model)["gpu"],
-        torch_threads=TORCH_THREADS,
-        mem_mb=lambda w: gpu_resources(w.model)["mem_mb"],
-        runtime=lambda w: gpu_resources(w.model)["runtime"],
-        batch_size=lambda w: model_spec(w.model)["batch_size"],
+        **MODEL_RESOURCES,
+        gpu=model_gpus,
     params:
         chat=lambda w: model_spec(w.model)["chat"],
         dtype=lambda w: model_spec(w.model)["dtype"],

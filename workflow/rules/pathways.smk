@@ -20,11 +20,8 @@ rule extract_pathways:
     priority: 2
     threads: MODEL_THREADS
     resources:
-        gpu=lambda w: gpu_resources(w.model)["gpu"],
-        torch_threads=TORCH_THREADS,
-        mem_mb=lambda w: gpu_resources(w.model)["mem_mb"],
-        runtime=lambda w: gpu_resources(w.model)["runtime"],
-        batch_size=lambda w: model_spec(w.model)["batch_size"],
+        gpu=model_gpus,
+        **MODEL_RESOURCES,
     params:
         chat=lambda w: model_spec(w.model)["chat"],
         dtype=lambda w: model_spec(w.model)["dtype"],
@@ -142,6 +139,7 @@ rule plot_pathways:
         show_caption=config["figures"]["caption"],
         target=config["pathways"]["knockout"]["target"],
         check=config["pathways"]["check"],
+        report=checkout_path("workflow", "report"),
     script:
         "../scripts/plot_pathways.py"
 
@@ -170,11 +168,8 @@ rule extract_experiments:
     priority: 3
     threads: MODEL_THREADS
     resources:
-        gpu=lambda w: gpu_resources(w.model)["gpu"],
-        torch_threads=TORCH_THREADS,
-        mem_mb=lambda w: gpu_resources(w.model)["mem_mb"],
-        runtime=lambda w: gpu_resources(w.model)["runtime"],
-        batch_size=lambda w: model_spec(w.model)["batch_size"],
+        gpu=model_gpus,
+        **MODEL_RESOURCES,
     params:
         chat=lambda w: model_spec(w.model)["chat"],
         dtype=lambda w: model_spec(w.model)["dtype"],
@@ -241,21 +236,39 @@ rule plot_experiments:
         rows=res("tables", "pathways_experiments.parquet"),
         awareness=res("tables", "pathways_awareness.parquet"),
         per_sample=res("tables", "pathways_experiment_samples.parquet"),
+        published=checkout_path("workflow", "report", "published.tsv"),
         code=code(),
     output:
-        **{
-            f"{fig}_{ext}": (
-                report(
-                    res("figures", f"experiment_{fig}_{{pair}}.png"),
-                    category="Pathways experiments",
-                    caption=f"../report/pathways_{fig}.rst",
-                )
-                if ext == "png"
-                else res("figures", f"experiment_{fig}_{{pair}}.pdf")
-            )
-            for fig in EXPERIMENT_FIGURES
-            for ext in ("png", "pdf")
-        },
+        patching_png=report(
+            res("figures", "experiment_patching_{pair}.png"),
+            category="Pathways experiments",
+            caption="../report/pathways_patching.rst",
+        ),
+        patching_pdf=res("figures", "experiment_patching_{pair}.pdf"),
+        answer_only_png=report(
+            res("figures", "experiment_answer_only_{pair}.png"),
+            category="Pathways experiments",
+            caption="../report/pathways_answer_only.rst",
+        ),
+        answer_only_pdf=res("figures", "experiment_answer_only_{pair}.pdf"),
+        boundary_png=report(
+            res("figures", "experiment_boundary_{pair}.png"),
+            category="Pathways experiments",
+            caption="../report/pathways_boundary.rst",
+        ),
+        boundary_pdf=res("figures", "experiment_boundary_{pair}.pdf"),
+        saliency_png=report(
+            res("figures", "experiment_saliency_{pair}.png"),
+            category="Pathways experiments",
+            caption="../report/pathways_saliency.rst",
+        ),
+        saliency_pdf=res("figures", "experiment_saliency_{pair}.pdf"),
+        awareness_png=report(
+            res("figures", "experiment_awareness_{pair}.png"),
+            category="Pathways experiments",
+            caption="../report/pathways_awareness.rst",
+        ),
+        awareness_pdf=res("figures", "experiment_awareness_{pair}.pdf"),
     log:
         res("logs", "plot_experiments", "{pair}.log"),
     localrule: True
@@ -267,5 +280,6 @@ rule plot_experiments:
             m: model_spec(m).get("display_name", m) for m in pair_models(w.pair)
         },
         show_caption=config["figures"]["caption"],
+        report=checkout_path("workflow", "report"),
     script:
         "../scripts/plot_experiments.py"

@@ -1,6 +1,6 @@
 rule benchmark_table:
     input:
-        tables=all_benchmarks,
+        tables=[getattr(rules, r).benchmark.format(**w) for r, w in gpu_jobs()],
         code=code(),
     output:
         res("tables", "benchmarks.tsv"),
@@ -9,6 +9,8 @@ rule benchmark_table:
     localrule: True
     conda:
         "../../envs/truthflow.yaml"
+    params:
+        jobs=[{"rule": r, "dataset": "depthqa", **w} for r, w in gpu_jobs()],
     script:
         "../scripts/benchmark_table.py"
 
