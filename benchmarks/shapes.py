@@ -100,8 +100,12 @@ def random_model(shape: str, dtype: str = "bfloat16", device: str | None = None)
         def get_vocab(self):
             return {}
 
-        def get_added_vocab(self):  # the newline stop (generation.newline_token_ids) reads it
-            return {}
+        @property
+        def backend_tokenizer(self):  # the newline stop (generation.newline_token_ids) decodes with it
+            return self
+
+        def decode_batch(self, batch, skip_special_tokens=False):
+            return [self.decode(ids) for ids in batch]
 
     info = {"n_layers": config.num_hidden_layers, "hidden_size": config.hidden_size, "chat": False}
     return LoadedModel(model=model, tokenizer=IdTokenizer(), info=info, device=device)

@@ -503,8 +503,8 @@ def test_bench_depth_runs_the_demo_models_with_their_chat_setting(bench_depth, m
 
 
 def test_bench_depth_runs_a_random_shape(bench_depth, monkeypatch, capsys):
-    """--shape: the stand-in tokenizer has what the newline stop reads (get_added_vocab). Before: an
-    AttributeError in generation.newline_token_ids."""
+    """--shape: the stand-in tokenizer has what the newline stop reads (backend_tokenizer.decode_batch).
+    Before: an AttributeError in generation.newline_token_ids."""
     monkeypatch.setattr(sys, "argv", ["bench_depth.py", "--shape", "tiny", "--n", "3", "--batch", "2",
                                       "--max-new-tokens", "2"])  # fmt: skip
     bench_depth.main()

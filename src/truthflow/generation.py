@@ -6,10 +6,10 @@ is prefilled once for one row and repeated for the batch (SmolLM2 demo batch: 5.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable
+from functools import cache
 
 from .batching import MIN_SHARED_PREFIX, common_head, pad_batch, run_batched
 from .errors import TruthflowError
@@ -82,73 +82,13 @@ def fit_prompt(
 
 # ---------------------------------------------------------------- stop tokens
 
-_NEWLINE_IDS: dict[int, tuple[object, list[int]]] = {}
-# decoder steps that map a sentencepiece piece to text without making a newline (the piece's own "\n" or the
-# <0x0A> byte token are the only sources): Llama-2, Mistral, Gemma
-_PIECE_DECODERS = {"Sequence", "Replace", "ByteFallback", "Fuse", "Strip", "Metaspace"}
-
-
-def _decoder_steps(tokenizer) -> list[dict] | None:
-    decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
-    state = getattr(decoder, "__getstate__", lambda: None)()
-    try:
-        config = json.loads(state) if isinstance(state, str | bytes) else None
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(config, dict):
-        return None
-    steps = []
-
-    def walk(node):
-        if isinstance(node, dict):
-            if "type" in node:
-                steps.append(node)
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(config)
-    return steps
-
-
-def _decode_scan(tokenizer, ids) -> set[int]:
-    return {i for i in ids if "\n" in tokenizer.decode([i])}
-
-
+@cache
 def newline_token_ids(tokenizer) -> list[int]:
-    """Ids of every token whose decoded text holds a newline (the base-model stop of A1), the same set as
-    decoding each token alone, read from the vocabulary's piece strings where the decoder is byte-level
-    (GPT-2/Llama-3/Qwen: "\\n" is the piece character Ċ) or sentencepiece-like (Gemma/Mistral: a literal "\\n"
-    or <0x0A>); other tokenizers decode the vocabulary. Cached per tokenizer."""
-    hit = _NEWLINE_IDS.get(id(tokenizer))
-    if hit is not None and hit[0] is tokenizer:
-        return hit[1]
-    steps = _decoder_steps(tokenizer)
-    types = {s["type"] for s in steps or []}
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    added = tokenizer.get_added_vocab()  # content -> id; an added token decodes to its content
-    if steps and types == {"ByteLevel"}:
-        from transformers.convert_slow_tokenizer import bytes_to_unicode
-
-        marker = bytes_to_unicode()[ord("\n")]
-        base = backend.get_vocab(with_added_tokens=False)
-        ids = {i for piece, i in base.items() if marker in piece}
-    elif (
-        steps
-        and types <= _PIECE_DECODERS
-        and "ByteFallback" in types
-        and not any("\n" in str(s.get("content", "")) for s in steps)
-    ):
-        base = backend.get_vocab(with_added_tokens=False)
-        ids = {i for piece, i in base.items() if "\n" in piece or piece == "<0x0A>"}
-    else:
-        ids = _decode_scan(tokenizer, tokenizer.get_vocab().values())
-    ids = (ids - set(added.values())) | {i for content, i in added.items() if "\n" in content}
-    out = sorted(ids)
-    _NEWLINE_IDS[id(tokenizer)] = (tokenizer, out)
-    return out
+    """Ids of every token whose decoded text holds a newline (the base-model stop of A1): each token decoded
+    alone, in one `tokenizers` decode_batch call (Gemma's 262k vocabulary: 0.6 s). Cached per tokenizer."""
+    ids = sorted(tokenizer.get_vocab().values())
+    texts = tokenizer.backend_tokenizer.decode_batch([[i] for i in ids], skip_special_tokens=False)
+    return [i for i, text in zip(ids, texts, strict=True) if "\n" in text]
 
 
 def eos_token_ids(tokenizer, model) -> set[int]:
