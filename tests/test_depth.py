@@ -6,7 +6,6 @@ import polars as pl
 import pytest
 
 from truthflow.depth.tables import (
-    check_graph,
     d3_mink_by_group,
     depthwise_average,
     group_members,
@@ -74,46 +73,6 @@ def per_question(model: str = "m") -> pl.DataFrame:
         },
         schema_overrides={"score": pl.Int64},
     )  # fmt: skip
-
-
-def test_check_graph_accepts_a_good_graph() -> None:
-    check_graph(NODES, questions())
-    check_graph(NODES.clear(), questions())  # no graph: nothing to check
-
-
-def test_missing_predecessor_names_the_node() -> None:
-    broken = NODES.with_columns(
-        pl.when(pl.col("nodeid") == "1_d2_n2")
-        .then(pl.lit(["1_d1_n2", "1_d1_n9"]))
-        .otherwise(pl.col("direct_predecessors"))
-        .alias("direct_predecessors")
-    )
-    with pytest.raises(TruthflowError, match=r"'1_d2_n2'.*predecessor '1_d1_n9'"):
-        check_graph(broken, questions())
-
-
-def test_missing_successor_names_the_node() -> None:
-    broken = NODES.with_columns(
-        pl.when(pl.col("nodeid") == "2_d1_n1")
-        .then(pl.lit(["2_d2_n7"]))
-        .otherwise(pl.col("direct_successors"))
-        .alias("direct_successors")
-    )
-    with pytest.raises(TruthflowError, match=r"'2_d1_n1'.*successor '2_d2_n7'"):
-        check_graph(broken, questions())
-
-
-def test_missing_question_names_the_node() -> None:
-    with pytest.raises(TruthflowError, match=r"'1_d1_n3'.*'d1_q3'"):
-        check_graph(NODES, questions().filter(pl.col("id") != "d1_q3"))
-
-
-def test_depth_disagreement_names_the_node() -> None:
-    swapped = NODES.with_columns(
-        pl.when(pl.col("nodeid") == "2_d1_n1").then(pl.lit("d2_q1")).otherwise(pl.col("qid")).alias("qid")
-    )
-    with pytest.raises(TruthflowError, match="'2_d1_n1'"):
-        check_graph(swapped, questions())
 
 
 def test_group_members_follow_predecessors() -> None:

@@ -189,34 +189,38 @@ def _node_without_question(d):
     return f"{d / 'nodes.jsonl'}: node '1_d3' has no question in {d / 'node_to_q.jsonl'}"
 
 
-def _depthqa_config(d) -> dict:
-    cfg = small_config()
-    cfg["datasets"]["depthqa"]["source"]["local"] = str(d)
-    return cfg
+def _two_d3_nodes_in_a_group(d):
+    with (d / "nodes.jsonl").open("a") as fh:
+        fh.write(json.dumps({"nodeid": "1_d3_b", "group": "1", "depth": 3, "direct_predecessors": []}) + "\n")
+    with (d / "node_to_q.jsonl").open("a") as fh:
+        fh.write(json.dumps({"nodeid": "1_d3_b", "qid": "d3_q2"}) + "\n")
+    return f"{d / 'nodes.jsonl'}: group '1' has two D3 nodes, '1_d3' and '1_d3_b'"
+
+
+def _depth_disagrees_with_the_question(d):
+    _rewrite_jsonl(d / "node_to_q.jsonl", lambda recs: [{**recs[0], "qid": "d2_q1"}, *recs[1:]])
+    return f"{d / 'nodes.jsonl'}: node '1_d3' has depth 3 but its question 'd2_q1' has 2"
 
 
 @pytest.mark.parametrize(
-    "breaks", [_unknown_node_in_node_to_q, _unknown_predecessor, _unknown_question, _node_without_question]
+    "breaks",
+    [
+        _unknown_node_in_node_to_q,
+        _unknown_predecessor,
+        _unknown_question,
+        _node_without_question,
+        _two_d3_nodes_in_a_group,
+        _depth_disagrees_with_the_question,
+    ],
 )
-def test_broken_depthqa_graph_fails_at_parse_time(tmp_path, breaks):
+def test_broken_depthqa_graph_fails_naming_file_and_node(tmp_path, breaks):
+    """The graph is checked once, where it is loaded (data.depthqa_nodes): one line naming file and node."""
     d = _depthqa_copy(tmp_path)
     message = breaks(d)
-    refusal = _refusal(_depthqa_config(d))  # the workflow refuses it before any model job
-    assert refusal.startswith("dataset 'depthqa' (config key 'datasets.depthqa.source.local'): ")
-    assert message in refusal, refusal
-    with pytest.raises(TruthflowError, match="DepthQA graph"):  # and the loader itself (hub sources)
+    with pytest.raises(TruthflowError) as err:
         load_depthqa(local(d))
-
-
-@pytest.mark.workflow
-def test_broken_depthqa_graph_stops_a_dry_run(tmp_path):
-    """The DepthQA-graph family in a real dry run."""
-    d = _depthqa_copy(tmp_path)
-    message = _unknown_predecessor(d)
-    cfg = _depthqa_config(d)
-    refusal = _refusal(copy.deepcopy(cfg))
-    assert message in refusal
-    _refused_by_dry_run(tmp_path, cfg, refusal)
+    assert str(err.value).startswith("DepthQA graph: ") and message in str(err.value), str(err.value)
+    assert "\n" not in str(err.value)
 
 
 # ------------------------------------------------------------ repeats, no gold, n too large (issue 12 #5)

@@ -343,104 +343,71 @@ def _depthqa_questions(records: list[dict], where: str) -> tuple[pl.DataFrame, l
     return df, dropped
 
 
-def check_depthqa_graph(
-    questions: list[dict], nodes: list[dict], node_to_q: list[dict], where: dict[str, str]
-) -> None:
-    """The graph must be closed: every node named (as a predecessor, a successor, in node_to_q) exists,
-    every node maps to one question that exists. Messages name the file and the node."""
+def _graph_error(message: str) -> TruthflowError:
+    return TruthflowError(f"DepthQA graph: {message}")
+
+
+def depthqa_nodes(
+    nodes: list[dict], node_to_q: list[dict], depth_of: dict[str, int], where: dict[str, str]
+) -> pl.DataFrame:
+    """The nodes table (NODES_SCHEMA) of the graph's records, checked closed: every node named (a predecessor,
+    a successor, in node_to_q) exists, every node maps to one question that exists at the node's depth, a
+    group has one D3 node. depth_of: question id -> depth. Messages name the file and the node."""
     wn, wm = where.get("nodes", "nodes"), where.get("node_to_q", "node_to_q")
     if not nodes and not node_to_q:
-        return
+        return pl.DataFrame(schema=NODES_SCHEMA)
     if not nodes or not node_to_q:
         have, lack = ("nodes", "node_to_q") if nodes else ("node_to_q", "nodes")
-        raise TruthflowError(
-            f"DepthQA graph: {where.get(have, have)} is given but the {lack} file is missing or empty"
-        )
-    known: dict[str, dict] = {}
+        raise _graph_error(f"{where.get(have, have)} is given but the {lack} file is missing or empty")
+    qid_of: dict[str, str] = {}
+    for i, rec in enumerate(node_to_q):
+        if rec.get("nodeid") is None or rec.get("qid") is None:
+            raise _graph_error(f"{wm}, record {i}: needs 'nodeid' and 'qid' (got {sorted(rec)[:6]})")
+        nid, qid = str(rec["nodeid"]), str(rec["qid"])
+        if qid_of.setdefault(nid, qid) != qid:
+            raise _graph_error(f"{wm}: node '{nid}' maps to two questions, '{qid_of[nid]}' and '{qid}'")
+        if qid not in depth_of:
+            questions = where.get("questions", "questions")
+            raise _graph_error(f"{wm}: node '{nid}' maps to question '{qid}', which is not in {questions}")
+    rows: dict[str, dict] = {}
     for i, rec in enumerate(nodes):
         if rec.get("nodeid") in (None, ""):
-            raise TruthflowError(f"DepthQA graph: {wn}, record {i}: has no 'nodeid'")
+            raise _graph_error(f"{wn}, record {i}: has no 'nodeid'")
         nid = str(rec["nodeid"])
-        if nid in known:
-            raise TruthflowError(f"DepthQA graph: {wn}: node '{nid}' appears twice")
+        if nid in rows:
+            raise _graph_error(f"{wn}: node '{nid}' appears twice")
         if rec.get("depth") not in (1, 2, 3, "1", "2", "3"):
-            raise TruthflowError(
-                f"DepthQA graph: {wn}: node '{nid}' has depth {rec.get('depth')!r}, not 1, 2 or 3"
+            raise _graph_error(f"{wn}: node '{nid}' has depth {rec.get('depth')!r}, not 1, 2 or 3")
+        if nid not in qid_of:
+            raise _graph_error(f"{wn}: node '{nid}' has no question in {wm}")
+        depth, qid = int(rec["depth"]), qid_of[nid]
+        if depth_of[qid] != depth:
+            raise _graph_error(
+                f"{wn}: node '{nid}' has depth {depth} but its question '{qid}' has {depth_of[qid]}"
             )
-        known[nid] = rec
-    for nid, rec in known.items():
-        for field, role in (("direct_predecessors", "predecessor"), ("direct_successors", "successor")):
-            for other in rec.get(field) or []:
-                if str(other) not in known:
-                    raise TruthflowError(
-                        f"DepthQA graph: {wn}: node '{nid}' names {role} '{other}', which is not a node"
-                    )
-    qids = {str(r.get("qid") or r.get("_key")) for r in questions}
-    mapped: dict[str, str] = {}
-    for i, rec in enumerate(node_to_q):
-        nid, qid = rec.get("nodeid"), rec.get("qid")
-        if nid is None or qid is None:
-            raise TruthflowError(
-                f"DepthQA graph: {wm}, record {i}: needs 'nodeid' and 'qid' (got {sorted(rec)[:6]})"
-            )
-        nid, qid = str(nid), str(qid)
-        if nid not in known:
-            raise TruthflowError(f"DepthQA graph: {wm}: maps node '{nid}', which is not in {wn}")
-        if nid in mapped and mapped[nid] != qid:
-            raise TruthflowError(
-                f"DepthQA graph: {wm}: node '{nid}' maps to two questions, '{mapped[nid]}' and '{qid}'"
-            )
-        if qid not in qids:
-            raise TruthflowError(
-                f"DepthQA graph: {wm}: node '{nid}' maps to question '{qid}', "
-                f"which is not in {where.get('questions', 'questions')}"
-            )
-        mapped[nid] = qid
-    unmapped = [nid for nid in known if nid not in mapped]
-    if unmapped:
-        raise TruthflowError(
-            f"DepthQA graph: {wn}: node '{unmapped[0]}' has no question in {wm} ({len(unmapped)} such)"
-        )
-
-
-def _depthqa_nodes(nodes: list[dict], node_to_q: list[dict]) -> pl.DataFrame:
-    n2q = {str(r["nodeid"]): str(r["qid"]) for r in node_to_q}
-    rows = []
-    for rec in nodes:
-        nid = str(rec["nodeid"])
-        rows.append(
-            {
-                "nodeid": nid,
-                "group": str(rec.get("group", nid.split("_")[0])),
-                "depth": int(rec["depth"]),
-                "direct_predecessors": [str(x) for x in rec.get("direct_predecessors") or []],
-                "direct_successors": [str(x) for x in rec.get("direct_successors") or []],
-                "qid": n2q.get(nid),
-            }
-        )
-    return pl.DataFrame(rows, schema=NODES_SCHEMA)
-
-
-def read_depthqa_local(src: dict) -> tuple[dict[str, list[dict]], dict[str, str]]:
-    """The three parts of a local DepthQA source and the file each came from."""
-    path = Path(str(src["local"]))
-    if not path.exists():
-        raise TruthflowError(f"dataset 'depthqa': local source '{path}' does not exist")
-    if not path.is_dir():
-        parts = {
-            "questions": read_local_records(path, src.get("format", "auto"), src.get("field")),
-            "nodes": [],
-            "node_to_q": [],
+        rows[nid] = {
+            "nodeid": nid,
+            "group": str(rec.get("group", nid.split("_")[0])),
+            "depth": depth,
+            "direct_predecessors": [str(x) for x in rec.get("direct_predecessors") or []],
+            "direct_successors": [str(x) for x in rec.get("direct_successors") or []],
+            "qid": qid,
         }
-        return parts, {"questions": str(path)}
-    parts, where = {}, {}
-    for c in DEPTHQA_CONFIGS:
-        found = [p for p in sorted(path.glob(f"{c}.*")) if p.suffix in (".jsonl", ".json", ".parquet")]
-        parts[c] = read_local_records(found[0]) if found else []
-        where[c] = str(found[0]) if found else str(path / f"{c}.jsonl")
-    if not parts["questions"]:
-        raise TruthflowError(f"dataset 'depthqa': '{path}' has no questions.jsonl/.json/.parquet")
-    return parts, where
+    unknown = [nid for nid in qid_of if nid not in rows]
+    if unknown:
+        raise _graph_error(f"{wm}: maps node '{unknown[0]}', which is not in {wn}")
+    d3_of: dict[str, str] = {}
+    for nid, row in rows.items():
+        for field, role in (("direct_predecessors", "predecessor"), ("direct_successors", "successor")):
+            missing = [other for other in row[field] if other not in rows]
+            if missing:
+                raise _graph_error(f"{wn}: node '{nid}' names {role} '{missing[0]}', which is not a node")
+        if row["depth"] == 3 and d3_of.setdefault(row["group"], nid) != nid:
+            raise _graph_error(
+                f"{wn}: group '{row['group']}' has two D3 nodes, '{d3_of[row['group']]}' and '{nid}'; "
+                f"a group is one D3 node with its ancestors"
+            )
+    return pl.DataFrame(list(rows.values()), schema=NODES_SCHEMA)
 
 
 def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
@@ -458,12 +425,27 @@ def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
         where = {c: f"{origin} ({c})" for c in DEPTHQA_CONFIGS}
     elif "local" in src:
         origin = str(src["local"])
-        parts, where = read_depthqa_local(src)
+        path = Path(origin)
+        if not path.exists():
+            raise TruthflowError(f"dataset 'depthqa': local source '{path}' does not exist")
+        if path.is_dir():
+            found = {
+                c: [p for p in sorted(path.glob(f"{c}.*")) if p.suffix in (".jsonl", ".json", ".parquet")]
+                for c in DEPTHQA_CONFIGS
+            }
+            parts = {c: read_local_records(f[0]) if f else [] for c, f in found.items()}
+            where = {c: str(f[0]) if f else str(path / f"{c}.jsonl") for c, f in found.items()}
+            if not parts["questions"]:
+                raise TruthflowError(f"dataset 'depthqa': '{path}' has no questions.jsonl/.json/.parquet")
+        else:
+            parts = {"questions": read_local_records(path, src.get("format", "auto"), src.get("field"))}
+            parts |= {"nodes": [], "node_to_q": []}
+            where = {"questions": origin}
     else:
         raise TruthflowError("dataset 'depthqa': source needs 'hub' or 'local'")
-    check_depthqa_graph(parts["questions"], parts["nodes"], parts["node_to_q"], where)
     questions, dropped = _depthqa_questions(parts["questions"], where.get("questions", origin))
-    nodes = _depthqa_nodes(parts["nodes"], parts["node_to_q"])
+    depth_of = dict(zip(questions["id"], questions["depth"], strict=True))
+    nodes = depthqa_nodes(parts["nodes"], parts["node_to_q"], depth_of, where)
     if nodes.height:  # sample whole groups so each keeps its D3/D2/D1 structure
         groups = sorted(nodes["group"].unique().to_list(), key=lambda g: (len(g), g))
         _shortfall("depthqa", n, len(groups), "groups", origin, dropped)
@@ -488,9 +470,9 @@ def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
 
 # ---------------------------------------------------------------- parse-time checks
 def check_local_sources(config: dict) -> None:
-    """Before any job: each local dataset file exists and is not empty, and a local DepthQA graph is closed;
-    DepthQA takes no `columns` or hub `config` (its layout and hub configs are fixed). Messages name the
-    config key and the file."""
+    """Before any job: each local dataset file exists and is not empty; DepthQA takes no `columns` or hub
+    `config` (its layout and hub configs are fixed). Messages name the config key and the file. (A DepthQA
+    graph is checked once, where it is loaded: load_depthqa.)"""
     for name, spec in (config.get("datasets") or {}).items():
         src = spec.get("source") or {}
         for unused in ("columns", "config"):
@@ -509,9 +491,3 @@ def check_local_sources(config: dict) -> None:
             raise TruthflowError(f"{key}: '{path}' is a directory; give the data file")
         if path.is_file() and _blank(path):
             raise TruthflowError(f"{key}: '{path}' is empty")
-        if name == "depthqa":
-            try:
-                parts, where = read_depthqa_local(src)
-                check_depthqa_graph(parts["questions"], parts["nodes"], parts["node_to_q"], where)
-            except TruthflowError as exc:
-                raise TruthflowError(f"{key}: {exc}") from None

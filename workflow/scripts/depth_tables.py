@@ -2,7 +2,6 @@ import polars as pl
 
 from truthflow import runlog, validate
 from truthflow.depth.tables import (
-    check_graph,
     d3_mink_by_group,
     depthwise_average,
     memorization_split,
@@ -12,12 +11,9 @@ from truthflow.depth.tables import (
 
 
 def main(sm):
-    questions = validate.read_parquet(sm.input.questions, ["id", "depth"])
     nodes = validate.read_parquet(
         sm.input.nodes, ["nodeid", "group", "depth", "direct_predecessors", "direct_successors", "qid"]
     )
-    if nodes.height:
-        check_graph(nodes, questions)
     mink = pl.concat(
         [validate.read_parquet(p, ["model", "qid", "depth"]) for p in sm.input.mink], how="diagonal_relaxed"
     )

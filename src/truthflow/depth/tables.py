@@ -72,59 +72,11 @@ def _per_question(df: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
 
 
 def _node_records(nodes_df: pl.DataFrame) -> dict[str, dict]:
-    """nodeid → node; checks the graph's own consistency (names, depths, one D3 per group)."""
+    """nodeid → node, of a graph data.load_depthqa has checked (closed, one D3 per group)."""
     if nodes_df.height == 0:
         return {}
     _require(nodes_df, NODE_COLUMNS, "nodes table")
-    nodes: dict[str, dict] = {}
-    for rec in nodes_df.select(NODE_COLUMNS).iter_rows(named=True):
-        nodeid = str(rec["nodeid"])
-        if nodeid in nodes:
-            raise TruthflowError(f"DepthQA graph: node '{nodeid}' appears twice in the nodes table")
-        rec["direct_predecessors"] = [str(x) for x in rec["direct_predecessors"] or []]
-        rec["direct_successors"] = [str(x) for x in rec["direct_successors"] or []]
-        if rec["depth"] not in (1, 2, 3):
-            raise TruthflowError(f"DepthQA graph: node '{nodeid}' has depth {rec['depth']!r}, not 1, 2 or 3")
-        if rec["qid"] is None:
-            raise TruthflowError(f"DepthQA graph: node '{nodeid}' maps to no question (qid is null)")
-        rec["group"], rec["qid"] = str(rec["group"]), str(rec["qid"])
-        nodes[nodeid] = rec
-    d3_of_group: dict[str, str] = {}
-    for nodeid, rec in nodes.items():
-        for field, role in (("direct_predecessors", "predecessor"), ("direct_successors", "successor")):
-            for other in rec[field]:
-                if other not in nodes:
-                    raise TruthflowError(
-                        f"DepthQA graph: node '{nodeid}' names {role} '{other}', which is not a node"
-                    )
-        if rec["depth"] == 3:
-            if rec["group"] in d3_of_group:
-                raise TruthflowError(
-                    f"DepthQA graph: group '{rec['group']}' has two D3 nodes, '{d3_of_group[rec['group']]}' "
-                    f"and '{nodeid}'; a group is one D3 node with its ancestors"
-                )
-            d3_of_group[rec["group"]] = nodeid
-    return nodes
-
-
-def check_graph(nodes_df: pl.DataFrame, questions_df: pl.DataFrame) -> None:
-    """Raise TruthflowError naming the node whose predecessor, successor or question does not exist."""
-    nodes = _node_records(nodes_df)
-    if not nodes:
-        return
-    key = "id" if "id" in questions_df.columns else "qid"
-    _require(questions_df, [key, "depth"], "questions table")
-    depth_of = dict(zip(questions_df[key].cast(pl.Utf8), questions_df["depth"], strict=True))
-    for nodeid, rec in nodes.items():
-        if rec["qid"] not in depth_of:
-            raise TruthflowError(
-                f"DepthQA graph: node '{nodeid}' maps to question '{rec['qid']}', not in the questions table"
-            )
-        if depth_of[rec["qid"]] != rec["depth"]:
-            raise TruthflowError(
-                f"DepthQA graph: node '{nodeid}' has depth {rec['depth']} but its question "
-                f"'{rec['qid']}' has depth {depth_of[rec['qid']]}"
-            )
+    return {rec["nodeid"]: rec for rec in nodes_df.select(NODE_COLUMNS).iter_rows(named=True)}
 
 
 def group_members(nodes_df: pl.DataFrame) -> pl.DataFrame:
