@@ -1,43 +1,17 @@
 import polars as pl
 
-from truthflow import runlog, validate
-from truthflow.generation import answer_questions
-from truthflow.models import load_model
+from truthflow import jobs, runlog, validate
 
 
 def main(sm):
     questions = validate.read_parquet(sm.input.data, ["id", "question", "depth"])
-    lm = load_model(
-        sm.input.model,
-        sm.params.dtype,
-        gpus=sm.resources.gpu,
-        threads=sm.resources.get("torch_threads") or sm.threads,
-    )
     # DepthQA asks for explanations: chat models get the bare question, base models the Q:/A: prompt
-    prompts, out = answer_questions(
-        lm,
-        questions["question"].to_list(),
-        sm.params.chat,
-        "",
-        sm.resources.batch_size,
-        sm.params.max_new_tokens,
-        desc=f"answer depthqa {sm.wildcards.model}",
-        token_budget=sm.params.token_budget,
-        max_prompt_tokens=sm.params.max_prompt_tokens,
-        chat_template_kwargs=sm.params.chat_template_kwargs,
+    desc = f"answer depthqa {sm.wildcards.model}"
+    answers = jobs.answer_table(sm, questions["question"].to_list(), "", desc).drop(
+        "prompt_ids", "answer_ids"
     )
-    df = pl.DataFrame(
-        {
-            "qid": questions["id"],
-            "depth": questions["depth"],
-            "prompt": prompts,
-            "answer": [o["answer"] for o in out],
-            "n_new_tokens": [o["n_new_tokens"] for o in out],
-            "prompt_truncated": [o["prompt_truncated"] for o in out],
-            "think_stripped": [o["think_stripped"] for o in out],
-        }
-    )
-    runlog.write_parquet(df, sm.output[0])
+    out = pl.concat([questions.select(pl.col("id").alias("qid"), "depth"), answers], how="horizontal")
+    runlog.write_parquet(out, sm.output[0])
 
 
 runlog.run(snakemake, main)  # noqa: F821

@@ -2,19 +2,13 @@ import time
 
 import polars as pl
 
-from truthflow import runlog, validate
+from truthflow import jobs, runlog, validate
 from truthflow.depth.mink import score_texts
-from truthflow.models import load_model
 
 
 def main(sm):
     questions = validate.read_parquet(sm.input.data, ["id", "question", "depth"])
-    lm = load_model(
-        sm.input.model,
-        sm.params.dtype,
-        gpus=sm.resources.gpu,
-        threads=sm.resources.get("torch_threads") or sm.threads,
-    )
+    lm = jobs.load_job_model(sm)
     t0 = time.perf_counter()
     scores = score_texts(
         lm,

@@ -1,0 +1,43 @@
+"""What the model rules' scripts share: the rule's model loaded on the job's resources, and its answers."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from .generation import answer_questions
+from .models import LoadedModel, load_model
+
+ANSWER_SCHEMA = {
+    "prompt": pl.String,
+    "answer": pl.String,
+    "prompt_ids": pl.List(pl.Int64),
+    "answer_ids": pl.List(pl.Int64),
+    "n_new_tokens": pl.Int64,
+    "prompt_truncated": pl.Boolean,
+    "think_stripped": pl.Boolean,
+}
+
+
+def load_job_model(sm) -> LoadedModel:
+    """input.model with params.dtype on the job's GPUs (resources.gpu) and torch threads."""
+    threads = sm.resources.get("torch_threads") or sm.threads
+    return load_model(sm.input.model, sm.params.dtype, gpus=sm.resources.gpu, threads=threads)
+
+
+def answer_table(sm, questions: list[str], instruction: str, desc: str) -> pl.DataFrame:
+    """Greedy answers to `questions` (generation.answer_questions) with the rule's params, in input order."""
+    p = sm.params
+    prompts, out = answer_questions(
+        load_job_model(sm),
+        questions,
+        p.chat,
+        instruction,
+        sm.resources.batch_size,
+        p.max_new_tokens,
+        desc=desc,
+        token_budget=p.token_budget,
+        max_prompt_tokens=p.max_prompt_tokens,
+        chat_template_kwargs=p.chat_template_kwargs,
+    )
+    rows = [{"prompt": prompt, **o} for prompt, o in zip(prompts, out, strict=True)]
+    return pl.DataFrame(rows, schema=ANSWER_SCHEMA)
