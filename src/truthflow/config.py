@@ -1,10 +1,9 @@
 """Every parse-time config check, in one entry point (check_config, called by the Snakefile and by the tests):
-duplicate YAML keys, names that become paths, the schema and its defaults, the per-model / per-dataset
-defaults (the schema's $defs), cross-key names, local data sources and the judge's settings."""
+duplicate YAML keys, names that become paths, the schema and its defaults, cross-key names, local data
+sources and the judge's settings."""
 
 from __future__ import annotations
 
-import copy
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -17,31 +16,6 @@ from .errors import TruthflowError
 
 SCHEMA = Path(__file__).resolve().parent / "schemas" / "config.schema.yaml"  # package data
 SCHEMA_DOC = "src/truthflow/schemas/config.schema.yaml"
-
-
-def _defaults(props: dict) -> dict:
-    return {k: copy.deepcopy(v["default"]) for k, v in props.items() if "default" in v}
-
-
-def fill_entries(config: dict, schema_path: Path = SCHEMA) -> dict:
-    """Fill each model's and dataset's missing keys from the schema's $defs defaults (a dataset's source
-    first from its hub defaults in registry.py: no source, or the registered hub id without config/split)."""
-    schema = yaml.safe_load(Path(schema_path).read_text())
-    model_def, data_def = schema["$defs"]["model"]["properties"], schema["$defs"]["dataset"]["properties"]
-    for spec in config.get("models", {}).values():
-        for k, v in _defaults(model_def).items():
-            spec.setdefault(k, v)
-    for name, spec in config.get("datasets", {}).items():
-        registry.fill_source(name, spec)
-        for k, v in _defaults(data_def).items():
-            spec.setdefault(k, v)
-        src_defaults = _defaults(data_def["source"]["properties"])
-        for k, v in src_defaults.items():
-            spec["source"].setdefault(k, v)
-    pw = config.setdefault("pathways", {})
-    if pw.get("datasets") is None:
-        pw["datasets"] = [d for d in registry.qa_names() if d in config.get("datasets", {})]
-    return config
 
 
 def _key_of(path) -> str:
@@ -72,11 +46,17 @@ def check_schema(config: dict, schema_path: Path = SCHEMA) -> None:
 
 
 def fill_defaults(config: dict, schema_path: Path = SCHEMA) -> dict:
-    """The schema's `default:` values into `config`, in place: Snakemake's own validate(set_default=True).
-    check_schema runs first, so an invalid config has already been refused with one line naming the key."""
+    """The defaults into `config`, in place: each dataset's hub source (registry.fill_source), the schema's
+    `default:` values (Snakemake's validate(set_default=True), $defs entries included), and pathways.datasets
+    (null: every configured QA set, in registry order). check_schema has refused an invalid config first."""
     from snakemake.utils import validate
 
+    for name, spec in config["datasets"].items():
+        registry.fill_source(name, spec)
     validate(config, str(schema_path), set_default=True)
+    pw = config["pathways"]
+    if pw["datasets"] is None:
+        pw["datasets"] = [d for d in registry.qa_names() if d in config["datasets"]]
     return config
 
 
@@ -229,9 +209,8 @@ def check_config(config: dict, configfiles: Iterable = (), environ: Mapping[str,
     1. a key given twice in a config file (check_config_files);
     2. `run` and the model and dataset names, which become paths (check_path_names);
     3. the schema (check_schema); the memory plan (memplan.plan_memory: a model that cannot fit its declared
-       GPUs is refused; batch_size and token_budget, where not given, come from the plan); the schema's
-       defaults (fill_defaults), then the per-model / per-dataset defaults and each dataset's hub defaults
-       (fill_entries);
+       GPUs is refused; batch_size and token_budget, where not given, come from the plan); the defaults
+       (fill_defaults);
     4. names given elsewhere in the config are defined, once (check_names);
     5. local dataset files exist and are not empty, a local DepthQA graph is closed (check_local_sources);
     6. with depth models configured, the judge can run (depth.judge: backend, model, the API key in
@@ -246,7 +225,6 @@ def check_config(config: dict, configfiles: Iterable = (), environ: Mapping[str,
     check_schema(config)
     plan_memory(config)
     fill_defaults(config)
-    fill_entries(config)
     check_names(config)
     check_local_sources(config)
     if config["depth"]["models"]:

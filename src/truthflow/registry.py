@@ -1,15 +1,8 @@
-"""Every dataset truthflow knows, in one place. A QA set is one `QASet` entry in QA_SETS: its name (the
-config key under `datasets`, the {dataset} wildcard), display name and colour (figures), hub defaults, the
-columns a source must have, how a source record becomes a row (id, question, answers, its own columns),
-which source fields hold the gold answers, and its E_Q rule (exact question tokens, METHOD A4).
-
-Everything else reads this module: the loader (data.py), the workflow's dataset lists and wildcard
-(common.smk, Snakefile), the config checks (config.py: only registered names are accepted), the E_Q
-extractor (pathways.tokens.question_spans) and the figures (pathways.plots). Adding a QA set is one entry here
-plus its tests.
-
-This module imports nothing from truthflow: every rule's code inputs include it, and it must not pull in
-the loader, the extractor or the plots (an edit there would rerun every download)."""
+"""Every dataset truthflow knows, in one place: a QA set is one `QASet` entry in QA_SETS (its name, display
+name and colour, hub defaults, required columns, how a source record becomes a row, and its E_Q rule,
+METHOD A4). The loader, the workflow, the config checks, the E_Q extractor and the figures read it; adding a
+QA set is one entry here plus its tests. It imports nothing else from truthflow, so an edit of the loader,
+the extractor or the plots reruns no download."""
 
 from __future__ import annotations
 
@@ -52,13 +45,7 @@ def as_list(value) -> list[str]:
 
 def dedup(values: list[str]) -> list[str]:
     """Stripped, non-empty, each once, in order."""
-    seen, out = set(), []
-    for v in values:
-        v = v.strip()
-        if v and v not in seen:
-            seen.add(v)
-            out.append(v)
-    return out
+    return list(dict.fromkeys(v.strip() for v in values if v.strip()))
 
 
 def answer_list(value) -> list[str]:
@@ -84,21 +71,7 @@ def question_id(name: str, question: str) -> str:
 
 def own_id(*values) -> str | None:
     """The first non-blank value, stripped, as a string."""
-    for v in values:
-        if v is not None and str(v).strip():
-            return str(v).strip()
-    return None
-
-
-def int_or_none(value, name: str, field: str, rid: str) -> int | None:
-    if value in (None, ""):
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise TruthflowError(
-            f"dataset '{name}': sample '{rid}' has {field}={str(value)[:60]!r}, not an integer"
-        ) from None
+    return next((str(v).strip() for v in values if v is not None and str(v).strip()), None)
 
 
 # ---------------------------------------------------------------- entries
@@ -118,14 +91,12 @@ class QASet:
     display: str
     colour: str
     hub: Hub
-    # columns the source's first record must have (a capitalized one counts: TriviaQA's "Question")
-    required: tuple[str, ...]
-    # the source's own id fields, first non-blank wins; none: question_id(name, question)
-    id_fields: tuple[str, ...]
-    # the source fields the gold answers (the `answers` column that pathways/labels.py matches) are read from
-    gold_fields: tuple[str, ...]
     # record -> {"question", "answers", <the set's own columns>}; no id (normalize adds it)
     fields: Callable[[dict], dict]
+    # columns the source's first record must have (a capitalized one counts: TriviaQA's "Question")
+    required: tuple[str, ...] = ("question", "answer")
+    # the source's own id fields, first non-blank wins; none: question_id(name, question)
+    id_fields: tuple[str, ...] = ("id",)
     # own columns that must be integers (converted after the id is known, so a bad value names the sample)
     int_fields: tuple[str, ...] = ()
     # E_Q rule: (question, row) -> sorted character spans, or None where it does not apply (then the
@@ -138,35 +109,26 @@ class QASet:
         row = self.fields(record)
         rid = own_id(*(record.get(f) for f in self.id_fields)) or question_id(self.name, row["question"])
         for f in self.int_fields:
+            value = row.get(f)
             try:
-                row[f] = int_or_none(row.get(f), self.name, f, rid)
-            except TruthflowError as exc:
-                raise TruthflowError(f"{exc} (record {i})") from None
+                row[f] = None if value in (None, "") else int(value)
+            except (TypeError, ValueError):
+                raise TruthflowError(
+                    f"dataset '{self.name}': sample '{rid}' has {f}={str(value)[:60]!r}, not an integer "
+                    f"(record {i})"
+                ) from None
         return {"id": rid, **row}
-
-    def hub_source(self) -> dict:
-        return {"hub": self.hub.id, "config": self.hub.config, "split": self.hub.split}
 
 
 # ---------------------------------------------------------------- PopQA
-# PopQA property words as they appear in its question templates (METHOD A4)
+# PopQA property words as they appear in its question templates (METHOD A4): the property itself, except
+# where its template says it otherwise
+POPQA_PROPS = "occupation genre father country producer director screenwriter composer religion sport author"
 POPQA_PROP_WORDS = {
-    "occupation": ["occupation"],
+    **{prop: [prop] for prop in (*POPQA_PROPS.split(), "mother", "capital")},
     "place of birth": ["born"],
-    "genre": ["genre"],
-    "father": ["father"],
-    "country": ["country"],
-    "producer": ["producer"],
-    "director": ["director"],
     "capital of": ["capital"],
-    "screenwriter": ["screenwriter"],
-    "composer": ["composer"],
     "color": ["color", "colour"],
-    "religion": ["religion"],
-    "sport": ["sport"],
-    "author": ["author"],
-    "mother": ["mother"],
-    "capital": ["capital"],
 }
 
 
@@ -234,52 +196,37 @@ def _nq(rec: dict) -> dict:
 # order = the order of tables, figure legends and the default pathways.datasets; colours: seaborn tab10
 QA_SETS: tuple[QASet, ...] = (
     QASet(
-        name="popqa",
-        display="PopQA",
-        colour="#1f77b4",
-        hub=Hub("akariasai/PopQA", None, "test"),
+        "popqa",
+        "PopQA",
+        "#1f77b4",
+        Hub("akariasai/PopQA", split="test"),
+        _popqa,
         required=("question", "possible_answers"),
-        id_fields=("id",),
-        gold_fields=("possible_answers",),
-        fields=_popqa,
         int_fields=("s_pop",),
         question_spans=popqa_spans,
     ),
     QASet(
-        name="triviaqa",
-        display="TriviaQA",
-        colour="#ff7f0e",
-        hub=Hub("mandarjoshi/trivia_qa", "rc.nocontext", "validation"),
-        required=("question", "answer"),
+        "triviaqa",
+        "TriviaQA",
+        "#ff7f0e",
+        Hub("mandarjoshi/trivia_qa", "rc.nocontext"),
+        _triviaqa,
         id_fields=("question_id", "QuestionId"),
-        gold_fields=("answer.value", "answer.aliases", "answer.normalized_aliases", "aliases"),
-        fields=_triviaqa,
     ),
     QASet(
-        name="hotpotqa",
-        display="HotpotQA",
-        colour="#2ca02c",
-        hub=Hub("hotpotqa/hotpot_qa", "distractor", "validation"),
-        required=("question", "answer"),
+        "hotpotqa",
+        "HotpotQA",
+        "#2ca02c",
+        Hub("hotpotqa/hotpot_qa", "distractor"),
+        _hotpotqa,
         id_fields=("_id", "id"),
-        gold_fields=("answer",),
-        fields=_hotpotqa,
     ),
-    QASet(
-        name="nq",
-        display="NQ",
-        colour="#d62728",
-        hub=Hub("google-research-datasets/nq_open", None, "validation"),
-        required=("question", "answer"),
-        id_fields=("id",),
-        gold_fields=("answer",),
-        fields=_nq,
-    ),
+    QASet("nq", "NQ", "#d62728", Hub("google-research-datasets/nq_open"), _nq),
 )
 
 # DepthQA is not a QA set of the pathways analysis: its loader (data.load_depthqa) reads a question graph
 DEPTHQA = "depthqa"
-DEPTHQA_HUB = Hub("kaist-ai/DepthQA", None, "test")
+DEPTHQA_HUB = Hub("kaist-ai/DepthQA", split="test")
 
 _BY_NAME = {s.name: s for s in QA_SETS}
 
@@ -306,17 +253,11 @@ def get(name: str) -> QASet:
         raise TruthflowError(f"unknown QA dataset '{name}' (known: {', '.join(qa_names())})") from None
 
 
-def hub_defaults(name: str) -> Hub | None:
-    if name == DEPTHQA:
-        return DEPTHQA_HUB
-    return _BY_NAME[name].hub if name in _BY_NAME else None
-
-
 def fill_source(name: str, spec: dict) -> None:
     """Hub defaults into one dataset entry of the config, before the schema's defaults: no `source` loads
     the registered hub set; `source: {hub: <the registered id>}` gets its `config` and `split` where not
     given."""
-    hub = hub_defaults(name)
+    hub = DEPTHQA_HUB if name == DEPTHQA else _BY_NAME[name].hub if name in _BY_NAME else None
     if hub is None or not isinstance(spec, dict):
         return
     if spec.get("source") is None:
