@@ -23,15 +23,17 @@ from .hub import retrying as hub_retrying
 from .registry import get_field as _get
 from .registry import question_id  # noqa: F401 - the stable id rule, imported from here by tests
 
-log = logging.getLogger("truthflow.data")
-
 DEPTHQA_CONFIGS = ("questions", "nodes", "node_to_q")
 DROPPED_SCHEMA = {"dataset": pl.String, "id": pl.String, "reason": pl.String, "detail": pl.String}
-# hub loads: attempts and wait between them (exponential); only transient errors are retried
 
 
 # ---------------------------------------------------------------- raw records
+def _bad_json(path: Path, lineno: int, exc: json.JSONDecodeError) -> TruthflowError:
+    return TruthflowError(f"{path} line {lineno}: not valid JSON ({exc.msg}, column {exc.colno})")
+
+
 def _json_lines(path: Path, text: str) -> list[dict]:
+    # polars' read_ndjson names no line: tests/test_hostile_data.py::test_broken_jsonl_line_names_line
     out = []  # split on "\n" only: str.splitlines() also breaks at U+2028 inside JSON strings
     for lineno, line in enumerate(text.split("\n"), 1):
         if not line.strip():
@@ -39,9 +41,7 @@ def _json_lines(path: Path, text: str) -> list[dict]:
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise TruthflowError(
-                f"{path} line {lineno}: not valid JSON ({exc.msg}, column {exc.colno})"
-            ) from None
+            raise _bad_json(path, lineno, exc) from None
         if not isinstance(rec, dict):
             raise TruthflowError(f"{path} line {lineno}: expected a JSON object, got {type(rec).__name__}")
         out.append(rec)
@@ -53,15 +53,9 @@ def _read_json_records(path: Path, field: str | None) -> list[dict]:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
-        # some published ".json" files are JSON Lines (HotpotQA's AMOR copy)
-        first = next((line for line in text.split("\n") if line.strip()), "")
-        try:
-            json.loads(first)
-        except json.JSONDecodeError:
-            raise TruthflowError(
-                f"{path} line {exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno})"
-            ) from None
-        return _json_lines(path, text)
+        if exc.msg == "Extra data":  # a first value, then more: JSON Lines (HotpotQA's AMOR copy is one)
+            return _json_lines(path, text)
+        raise _bad_json(path, exc.lineno, exc) from None
     if isinstance(obj, dict):
         if field:
             if field not in obj:
@@ -84,6 +78,7 @@ def _read_json_records(path: Path, field: str | None) -> list[dict]:
 def _read_delimited(path: Path, delimiter: str) -> list[dict]:
     """TSV/CSV with standard quoting ("a<TAB>b" is one field, "" an escaped quote). A row whose field
     count differs from the header's (an unquoted tab or comma inside a field) is an error naming the line."""
+    # polars' read_csv names no line: tests/test_hostile_data.py::test_short_or_malformed_tsv_row_names_line
     kind = "tab" if delimiter == "\t" else "comma"
     records: list[dict] = []
     with path.open(encoding="utf-8", newline="") as fh:
@@ -113,12 +108,9 @@ def _read_delimited(path: Path, delimiter: str) -> list[dict]:
 
 
 def _blank(path: Path) -> bool:
+    """Empty, or a small text file of whitespace only."""
     size = path.stat().st_size
-    if size == 0:
-        return True
-    if size > 4096 or path.suffix.lower() == ".parquet":
-        return False
-    return not path.read_bytes().strip()
+    return size == 0 or (size <= 4096 and path.suffix.lower() != ".parquet" and not path.read_bytes().strip())
 
 
 def read_local_records(path: str | Path, fmt: str = "auto", field: str | None = None) -> list[dict]:
@@ -130,10 +122,8 @@ def read_local_records(path: str | Path, fmt: str = "auto", field: str | None = 
     if _blank(path):
         raise TruthflowError(f"local file '{path}' is empty")
     if fmt == "auto":
-        fmt = {".jsonl": "jsonl", ".json": "json", ".tsv": "tsv", ".csv": "csv", ".parquet": "parquet"}.get(
-            path.suffix.lower(), ""
-        )
-        if not fmt:
+        fmt = path.suffix.lower().lstrip(".")
+        if fmt not in ("jsonl", "json", "tsv", "csv", "parquet"):
             raise TruthflowError(f"'{path}': cannot tell the format from the suffix; set `format:`")
     try:
         if fmt == "jsonl":
@@ -183,17 +173,6 @@ def sample_indices(total: int, n: int | None, seed: int) -> list[int]:
 
 # ---------------------------------------------------------------- per-dataset normalizers
 # each QA set's fields, ids and required columns are its entry in registry.py
-
-
-def _apply_columns(rec: dict, columns: dict[str, str]) -> dict:
-    if not columns:
-        return rec
-    out = dict(rec)
-    for canonical, source in columns.items():
-        out[canonical] = _get(rec, source)
-    return out
-
-
 def _check_columns(name: str, records: list[dict], origin: str) -> None:
     if not records:
         raise TruthflowError(f"dataset '{name}': '{origin}' holds no records")
@@ -207,17 +186,11 @@ def _check_columns(name: str, records: list[dict], origin: str) -> None:
         )
 
 
-def normalize_record(name: str, rec: dict, i: int = 0) -> dict:
-    """One source record (number i, for messages) in the common schema; `answers` may be empty (the caller
-    drops such rows). The set's registry entry does the work."""
-    return registry.get(name).normalize(rec, i)
-
-
 def normalize(name: str, records: list[dict]) -> tuple[list[dict], list[dict]]:
     """(kept rows, dropped rows {id, reason}): no question, no gold answer, or an id seen before."""
     rows, dropped, seen = [], [], set()
     for i, rec in enumerate(records):
-        row = normalize_record(name, rec, i)
+        row = registry.get(name).normalize(rec, i)  # `answers` may be empty: dropped below
         reason = None
         if not row["question"]:
             reason = "no_question"
@@ -240,7 +213,7 @@ def _dropped_frame(name: str, dropped: list[dict]) -> pl.DataFrame:
 def _shortfall(name: str, n: int | None, usable: int, unit: str, origin: str, dropped: list[dict]) -> None:
     if n is not None and n > usable:
         detail = f"n={n} requested but only {usable} usable {unit} in '{origin}'"
-        log.warning("dataset '%s': %s; using all %d", name, detail, usable)
+        logging.getLogger(__name__).warning("dataset '%s': %s; using all %d", name, detail, usable)
         dropped.append({"id": None, "reason": "n_exceeds_rows", "detail": detail})
 
 
@@ -255,8 +228,6 @@ def load_qa(name: str, spec: dict) -> tuple[pl.DataFrame, dict]:
     n, seed = spec.get("n"), int(spec.get("seed", 0))
     if "local" in src:
         origin = str(src["local"])
-        if not Path(origin).exists():
-            raise TruthflowError(f"dataset '{name}': local file '{origin}' does not exist")
         try:
             records = read_local_records(origin, src.get("format", "auto"), src.get("field"))
         except TruthflowError as exc:
@@ -268,7 +239,8 @@ def load_qa(name: str, spec: dict) -> tuple[pl.DataFrame, dict]:
         )
     else:
         raise TruthflowError(f"dataset '{name}': source needs 'hub' or 'local'")
-    records = [_apply_columns(r, src.get("columns") or {}) for r in records]
+    columns = src.get("columns") or {}
+    records = [{**r, **{c: _get(r, source) for c, source in columns.items()}} for r in records]
     _check_columns(name, records, origin)
     rows, dropped = normalize(name, records)
     _shortfall(name, n, len(rows), "rows", origin, dropped)
@@ -279,22 +251,12 @@ def load_qa(name: str, spec: dict) -> tuple[pl.DataFrame, dict]:
         )
     for row in rows:
         row["dataset"] = name
-    df = pl.DataFrame(rows)
     first = ["id", "dataset", "question", "answers"]
-    df = df.select(first + [c for c in df.columns if c not in first])
+    df = pl.DataFrame(rows).select(*first, pl.exclude(first))
     reasons = [d["reason"] for d in dropped]
-    report = {
-        "dataset": name,
-        "origin": origin,
-        "available": len(records),
-        "n": n,
-        "kept": df.height,
-        "no_gold_answer": reasons.count("no_gold_answer"),
-        "no_question": reasons.count("no_question"),
-        "duplicate_id": reasons.count("duplicate_id"),
-        "dropped": _dropped_frame(name, dropped),
-    }
-    return df, report
+    counts = {r: reasons.count(r) for r in ("no_gold_answer", "no_question", "duplicate_id")}
+    report = {"dataset": name, "origin": origin, "available": len(records), "n": n, "kept": df.height}
+    return df, {**report, **counts, "dropped": _dropped_frame(name, dropped)}
 
 
 # ---------------------------------------------------------------- DepthQA
@@ -376,19 +338,16 @@ def depthqa_nodes(
         nid = str(rec["nodeid"])
         if nid in rows:
             raise _graph_error(f"{wn}: node '{nid}' appears twice")
-        if rec.get("depth") not in (1, 2, 3, "1", "2", "3"):
-            raise _graph_error(f"{wn}: node '{nid}' has depth {rec.get('depth')!r}, not 1, 2 or 3")
         if nid not in qid_of:
             raise _graph_error(f"{wn}: node '{nid}' has no question in {wm}")
-        depth, qid = int(rec["depth"]), qid_of[nid]
-        if depth_of[qid] != depth:
-            raise _graph_error(
-                f"{wn}: node '{nid}' has depth {depth} but its question '{qid}' has {depth_of[qid]}"
-            )
+        depth, qid = rec.get("depth"), qid_of[nid]
+        if str(depth) not in ("1", "2", "3") or int(depth) != depth_of[qid]:
+            need = f"its question '{qid}' has {depth_of[qid]}; a node's depth is 1, 2 or 3, its question's"
+            raise _graph_error(f"{wn}: node '{nid}' has depth {depth!r} but {need}")
         rows[nid] = {
             "nodeid": nid,
             "group": str(rec.get("group", nid.split("_")[0])),
-            "depth": depth,
+            "depth": int(depth),
             "direct_predecessors": [str(x) for x in rec.get("direct_predecessors") or []],
             "direct_successors": [str(x) for x in rec.get("direct_successors") or []],
             "qid": qid,
@@ -426,8 +385,6 @@ def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
     elif "local" in src:
         origin = str(src["local"])
         path = Path(origin)
-        if not path.exists():
-            raise TruthflowError(f"dataset 'depthqa': local source '{path}' does not exist")
         if path.is_dir():
             found = {
                 c: [p for p in sorted(path.glob(f"{c}.*")) if p.suffix in (".jsonl", ".json", ".parquet")]
