@@ -30,23 +30,11 @@ def add_secret(value: str | None) -> None:
         _registered.add(value)
 
 
-def add_secret_env(name: str | None, environ: Mapping[str, str] | None = None) -> None:
-    """Hide the value of the variable `name`, if set."""
-    if name:
-        add_secret((os.environ if environ is None else environ).get(name))
-
-
-def secrets(environ: Mapping[str, str] | None = None) -> list[str]:
+def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
     environ = os.environ if environ is None else environ
     found = {environ.get(name) or "" for name in SECRET_ENV} | _registered
     # longest first, so a secret that contains another is masked whole
-    return sorted((s for s in found if len(s) >= MIN_SECRET_LEN), key=len, reverse=True)
-
-
-def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
-    if not text:
-        return text
-    for secret in secrets(environ):
+    for secret in sorted((s for s in found if len(s) >= MIN_SECRET_LEN), key=len, reverse=True):
         text = text.replace(secret, MASK)
     for pattern, mask in _PATTERNS:
         text = pattern.sub(mask, text)

@@ -1,17 +1,10 @@
-"""Glue for `script:` rules: stdout and stderr go to the rule's log and the terminal with every secret
-masked (`redact`), progress bars reach the log as readable lines, a TruthflowError becomes one clear line, and
-outputs are written atomically (a killed job never leaves a finished-looking file).
-
-A job dies with the snakemake that started it (Linux: a parent-death signal, and a watch on the snakemake
-process when a shell sits between them); SIGTERM and SIGINT stop it like an error (its partial files removed,
-exit 143 or 130); partial files that a SIGKILL leaves behind (`.{name}.partial-{pid}`, next to the output:
-the same file system, so the final rename is atomic) are removed when the job next starts.
-`stop_jobs_on_sigterm` (the Snakefile's onstart) makes a SIGTERM to snakemake stop its running jobs
-instead of waiting for them."""
+"""Glue for `script:` rules. Snakemake sends a `shell:` rule's output to its log, but only hands a `script:`
+job the log's path: `run` tees stdout, stderr and logging into it, secrets masked (`redact`), progress bars as
+a few lines; a TruthflowError, SIGTERM or SIGINT ends the job with one line. Outputs are written in place:
+Snakemake removes a failed job's outputs and marks a killed one's incomplete (`rerun-incomplete: true`)."""
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import re
@@ -21,10 +14,11 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager, redirect_stderr, redirect_stdout, suppress
 from pathlib import Path
 
 import polars as pl
+import psutil
 
 from .errors import TruthflowError
 from .redact import redact
@@ -38,58 +32,42 @@ PARENT_POLL_S = 1.0
 
 
 class LogLines:
-    """The log-file side of a stream: whole, redacted lines only.
+    """The log-file side of a stream: whole, redacted lines only. A line redrawn with carriage returns (a tqdm
+    bar) reaches the file as its final state plus at most one state every `interval` seconds."""
 
-    A line rewritten in place with carriage returns (a tqdm bar) reaches the file as its final state, plus at
-    most one intermediate state every `interval` seconds, so a long bar leaves a few readable lines rather
-    than thousands of `\r` updates.
-    """
-
-    def __init__(
-        self, handle, interval: float = PROGRESS_INTERVAL_S, clock: Callable[[], float] = time.monotonic
-    ):
+    def __init__(self, handle, interval: float = PROGRESS_INTERVAL_S, clock: Callable = time.monotonic):
         self.handle, self.interval, self.clock = handle, interval, clock
-        self.line = ""  # text since the last \r or \n
-        self.shown = ""  # the last state a \r ended
-        self.rewritten = False  # this line has been rewound with \r
-        self.written: str | None = None  # the state last written for this line
+        self.line, self.written, self.redraw = "", None, False  # the line's state; the state last written
         self.next_at = clock() + interval
 
     def write(self, text: str) -> None:
         for part in _BREAK.split(text):
             if part in ("\n", "\r\n"):
-                self._end()
+                self._put()
+                self.line, self.written, self.redraw = "", None, False
             elif part == "\r":
-                self.rewritten = True
-                if self.line:
-                    self.shown, self.line = self.line, ""
-                    if self.clock() >= self.next_at:
-                        self._put(self.shown)
-                        self.written, self.next_at = self.shown, self.clock() + self.interval
+                self.redraw = True
+                if self.line and self.clock() >= self.next_at:
+                    self._put()
+                    self.written, self.next_at = self.line, self.clock() + self.interval
             elif part:
-                self.line += part
+                self.line, self.redraw = (part if self.redraw else self.line + part), False
 
-    def _end(self) -> None:
-        final = self.line or self.shown
-        if not (self.rewritten and final == self.written):
-            self._put(final)
-        self.line, self.shown, self.rewritten, self.written = "", "", False, None
-
-    def _put(self, line: str) -> None:
-        self.handle.write(redact(line.rstrip()) + "\n")
-        self.handle.flush()
+    def _put(self) -> None:
+        if self.line != self.written:
+            self.handle.write(redact(self.line.rstrip()) + "\n")
+            self.handle.flush()
 
     def close(self) -> None:
-        if self.line or self.shown:
-            self._end()
+        if self.line:
+            self._put()
 
 
 class _Tee:
-    """Stands in for sys.stdout / sys.stderr: redacted text to the terminal, redacted lines to the log.
+    """Stands in for sys.stdout / sys.stderr: redacted text to the terminal and the log, passed on at line
+    ends (\n or \r) and on flush, so a secret written in pieces is masked whole."""
 
-    Text is passed on at line ends (\n or \r) and on flush, so a secret written in pieces is masked whole."""
-
-    def __init__(self, terminal, log: LogLines | None = None):
+    def __init__(self, terminal, log: LogLines | None):
         self.terminal, self.log, self.pending = terminal, log, ""
         self.stop_at = os.environ.get(STOP_AT_ENV) or None
 
@@ -116,6 +94,11 @@ class _Tee:
             self.pending = ""
         self.terminal.flush()
 
+    def close(self) -> None:
+        self.flush()
+        if self.log:
+            self.log.close()
+
     def isatty(self) -> bool:
         return False
 
@@ -124,304 +107,121 @@ class _Tee:
 
 
 class Stopped(BaseException):
-    """Raised in the job's main thread by SIGTERM (from snakemake, the scheduler, or the parent-death signal):
-    not an Exception, so no handler on the way swallows it, while every `finally` (atomic) still runs."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
+    """SIGTERM, raised in the main thread: no `except Exception` swallows it; every `finally` still runs."""
 
 
-def _raise_stopped(signum, frame) -> None:
+def _stop(signum, frame) -> None:
     raise Stopped(signum)
 
 
 def run(snakemake, main: Callable[[object], None]) -> None:
-    """Run `main(snakemake)` with both streams teed into the rule's log (if it has one) and redacted."""
-    log_path = Path(snakemake.log[0]) if snakemake.log else None
-    log_fh = None
-    logs: list[LogLines] = []
-    if log_path:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_fh = log_path.open("w", encoding="utf-8")
-        logs = [LogLines(log_fh), LogLines(log_fh)]  # one per stream: their half-lines never mix
-    saved = sys.stdout, sys.stderr
-    root = logging.getLogger()
-    saved_logging = root.handlers[:], root.level
-    sys.stdout = _Tee(saved[0], logs[0] if logs else None)
-    sys.stderr = _Tee(saved[1], logs[1] if logs else None)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
-    root.handlers[:] = [handler]  # not basicConfig(force=True): that would close the handlers restored below
-    root.setLevel(logging.INFO)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    saved_sigterm = _catch_sigterm()
-    watch = None
-    try:
-        watch = die_with_parent()
-        for path in getattr(snakemake, "output", None) or []:
-            for stale in remove_stale_partials(path):
-                print(f"removed {stale}: a partial file left by a killed run of this job", file=sys.stderr)
-        t0 = time.perf_counter()
-        main(snakemake)
-        if log_fh:  # every rule log ends with what the job made, so no log is empty
-            outputs = ", ".join(str(o) for o in (getattr(snakemake, "output", None) or [])) or "nothing"
-            sys.stdout.flush()
-            sys.stderr.flush()
-            log_fh.write(
-                f"rule {snakemake.rule}: done in {time.perf_counter() - t0:.1f} s; wrote {outputs}\n"
-            )
-    except TruthflowError as exc:
-        print(f"truthflow error in rule {snakemake.rule}: {exc}", file=sys.stderr)
-        code = 1
-    except (Stopped, KeyboardInterrupt) as exc:  # SIGTERM; SIGINT (Ctrl-C reaches every job of the terminal)
-        signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
-        name = signal.Signals(signum).name
-        print(
-            f"truthflow: rule {snakemake.rule} stopped by {name}; its partial files removed", file=sys.stderr
-        )
-        code = 128 + signum
-    except Exception:
-        # printed through the redacting stream; re-raising would print it again, unredacted
-        traceback.print_exc(file=sys.stderr)
-        code = 1
-    else:
-        code = 0
-    finally:
-        if saved_sigterm is not None:
-            signal.signal(signal.SIGTERM, saved_sigterm)
-        if watch:
-            watch.set()
-        _set_pdeathsig(0)
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-        for lines in logs:
-            lines.close()
-        root.handlers[:] = saved_logging[0]
-        root.setLevel(saved_logging[1])
-        sys.stdout, sys.stderr = saved
-        if log_fh:
-            log_fh.close()
+    """Run `main(snakemake)` with both streams and logging teed into the rule's log (if it has one)."""
+    with ExitStack() as stack:
+        logs = [None, None]
+        if snakemake.log:
+            Path(snakemake.log[0]).parent.mkdir(parents=True, exist_ok=True)
+            handle = stack.enter_context(open(snakemake.log[0], "w", encoding="utf-8"))
+            logs = [LogLines(handle), LogLines(handle)]  # one per stream: their half-lines never mix
+        out, err = _Tee(sys.stdout, logs[0]), _Tee(sys.stderr, logs[1])
+        stack.enter_context(redirect_stdout(out))
+        stack.enter_context(redirect_stderr(err))
+        stack.callback(err.close)
+        stack.callback(out.close)
+        handler, root = logging.StreamHandler(err), logging.getLogger()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        stack.callback(setattr, root, "handlers", root.handlers)
+        root.handlers = [handler]  # only ours: a handler on the real stderr would bypass `redact`
+        root.setLevel(logging.INFO)
+        if threading.current_thread() is threading.main_thread():
+            stack.callback(signal.signal, signal.SIGTERM, signal.signal(signal.SIGTERM, _stop))
+        stack.callback(_watch_snakemake().set)
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        code = _main(snakemake, main, logs[1])
     if code:
         sys.exit(code)
 
 
-def _catch_sigterm():
-    """SIGTERM raises Stopped in the main thread; returns the previous handler (None off the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGTERM, _raise_stopped)
-
-
-# ------------------------------------------------------------------------------------ dying with snakemake
-PR_SET_PDEATHSIG = 1
-
-
-def _set_pdeathsig(signum: int) -> bool:
-    """prctl(PR_SET_PDEATHSIG, signum): the kernel sends signum when the parent (the thread that forked this
-    process) exits. Linux only; False elsewhere."""
-    if not sys.platform.startswith("linux"):
-        return False
+def _main(snakemake, main: Callable[[object], None], log: LogLines | None) -> int:
+    """main(snakemake), its failure as one line (or one redacted traceback) on stderr; the exit code."""
+    t0 = time.perf_counter()
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
+        main(snakemake)
+    except TruthflowError as exc:
+        print(f"truthflow error in rule {snakemake.rule}: {exc}", file=sys.stderr)
+        return 1
+    except (Stopped, KeyboardInterrupt) as exc:  # SIGTERM; SIGINT (Ctrl-C reaches every job of the terminal)
+        signum = exc.args[0] if isinstance(exc, Stopped) else signal.SIGINT
+        print(f"truthflow: rule {snakemake.rule} stopped by {signal.Signals(signum).name}", file=sys.stderr)
+        return 128 + signum
+    except Exception:  # printed through the redacting stream; re-raising would print it again, unredacted
+        traceback.print_exc(file=sys.stderr)
+        return 1
+    if log:  # every rule log ends with what the job made, so no log is empty
+        sys.stdout.flush()
+        sys.stderr.flush()
+        outputs = ", ".join(map(str, getattr(snakemake, "output", None) or [])) or "nothing"
+        log.write(f"rule {snakemake.rule}: done in {time.perf_counter() - t0:.1f} s; wrote {outputs}\n")
+    return 0
 
 
-def _proc_stat(pid: int) -> list[str] | None:
-    """Fields 3.. of /proc/<pid>/stat (state, ppid, ...), None for no such process (or no /proc)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text.rsplit(")", 1)[1].split()
+def _is_snakemake(proc: psutil.Process) -> bool:
+    """`snakemake ...`, `python .../bin/snakemake ...` or `python -m snakemake ...`."""
+    with suppress(psutil.Error):
+        argv = proc.cmdline()
+        return any(Path(a).name == "snakemake" for a in argv[:2]) or argv[1:3] == ["-m", "snakemake"]
+    return False
 
 
-def _argv(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return []
+def _watch_snakemake() -> threading.Event:
+    """SIGTERM to this job once the snakemake that runs it is gone, even by a SIGKILL that Snakemake cannot
+    handle (test_hostile_intermediates.py::test_a_job_dies_with_the_snakemake_that_started_it: an orphaned
+    model job keeps the cores busy for hours): our side of the tree (this job, or a shell between: conda) is
+    reparented at once, zombie parent or not. Returns the event that ends the watch."""
+    stop, chain = threading.Event(), [psutil.Process(), *psutil.Process().parents()]
+    top = next((i for i in range(1, len(chain)) if _is_snakemake(chain[i])), None)
+    if top is None:
+        return stop
 
-
-def _is_snakemake(argv: list[str]) -> bool:
-    """A snakemake process: `snakemake ...`, `python .../bin/snakemake ...` or `python -m snakemake ...`."""
-    return any(Path(a).name == "snakemake" for a in argv[:2]) or argv[1:3] == ["-m", "snakemake"]
-
-
-def start_time(pid: int) -> float | None:
-    """When a live local process started (seconds since the epoch), None if there is none. Without /proc, a
-    live process counts as started at -inf."""
-    stat = _proc_stat(pid)
-    if stat is None:
-        if Path("/proc/self/stat").exists():
-            return None
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:
-            pass
-        return float("-inf")
-    if stat[0] in ("Z", "X"):  # a zombie has exited
-        return None
-    return _boot_time() + int(stat[19]) / os.sysconf("SC_CLK_TCK")
-
-
-def _boot_time() -> float:
-    for line in Path("/proc/stat").read_text().splitlines():
-        if line.startswith("btime "):
-            return float(line.split()[1])
-    return 0.0
-
-
-def snakemake_ancestor() -> int | None:
-    """The nearest ancestor process that is snakemake (the one that runs this job), or None."""
-    pid = os.getppid()
-    while pid > 1:
-        if _is_snakemake(_argv(pid)):
-            return pid
-        stat = _proc_stat(pid)
-        if stat is None:
-            return None
-        pid = int(stat[1])
-    return None
-
-
-def die_with_parent() -> threading.Event | None:
-    """This job gets SIGTERM when snakemake dies, even by SIGKILL (an orphaned model job would keep the
-    cores busy for hours). The parent-death signal covers the direct parent (the snakemake process, on a
-    local run and in a SLURM job step); where a shell sits between them (`--use-conda` activation), a
-    daemon thread watches the snakemake process too. Returns the event that stops that thread, if any."""
-    parent = os.getppid()
-    if _set_pdeathsig(signal.SIGTERM) and (os.getppid() != parent or parent == 1):
-        os.kill(os.getpid(), signal.SIGTERM)  # the parent died before the signal was set
-    ancestor = snakemake_ancestor()
-    if ancestor is None or ancestor == parent:
-        return None
-    born = start_time(ancestor)
-    stop = threading.Event()
-
-    def watch() -> None:
+    def watch(below: psutil.Process, snakemake_pid: int) -> None:
         while not stop.wait(PARENT_POLL_S):
-            if start_time(ancestor) != born:  # gone, or its pid taken by another process
-                os.kill(os.getpid(), signal.SIGTERM)
-                return
+            with suppress(psutil.Error):
+                if below.ppid() == snakemake_pid:
+                    continue
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
 
-    threading.Thread(target=watch, name="truthflow-parent-watch", daemon=True).start()
+    threading.Thread(target=watch, args=(chain[top - 1], chain[top].pid), daemon=True).start()
     return stop
 
 
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            stat = _proc_stat(int(entry.name))
-            if stat is not None:
-                children.setdefault(int(stat[1]), []).append(int(entry.name))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def script_jobs(root: int | None = None) -> list[int]:
-    """Processes below `root` (default: this one) that run a Snakemake `script:` job."""
-    if not Path("/proc/self/stat").exists():
-        return []
-    return [
-        pid
-        for pid in _descendants(os.getpid() if root is None else root)
-        if any("/.snakemake/scripts/" in a for a in _argv(pid)[1:2])
-    ]
-
-
 def stop_jobs_on_sigterm() -> None:
-    """Call in the main snakemake process (the Snakefile's onstart): a SIGTERM to snakemake also sends SIGTERM
-    to its running script jobs, which stop at once (their partial files removed); Snakemake then removes
-    their outputs and exits. Snakemake's own handler only stops scheduling new jobs and waits for the running
-    ones ("Will exit after finishing currently running jobs"): hours, for a model job. SLURM jobs are left to
-    the executor: only local processes are signalled."""
+    """Call in the main snakemake process (the Snakefile's onstart): a SIGTERM to snakemake also stops its
+    local script jobs, whose outputs Snakemake then removes. Its own handler only waits for them ("Will exit
+    after finishing currently running jobs"; test_robustness.py::test_killing_snakemake_stops_its_jobs)."""
     previous = signal.getsignal(signal.SIGTERM)
 
     def handler(signum, frame) -> None:
-        for pid in script_jobs():
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+        for proc in psutil.Process().children(recursive=True):
+            with suppress(psutil.Error):
+                if any("/.snakemake/scripts/" in a for a in proc.cmdline()[1:2]):
+                    proc.terminate()
         if callable(previous):
             previous(signum, frame)
         elif previous == signal.SIG_DFL:
             raise SystemExit(128 + signum)
 
-    try:
-        signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        pass
-
-
-# --------------------------------------------------------------------------------------- atomic outputs
-def partial_path(path: str | Path, pid: int | None = None) -> Path:
-    """Where `atomic` writes `path` before the rename: .{name}.partial-{pid} next to it."""
-    path = Path(path)
-    return path.with_name(f".{path.name}.partial-{os.getpid() if pid is None else pid}")
-
-
-def remove_stale_partials(path: str | Path) -> list[Path]:
-    """Remove the partial files of `path` that no live process is writing: their pid is gone, or belongs to
-    a process that started after the file was last written (a reused pid). Returns what was removed."""
-    path = Path(path)
-    prefix = f".{path.name}.partial-"
-    try:
-        siblings = [p for p in path.parent.iterdir() if p.name.startswith(prefix)]
-    except OSError:
-        return []
-    removed = []
-    for sibling in siblings:
-        pid = sibling.name[len(prefix) :]
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            written = sibling.lstat().st_mtime
-        except FileNotFoundError:
-            continue
-        started = start_time(int(pid))
-        if started is not None and started <= written + 2:  # its writer may still be running
-            continue
-        try:
-            sibling.unlink()
-        except FileNotFoundError:
-            continue
-        except IsADirectoryError:
-            continue
-        removed.append(sibling)
-    return removed
+    signal.signal(signal.SIGTERM, handler)
 
 
 @contextmanager
 def atomic(path: str | Path):
-    """Yield a temporary path next to `path`; rename onto it only when the block succeeds."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_partials(path)
-    tmp = partial_path(path)
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    """Yields `path` itself (see the module doc): table_html.py could use its output path directly."""
+    yield Path(path)
 
 
 def write_parquet(df: pl.DataFrame, path: str | Path) -> None:
-    with atomic(path) as tmp:
-        df.write_parquet(tmp)
+    df.write_parquet(path)
 
 
 def write_tsv(df: pl.DataFrame, path: str | Path) -> None:
-    with atomic(path) as tmp:
-        df.write_csv(tmp, separator="\t")
+    df.write_csv(path, separator="\t")
