@@ -84,19 +84,11 @@ def _moments(logits, targets):
     return token_logp, mu, sigma
 
 
-def token_statistics(logits_row, targets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For one text: log p of each target and mu, sigma of log p over the vocabulary at each position
-    (logits_row [n, V] of any dtype, computed in float32 on a copy)."""
-    import torch
-
-    logits = logits_row.to(torch.float32, copy=True)
-    return tuple(t.double().cpu().numpy() for t in _moments(logits, targets.to(logits.device)))  # type: ignore[return-value]
-
-
 def batch_token_statistics(
     logits, targets, lengths: list[int], max_elements: int = 2**25, logits_of=None, vocab: int | None = None
 ) -> list:
-    """token_statistics for a right-padded batch: logits [B, T, V] predicting targets [B, T], row r's first
+    """Per text, log p of each target and mu, sigma of log p over the vocabulary at each position, for a
+    right-padded batch: logits [B, T, V] (any dtype; float32 copies) predicting targets [B, T], row r's first
     lengths[r] positions real. With logits_of (e.g. `float_logits`), `logits` holds what it turns into float32
     logits (the residual stream [B, T, D]) and vocab is their width. Only the real positions are scored
     (packed: padding never reaches the head), in chunks of at most `max_elements` float32 logits (bounded
