@@ -129,72 +129,66 @@ def check_config_files(paths) -> None:
             )
 
 
-def _repeated(names) -> str | None:
-    seen = set()
-    for name in names:
-        key = tuple(name) if isinstance(name, list) else name
-        if key in seen:
-            return name
-        seen.add(key)
-    return None
-
-
 def check_names(config: dict) -> None:
     """Every dataset is registered (registry.py); every model/dataset named elsewhere in the config must be
     defined (once); the message names the key."""
     registry.check_names(config)
+    pw, depth, figures = config["pathways"], config["depth"], config["figures"]
     models, datasets = set(config["models"]), set(config["datasets"])
-    for key, names in (
-        ("pathways.models", config["pathways"]["models"]),
-        ("pathways.datasets", config["pathways"]["datasets"]),
-        ("depth.models", config["depth"]["models"]),
-        ("figures.depth", config["figures"]["depth"]),
-        ("figures.pathways", config["figures"]["pathways"]),
-    ):
-        dup = _repeated(names)
-        if dup is not None:
-            raise TruthflowError(
-                f"config key '{key}' lists {dup!r} twice; list each once "
-                "(a repeat would duplicate its rows in the summary tables)"
-            )
-    for i, pair in enumerate(config["figures"]["pathways"]):
+    lists = {
+        "pathways.models": pw["models"],
+        "pathways.datasets": pw["datasets"],
+        "depth.models": depth["models"],
+        "figures.depth": figures["depth"],
+        "figures.pathways": figures["pathways"],
+    }
+    for key, names in lists.items():
+        seen = [tuple(n) if isinstance(n, list) else n for n in names]
+        for i, name in enumerate(names):
+            if seen[i] in seen[:i]:
+                raise TruthflowError(
+                    f"config key '{key}' lists {name!r} twice; list each once "
+                    "(a repeat would duplicate its rows in the summary tables)"
+                )
+    for i, pair in enumerate(figures["pathways"]):
         if len(pair) == 2 and pair[0] == pair[1]:
             raise TruthflowError(
                 f"config key 'figures.pathways[{i}]' pairs model '{pair[0]}' with itself; "
                 "give two different models, or one model alone"
             )
-
-    def need(names, known, key, kind):
+    needed = [
+        ("pathways.models", pw["models"], models, "model"),
+        ("pathways.datasets", pw["datasets"], datasets, "dataset"),
+        ("depth.models", depth["models"], models, "model"),
+        *(
+            (f"figures.pathways[{i}]", pair, set(pw["models"]), "model")
+            for i, pair in enumerate(figures["pathways"])
+        ),
+        ("figures.depth", figures["depth"], set(depth["models"]), "model"),
+    ]
+    for key, names, known, kind in needed:
         for name in names:
             if name not in known:
                 raise TruthflowError(
                     f"config key '{key}' names {kind} '{name}', which is not defined under '{kind}s' "
                     f"(defined: {', '.join(sorted(known)) or 'none'})"
                 )
-
-    need(config["pathways"]["models"], models, "pathways.models", "model")
-    need(config["pathways"]["datasets"], datasets, "pathways.datasets", "dataset")
-    for name in config["pathways"]["datasets"]:
-        if not registry.is_qa(name):
-            raise TruthflowError(
-                f"config key 'pathways.datasets' names '{name}', which is not a QA set "
-                f"(QA sets: {', '.join(registry.qa_names())})"
-            )
-    need(config["depth"]["models"], models, "depth.models", "model")
-    for i, pair in enumerate(config["figures"]["pathways"]):
-        need(pair, set(config["pathways"]["models"]), f"figures.pathways[{i}]", "model")
-    need(config["figures"]["depth"], set(config["depth"]["models"]), "figures.depth", "model")
-    if config["depth"]["models"] and "depthqa" not in datasets:
+    not_qa = [name for name in pw["datasets"] if not registry.is_qa(name)]
+    if not_qa:
+        raise TruthflowError(
+            f"config key 'pathways.datasets' names '{not_qa[0]}', which is not a QA set "
+            f"(QA sets: {', '.join(registry.qa_names())})"
+        )
+    if depth["models"] and "depthqa" not in datasets:
         raise TruthflowError("config key 'depth.models' is set but 'datasets.depthqa' is not defined")
-    ps = config["pathways"]
-    if ps["anchor_split"] == "fixed_layer" and ps.get("fixed_layer") is None:
+    if pw["anchor_split"] == "fixed_layer" and pw.get("fixed_layer") is None:
         raise TruthflowError("config key 'pathways.fixed_layer' must be set when anchor_split is fixed_layer")
-    layer = ps.get("experiments", {}).get("layer", "auto")
+    layer = pw.get("experiments", {}).get("layer", "auto")
     if isinstance(layer, str) and layer != "auto" or isinstance(layer, int) and layer < 1:
         raise TruthflowError(
             f"config key 'pathways.experiments.layer' must be 'auto' or a layer number >= 1, got {layer!r}"
         )
-    span = ps.get("check", {}).get("layers")
+    span = pw.get("check", {}).get("layers")
     if isinstance(span, list) and span[0] > span[1]:
         raise TruthflowError(
             f"config key 'pathways.check.layers' is [from, to] with from <= to (1-based), got {span}"
