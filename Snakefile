@@ -22,6 +22,7 @@ if not workflow.overwrite_configfiles:
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from truthflow.config import check_config  # noqa: E402
 from truthflow.errors import TruthflowError  # noqa: E402
+from truthflow.runlog import stop_jobs_on_sigterm  # noqa: E402
 
 try:
     check_config(config, workflow.configfiles, os.environ)
@@ -49,10 +50,7 @@ report: "workflow/report/workflow.rst"
 
 
 onstart:
-    # a SIGTERM to snakemake stops the running jobs too, instead of waiting hours for a model job
-    from truthflow.runlog import stop_jobs_on_sigterm
-
-    stop_jobs_on_sigterm()
+    stop_jobs_on_sigterm()  # Snakemake's own SIGTERM handler waits for the running jobs: hours, for a model
     try:
         check_gated_tokens()
     except TruthflowError as exc:

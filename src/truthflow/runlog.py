@@ -106,12 +106,8 @@ class _Tee:
         return getattr(self.terminal, name)
 
 
-class Stopped(BaseException):
-    """SIGTERM, raised in the main thread: no `except Exception` swallows it; every `finally` still runs."""
-
-
 def _stop(signum, frame) -> None:
-    raise Stopped(signum)
+    raise KeyboardInterrupt(signum)  # in the main thread: no `except Exception` swallows it, `finally`s run
 
 
 def run(snakemake, main: Callable[[object], None]) -> None:
@@ -149,8 +145,8 @@ def _main(snakemake, main: Callable[[object], None], log: LogLines | None) -> in
     except TruthflowError as exc:
         print(f"truthflow error in rule {snakemake.rule}: {exc}", file=sys.stderr)
         return 1
-    except (Stopped, KeyboardInterrupt) as exc:  # SIGTERM; SIGINT (Ctrl-C reaches every job of the terminal)
-        signum = exc.args[0] if isinstance(exc, Stopped) else signal.SIGINT
+    except KeyboardInterrupt as exc:  # SIGTERM (_stop); SIGINT (Ctrl-C reaches every job of the terminal)
+        signum = exc.args[0] if exc.args else signal.SIGINT
         print(f"truthflow: rule {snakemake.rule} stopped by {signal.Signals(signum).name}", file=sys.stderr)
         return 128 + signum
     except Exception:  # printed through the redacting stream; re-raising would print it again, unredacted

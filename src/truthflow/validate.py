@@ -1,13 +1,7 @@
 """Readers for the workflow's own intermediate files. A file cut short by a full disk, overwritten by hand or
-left from another version of the workflow still looks finished to Snakemake ("Nothing to be done"); every
-stage reads its inputs through these readers, which turn the library's error, a missing column, a wrong shape
-or foreign ids into one line naming the file and how to rebuild it:
-
-    results/demo/depth/smollm2-135m/mink.parquet: unreadable parquet (parquet: File out of specification:
-    The file must end with PAR1 or PARE) — rebuild it with: snakemake --forcerun results/demo/depth/...
-
-`--forcerun FILE` reruns exactly the job that writes the file (or its benchmark), then everything downstream.
-"""
+left from another version of the workflow still looks finished to Snakemake ("Nothing to be done"); these
+readers turn the library's error, a missing column, a wrong shape or foreign ids into one line naming the file
+and `snakemake --forcerun FILE`, which reruns the job that writes it (or its benchmark) and what follows."""
 
 from __future__ import annotations
 
@@ -37,10 +31,10 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def check_columns(df: pl.DataFrame | pl.Schema, path: str | Path, required: Columns, _rule=None) -> None:
+def check_columns(df: pl.DataFrame, path: str | Path, required: Columns, _rule=None) -> None:
     """Every required column is there (and of the given dtype, where a Mapping gives one). `_rule` is ignored
     (plot_experiments.py still passes one)."""
-    schema = df.schema if isinstance(df, pl.DataFrame) else df
+    schema = df.schema
     wanted = required if isinstance(required, Mapping) else dict.fromkeys(required)
     missing = [c for c in wanted if c not in schema]
     if missing:
@@ -66,11 +60,6 @@ def _read(read, kind: str, path, required: Columns, **kwargs) -> pl.DataFrame:
 def read_parquet(path, required_columns: Columns = (), **kwargs) -> pl.DataFrame:
     """pl.read_parquet(path, **kwargs) with the required columns (a list of paths: concatenated)."""
     return _read(pl.read_parquet, "parquet", path, required_columns, **kwargs)
-
-
-def count_rows(path: str | Path, required_columns: Columns = ()) -> int:
-    """Rows of a parquet file, read whole once (so a file that cannot be read fails here, not later)."""
-    return read_parquet(path, required_columns).height
 
 
 def _read_tsv(path, **kwargs) -> pl.DataFrame:
