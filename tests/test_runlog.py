@@ -75,7 +75,7 @@ def test_progress_bar_leaves_a_few_readable_lines(tmp_path, capsys) -> None:
 def test_log_lines_keep_the_final_state_and_one_state_per_interval() -> None:
     now = [0.0]
     handle = io.StringIO()
-    lines = runlog.LogLines(handle, interval=30, clock=lambda: now[0])
+    lines = runlog._Tee(io.StringIO(), handle, interval=30, clock=lambda: now[0])
     lines.write("header\n")
     for i in range(1, 101):  # a bar redrawn every second for 100 s
         now[0] = float(i)

@@ -31,45 +31,16 @@ STOP_AT_ENV = "TRUTHFLOW_TEST_STOP_AT"
 PARENT_POLL_S = 1.0
 
 
-class LogLines:
-    """The log-file side of a stream: whole, redacted lines only. A line redrawn with carriage returns (a tqdm
-    bar) reaches the file as its final state plus at most one state every `interval` seconds."""
+class _Tee:
+    """Stands in for sys.stdout / sys.stderr: redacted text to the terminal, passed on at line ends (\n or \r)
+    and on flush, so a secret written in pieces is masked whole; redacted whole lines to the log `handle`,
+    where a line redrawn with \r (a tqdm bar) is its final state plus at most one state per `interval` s."""
 
-    def __init__(self, handle, interval: float = PROGRESS_INTERVAL_S, clock: Callable = time.monotonic):
-        self.handle, self.interval, self.clock = handle, interval, clock
+    def __init__(self, terminal, handle=None, interval: float = PROGRESS_INTERVAL_S, clock=time.monotonic):
+        self.terminal, self.handle, self.interval, self.clock = terminal, handle, interval, clock
+        self.pending, self.stop_at = "", os.environ.get(STOP_AT_ENV) or None
         self.line, self.written, self.redraw = "", None, False  # the line's state; the state last written
         self.next_at = clock() + interval
-
-    def write(self, text: str) -> None:
-        for part in _BREAK.split(text):
-            if part in ("\n", "\r\n"):
-                self._put()
-                self.line, self.written, self.redraw = "", None, False
-            elif part == "\r":
-                self.redraw = True
-                if self.line and self.clock() >= self.next_at:
-                    self._put()
-                    self.written, self.next_at = self.line, self.clock() + self.interval
-            elif part:
-                self.line, self.redraw = (part if self.redraw else self.line + part), False
-
-    def _put(self) -> None:
-        if self.line != self.written:
-            self.handle.write(redact(self.line.rstrip()) + "\n")
-            self.handle.flush()
-
-    def close(self) -> None:
-        if self.line:
-            self._put()
-
-
-class _Tee:
-    """Stands in for sys.stdout / sys.stderr: redacted text to the terminal and the log, passed on at line
-    ends (\n or \r) and on flush, so a secret written in pieces is masked whole."""
-
-    def __init__(self, terminal, log: LogLines | None):
-        self.terminal, self.log, self.pending = terminal, log, ""
-        self.stop_at = os.environ.get(STOP_AT_ENV) or None
 
     def write(self, data: str) -> int:
         self.pending += data
@@ -81,12 +52,26 @@ class _Tee:
 
     def _emit(self, text: str) -> None:
         self.terminal.write(redact(text))
-        if self.log:
-            self.log.write(text)
+        for part in _BREAK.split(text) if self.handle else ():
+            if part in ("\n", "\r\n"):
+                self._put()
+                self.line, self.written, self.redraw = "", None, False
+            elif part == "\r":
+                self.redraw = True
+                if self.line and self.clock() >= self.next_at:
+                    self._put()
+                    self.written, self.next_at = self.line, self.clock() + self.interval
+            elif part:
+                self.line, self.redraw = (part if self.redraw else self.line + part), False
         if self.stop_at and self.stop_at in text:
             self.stop_at = None
             self.flush()
             os.kill(os.getpid(), signal.SIGSTOP)
+
+    def _put(self) -> None:
+        if self.line != self.written:
+            self.handle.write(redact(self.line.rstrip()) + "\n")
+            self.handle.flush()
 
     def flush(self) -> None:
         if self.pending:
@@ -96,8 +81,8 @@ class _Tee:
 
     def close(self) -> None:
         self.flush()
-        if self.log:
-            self.log.close()
+        if self.line:
+            self._put()
 
     def isatty(self) -> bool:
         return False
@@ -113,12 +98,11 @@ def _stop(signum, frame) -> None:
 def run(snakemake, main: Callable[[object], None]) -> None:
     """Run `main(snakemake)` with both streams and logging teed into the rule's log (if it has one)."""
     with ExitStack() as stack:
-        logs = [None, None]
+        handle = None
         if snakemake.log:
             Path(snakemake.log[0]).parent.mkdir(parents=True, exist_ok=True)
             handle = stack.enter_context(open(snakemake.log[0], "w", encoding="utf-8"))
-            logs = [LogLines(handle), LogLines(handle)]  # one per stream: their half-lines never mix
-        out, err = _Tee(sys.stdout, logs[0]), _Tee(sys.stderr, logs[1])
+        out, err = _Tee(sys.stdout, handle), _Tee(sys.stderr, handle)  # each keeps its own half-line
         stack.enter_context(redirect_stdout(out))
         stack.enter_context(redirect_stderr(err))
         stack.callback(err.close)
@@ -132,12 +116,12 @@ def run(snakemake, main: Callable[[object], None]) -> None:
             stack.callback(signal.signal, signal.SIGTERM, signal.signal(signal.SIGTERM, _stop))
         stack.callback(_watch_snakemake().set)
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        code = _main(snakemake, main, logs[1])
+        code = _main(snakemake, main, handle)
     if code:
         sys.exit(code)
 
 
-def _main(snakemake, main: Callable[[object], None], log: LogLines | None) -> int:
+def _main(snakemake, main: Callable[[object], None], handle) -> int:
     """main(snakemake), its failure as one line (or one redacted traceback) on stderr; the exit code."""
     t0 = time.perf_counter()
     try:
@@ -152,11 +136,11 @@ def _main(snakemake, main: Callable[[object], None], log: LogLines | None) -> in
     except Exception:  # printed through the redacting stream; re-raising would print it again, unredacted
         traceback.print_exc(file=sys.stderr)
         return 1
-    if log:  # every rule log ends with what the job made, so no log is empty
+    if handle:  # every rule log ends with what the job made, so no log is empty
         sys.stdout.flush()
         sys.stderr.flush()
         outputs = ", ".join(map(str, getattr(snakemake, "output", None) or [])) or "nothing"
-        log.write(f"rule {snakemake.rule}: done in {time.perf_counter() - t0:.1f} s; wrote {outputs}\n")
+        handle.write(f"rule {snakemake.rule}: done in {time.perf_counter() - t0:.1f} s; wrote {outputs}\n")
     return 0
 
 
