@@ -34,8 +34,8 @@ from shapes import SHAPES, random_model  # noqa: E402
 from truthflow.depth.mink import batch_token_statistics  # noqa: E402
 from truthflow.models import LoadedModel  # noqa: E402
 from truthflow.pathways import interventions as iv  # noqa: E402
+from truthflow.pathways import knockout as ko  # noqa: E402
 from truthflow.pathways.check import cell_frame, check, family  # noqa: E402
-from truthflow.pathways.knockout import per_layer_reference, resid_sweep_multi  # noqa: E402
 from truthflow.pathways.probes import run_probes  # noqa: E402
 from truthflow.pathways.saliency import saliency  # noqa: E402
 from truthflow.twins import build_tokenizer  # noqa: E402
@@ -85,10 +85,36 @@ def stage_generation(lm, n: int):
     return f"{n} var-len prompts, {tokens} new tokens"
 
 
+@torch.inference_mode()
+def per_layer_reference(lm, seq: list[int], probe: int, block: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The naive loop the one-pass trick replaces: for each layer k a full pass with the block applied only
+    in layers 1..k via per-layer pre-hooks. Returns (resid_clean, resid_ko) [L, D] float32."""
+    base, device, dtype, _ = ko.model_parts(lm)
+    layers = base.layers
+    ids, valid = ko._batch_tensors([seq[: probe + 1]], 0, device)
+    clean_mask = ko.knockout_mask(valid, None, dtype)
+    ko_mask = ko.knockout_mask(valid, ko._block_tensor([block], ids.shape, device), dtype)
+    cap = ko.ResidCapture(layers)
+    cap.set_positions([probe])
+    per_layer = ko.LayerMasks(layers, ko.layer_windows(base.config))
+    clean_in = ko.model_mask(base.config, clean_mask)
+    try:
+        base(input_ids=ids, attention_mask=clean_in, use_cache=False)
+        clean, kos = cap.stacked()[0].numpy(), []
+        for k in range(len(layers)):
+            per_layer.masks = {j: (ko_mask if j <= k else clean_mask) for j in range(len(layers))}
+            base(input_ids=ids, attention_mask=clean_in, use_cache=False)
+            kos.append(cap.resid_post[k][0].float().cpu())
+        return clean, torch.stack(kos).numpy()
+    finally:
+        cap.remove()
+        per_layer.remove()
+
+
 def stage_extraction(lm, n: int, dtype: str):
     vocab = lm.model.config.vocab_size
     seqs, probe, eq, controls = case(n, vocab)
-    clean, kos = resid_sweep_multi(lm, seqs, probe, [eq, *controls], batch_size=64, out_dtype=np.float32)
+    clean, kos = ko.resid_sweep_multi(lm, seqs, probe, [eq, *controls], batch_size=64, out_dtype=np.float32)
     sync()
     worst = 0.0
     for i in range(3):  # exactness: one-pass cumulative knockout vs the per-layer reference passes
@@ -204,7 +230,7 @@ def stage_split(lm, chat_lm, n: int, dtype: str):
     devices = set(getattr(model, "hf_device_map", {"": device}).values())
     assert len(devices) == 2, f"weights on {devices}, not split over two GPUs"
     seqs, probe, eq, controls = case(n, model.config.vocab_size, seed=5)
-    resid_sweep_multi(split, seqs, probe, [eq, *controls], batch_size=64, out_dtype=np.float32)
+    ko.resid_sweep_multi(split, seqs, probe, [eq, *controls], batch_size=64, out_dtype=np.float32)
     iv.answer_logprobs(split, seqs, [[p] for p in probe], batch_size=64)
     out = generate_answers(split, [""] * n, n, 8, stop_at_newline=False, chat=False, prompt_ids=seqs)
     sync()

@@ -1,10 +1,9 @@
-"""The knockout mask cell by cell, and the one-pass trick's exactness on a real demo model in float32."""
+"""The knockout mask cell by cell, the window of layers and the shared-prefix rule (the one-pass trick's
+exactness: tests/test_architectures.py, on twins of four architectures)."""
 
-import numpy as np
-import pytest
 import torch
 
-from truthflow.pathways.knockout import knockout_mask, per_layer_reference, resid_sweep, window_layers
+from truthflow.pathways.knockout import knockout_mask, window_layers
 
 MIN = torch.finfo(torch.float32).min
 
@@ -37,50 +36,6 @@ def test_window_layers():
     assert list(window_layers(0, 9, 30)) == [0]
     assert list(window_layers(10, 9, 30)) == [6, 7, 8, 9, 10]
     assert list(window_layers(29, 9, 30)) == [25, 26, 27, 28, 29]
-
-
-def _case(lm):
-    prompt = lm.tokenizer("Q: What is the capital of France?\nA:")["input_ids"]
-    answer = lm.tokenizer(" Paris", add_special_tokens=False)["input_ids"]
-    seq = prompt + answer
-    eq = [
-        i
-        for i, t in enumerate(seq)
-        if "France" in lm.tokenizer.decode([t]) or "capital" in lm.tokenizer.decode([t])
-    ]
-    assert eq
-    return seq, len(seq) - 1, eq
-
-
-@pytest.mark.model
-@pytest.mark.parametrize("model", ["smollm", "gemma"])
-@pytest.mark.parametrize("mode", ["cumulative"])  # window mode: test_architectures (twins)
-def test_one_pass_equals_per_layer_reference(model, mode, request):
-    lm = request.getfixturevalue(model)
-    seq, probe, eq = _case(lm)
-    short = seq[:-2]  # a shorter second row exercises the padding folded into the mask
-    clean, ko = resid_sweep(
-        lm,
-        [seq, short],
-        [probe, len(short) - 1],
-        [eq, eq],
-        batch_size=2,
-        mode=mode,
-        window=9,
-        out_dtype=np.float32,
-    )
-    ref_clean, ref_ko = per_layer_reference(lm, seq, probe, eq, mode=mode, window=9)
-    n_layers = lm.info["n_layers"]
-    assert ko.shape == (2, n_layers, lm.info["hidden_size"])
-    for k in range(n_layers):
-        scale = np.abs(ref_ko[k]).max()
-        assert np.abs(ko[0, k] - ref_ko[k]).max() <= 1e-4 * scale, f"layer {k + 1}"
-        assert np.abs(clean[0, k] - ref_clean[k]).max() <= 1e-4 * np.abs(ref_clean[k]).max()
-    # the knockout really changes the state (else the test above proves nothing)
-    change = [np.abs(ko[0, k] - clean[0, k]).max() / np.abs(clean[0, k]).max() for k in range(n_layers)]
-    assert max(change) > 1e-2
-    ref_short_clean, ref_short_ko = per_layer_reference(lm, short, len(short) - 1, eq, mode=mode, window=9)
-    assert np.allclose(ko[1], ref_short_ko, rtol=0, atol=1e-4 * np.abs(ref_short_ko).max())
 
 
 def test_shared_prefix_rule():

@@ -16,7 +16,8 @@ from truthflow.pathways.saliency import (
     attention_and_grads,
     eager_attention,
     frozen_parameters,
-    reduce_saliency,
+    pair_masks,
+    pooled,
     saliency,
 )
 
@@ -134,12 +135,17 @@ def _seq(n: int, seed: int) -> list[int]:
 
 
 # --------------------------------------------------------------------------------------------- 1. reduction
+def _reduce(s, eq, ea, n=None):
+    """S [L, T, T] (or [T, T]) of one sample with n <= T real positions -> [L, 2] (or [2])."""
+    return pooled(s, *pair_masks(s.shape[-1] if n is None else n, eq, ea, s.shape[-1])).numpy()
+
+
 def test_reduction_hand_case():
     t = 5
     s0 = torch.arange(t * t, dtype=torch.float32).reshape(t, t)  # S(i, j) = 5i + j, upper triangle too
     s1 = s0.T.clone()  # S(i, j) = 5j + i
     eq, ea = [1, 2], [3, 4]
-    got = reduce_saliency(torch.stack([s0, s1]), eq, ea)
+    got = _reduce(torch.stack([s0, s1]), eq, ea)
     assert got.shape == (2, 2) and got.dtype == np.float32
     # layer 0, E_Q->E_A: cells (3,1)=16 (3,2)=17 (4,1)=21 (4,2)=22 -> 76/4
     # layer 0, E_Q->*: key 1: queries 2,3,4 -> 11,16,21; key 2: queries 3,4 -> 17,22 -> 87/5
@@ -149,12 +155,12 @@ def test_reduction_hand_case():
     # padding: a width-7 matrix with n=5 real positions; huge values in the padding rows are never counted
     padded = torch.full((7, 7), 1e6)
     padded[:5, :5] = s0
-    np.testing.assert_allclose(reduce_saliency(padded, eq, ea, n=5), [19.0, 17.4], rtol=1e-6)
+    np.testing.assert_allclose(_reduce(padded, eq, ea, n=5), [19.0, 17.4], rtol=1e-6)
     # E_Q->* of key 0 only: queries 1..4 -> 5, 10, 15, 20 -> 12.5; duplicates count once; empty set -> NaN
-    got = reduce_saliency(s0, [0, 0], [])
+    got = _reduce(s0, [0, 0], [])
     assert np.isnan(got[0]) and got[1] == pytest.approx(12.5)
     with pytest.raises(ValueError, match="outside"):
-        reduce_saliency(s0, [1], [5])
+        _reduce(s0, [1], [5])
 
 
 # ------------------------------------------------------------------------ 2. dL/dA vs finite differences
@@ -212,4 +218,4 @@ def test_batched_equals_one_at_a_time_and_eager_switch():
     # the API output is the reduction of |A * dL/dA| summed over heads (the FD-checked gradient)
     _, attns, grads = _code_grads(lm, seqs[0], starts[0])
     s = torch.stack([(a[0] * g[0]).abs().sum(0) for a, g in zip(attns, grads, strict=True)])
-    np.testing.assert_allclose(single[0], reduce_saliency(s, eqs[0], eas[0]), rtol=1e-6)
+    np.testing.assert_allclose(single[0], _reduce(s.float(), eqs[0], eas[0]), rtol=1e-6)

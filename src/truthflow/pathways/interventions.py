@@ -8,7 +8,6 @@ at layer K: layers above K cannot change the residual stream at K.
 
 from __future__ import annotations
 
-import copy
 import math
 import random
 import zlib
@@ -16,20 +15,17 @@ import zlib
 import numpy as np
 import torch
 
-from ..batching import pad_batch, run_batched
+from ..batching import MIN_SHARED_PREFIX, common_head, run_batched
 from ..logits import float_logits, unnormed
 from ..models import LoadedModel
 from .knockout import (
-    MIN_SHARED_PREFIX,
     ResidCapture,
-    _Stop,
-    common_head,
+    _batch_tensors,
+    condition_passes,
     decoder_layers,
     knockout_mask,
     last_hidden_after_head,
-    model_mask,
-    prefix_cache,
-    run_from,
+    model_parts,
     store,
 )
 
@@ -126,7 +122,7 @@ def reweight_mask(
     (i, j) with query i in `queries` and key j in `keys` ([B, T] bool each). An additive log(f) before the
     softmax multiplies those attention weights by f and renormalizes each row: softmax(s + log f · 1_E) ∝
     exp(s) · f^(1_E)."""
-    base = knockout_mask(valid, torch.zeros_like(valid), dtype)  # [B, 1, T, T]
+    base = knockout_mask(valid, None, dtype)  # [B, 1, T, T]
     if factor == 1.0:
         return base
     if factor <= 0:
@@ -198,16 +194,12 @@ def resid_conditions(
     same-length token ids, e.g. patched), `edges` and `factor` (attention reweighting). The tokens every
     condition shares with the clean sequences (A12: before the question, A16: before the answer) are run once
     per batch; each condition runs the rest from a copy of their keys and values (exact)."""
-    model = lm.model
-    layers = decoder_layers(model)
+    layers = decoder_layers(lm.model)
     if not 1 <= layer <= len(layers):
         raise ValueError(f"layer {layer} is not in 1..{len(layers)}")
-    base = getattr(model, model.base_model_prefix)
-    device = next(model.parameters()).device
-    dtype = next(model.parameters()).dtype
-    pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
-    hidden = model.config.get_text_config().hidden_size
+    base, device, dtype, pad_id = model_parts(lm)
     if outs is None:
+        hidden = lm.model.config.get_text_config().hidden_size
         outs = [np.zeros((len(seqs), hidden), dtype=np.float16) for _ in conditions]
     cut = [s[: p + 1] for s, p in zip(seqs, probe_pos, strict=True)]
     conds = []
@@ -220,47 +212,30 @@ def resid_conditions(
         conds.append({"seqs": cs, "edges": c.get("edges"), "factor": float(c.get("factor", 1.0))})
     order = sorted(range(len(cut)), key=lambda i: -len(cut[i]))
 
-    def mask_of(c, idx, ids, valid):
-        if c["edges"] is None or c["factor"] == 1.0:
-            return knockout_mask(valid, torch.zeros_like(valid), dtype)
+    def inputs(idx, ids, valid):
+        """(token ids, mask) of each condition on the batch."""
         lengths = [len(cut[i]) for i in idx]
-        q = _positions_tensor([c["edges"][0][i] for i in idx], lengths, ids.shape, device)
-        k = _positions_tensor([c["edges"][1][i] for i in idx], lengths, ids.shape, device)
-        return reweight_mask(valid, q, k, c["factor"], dtype)
-
-    def run(cap, ids, mask, start, cache):
-        try:
-            if cache is None:
-                base(input_ids=ids, attention_mask=model_mask(base.config, mask), use_cache=False)
-            else:
-                run_from(base, ids, mask, copy.deepcopy(cache), start)
-        except _Stop:
-            pass
-        return cap.resid_post[layer - 1].float().cpu().numpy()
+        for c in conds:
+            c_ids = (
+                ids if c["seqs"] is None else _batch_tensors([c["seqs"][i] for i in idx], pad_id, device)[0]
+            )
+            if c["edges"] is None or c["factor"] == 1.0:
+                yield c_ids, knockout_mask(valid, None, dtype)
+                continue
+            q = _positions_tensor([c["edges"][0][i] for i in idx], lengths, ids.shape, device)
+            k = _positions_tensor([c["edges"][1][i] for i in idx], lengths, ids.shape, device)
+            yield c_ids, reweight_mask(valid, q, k, c["factor"], dtype)
 
     def step(idx: list[int]) -> None:
-        ids, valid = pad_batch([cut[i] for i in idx], pad_id, side="right")
-        ids, valid = ids.to(device), valid.to(device)
+        ids, valid = _batch_tensors([cut[i] for i in idx], pad_id, device)
         prefix = _first_change(cut, conds, idx, [len(cut[i]) for i in idx])
+        prefix = prefix if prefix >= MIN_SHARED_PREFIX else 0
         cap = ResidCapture(layers, stop_after=layer - 1)
-        cache = None
         try:
-            if prefix >= MIN_SHARED_PREFIX:
-                clean = knockout_mask(valid, torch.zeros_like(valid), dtype)
-                cap.active = False
-                try:
-                    cache = prefix_cache(base, ids, clean, prefix, dtype)
-                finally:
-                    cap.active = True
-            else:
-                prefix = 0
-            cap.set_positions([probe_pos[i] - prefix for i in idx])
-            for n, (c, out) in enumerate(zip(conds, outs, strict=True)):
-                c_ids = ids
-                if c["seqs"] is not None:
-                    c_ids = pad_batch([c["seqs"][i] for i in idx], pad_id, side="right")[0].to(device)
-                values = run(cap, c_ids, mask_of(c, idx, c_ids, valid), prefix, cache)
-                store(out, idx, values, f"{desc}: condition {n}")
+            probes = [probe_pos[i] for i in idx]
+            passes = condition_passes(base, cap, ids, valid, probes, prefix, inputs(idx, ids, valid))
+            for n, (_, out) in enumerate(zip(passes, outs, strict=True)):
+                store(out, idx, cap.resid_post[layer - 1].float().cpu().numpy(), f"{desc}: condition {n}")
         finally:
             cap.remove()
 
@@ -269,6 +244,24 @@ def resid_conditions(
 
 
 # ------------------------------------------------------------------ detection baselines (A17)
+def next_token_logits(lm: LoadedModel, rows: list[list[int]], at: list[list[int]]) -> torch.Tensor:
+    """Float32 logits [sum of len(at[r]), V] predicting the token after each position at[r] of row r, from one
+    right-padded pass: the final norm and the LM head run only on those positions (`logits.float_logits`;
+    a [B, T, V] logit tensor of a 262k vocabulary would not fit), and the head every row shares before the
+    first of them runs once. Index tensors are made on the device of the tensor they index: a model spread
+    over several GPUs takes its inputs on the first and leaves its hidden states on the last."""
+    base, device, dtype, pad_id = model_parts(lm)
+    ids, valid = _batch_tensors(rows, pad_id, device)
+    head = common_head(rows, min(p for pos in at for p in pos))
+    head = head if head >= MIN_SHARED_PREFIX else 0
+    with unnormed(lm.model):
+        h = last_hidden_after_head(base, ids, valid, head, dtype)
+    row_of = torch.tensor([r for r, pos in enumerate(at) for _ in pos], device=h.device)
+    cols = torch.tensor([p - head for pos in at for p in pos], device=h.device)
+    # one LM-head call per batch: the head's weights (262k x D for Gemma) are read once, not once per row
+    return float_logits(lm.model, h[row_of, cols])
+
+
 @torch.inference_mode()
 def answer_logprobs(
     lm: LoadedModel,
@@ -278,44 +271,28 @@ def answer_logprobs(
     desc: str = "logits",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Logits-mean / Logits-min: the mean and the minimum log-probability of the E_A tokens, teacher-forced
-    (token at position p scored from position p-1). The final norm and the LM head run only on the positions
-    needed, in float32 (`logits.float_logits`; a full [B, T, V] logit tensor of a 262k vocabulary would not
-    fit). Index tensors are made on the device of the tensor they index: a model spread over several GPUs
-    takes its inputs on the first and leaves its hidden states on the last."""
-    model = lm.model
-    base = getattr(model, model.base_model_prefix)
-    device = model.get_input_embeddings().weight.device
-    dtype = next(model.parameters()).dtype
-    pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
+    (token at position p scored from position p-1, `next_token_logits`)."""
     mean = np.full(len(seqs), np.nan)
     low = np.full(len(seqs), np.nan)
     ends = [max(e) + 1 if e else 0 for e in ea_positions]
     order = sorted(range(len(seqs)), key=lambda i: -ends[i])
 
     def step(idx: list[int]) -> None:
-        rows = [seqs[i][: max(1, ends[i])] for i in idx]
-        ids, valid = pad_batch(rows, pad_id, side="right")
-        ids, valid = ids.to(device), valid.to(device)
-        scored = [(r, i, [p for p in ea_positions[i] if p >= 1]) for r, i in enumerate(idx)]
-        scored = [(r, i, pos) for r, i, pos in scored if pos]
-        if not scored:
+        scored = [[p for p in ea_positions[i] if p >= 1] for i in idx]
+        if not any(scored):
             return
-        # the tokens before every row's first scored position that all rows share run once
-        head = common_head(rows, min(min(pos) - 1 for _, _, pos in scored))
-        head = head if head >= MIN_SHARED_PREFIX else 0
-        with unnormed(model):
-            h = last_hidden_after_head(base, ids, valid, head, dtype)
-        # one LM-head call per batch: the head's weights (262k x D for Gemma) are read once, not once per row
-        row_of = torch.tensor([r for r, _, pos in scored for _ in pos], device=h.device)
-        prev = torch.tensor([p - 1 - head for _, _, pos in scored for p in pos], device=h.device)
-        lp = torch.log_softmax(float_logits(model, h[row_of, prev]), dim=-1)
-        target = torch.tensor([seqs[i][p] for _, i, pos in scored for p in pos], device=lp.device)
+        rows = [seqs[i][: max(1, ends[i])] for i in idx]
+        lp = torch.log_softmax(next_token_logits(lm, rows, [[p - 1 for p in pos] for pos in scored]), dim=-1)
+        target = torch.tensor(
+            [seqs[i][p] for i, pos in zip(idx, scored, strict=True) for p in pos], device=lp.device
+        )
         vals = lp[torch.arange(len(target), device=lp.device), target].cpu().numpy()
         at = 0
-        for _, i, pos in scored:
-            v = vals[at : at + len(pos)]
-            mean[i], low[i] = float(v.mean()), float(v.min())
-            at += len(pos)
+        for i, pos in zip(idx, scored, strict=True):
+            if pos:
+                v = vals[at : at + len(pos)]
+                mean[i], low[i] = float(v.mean()), float(v.min())
+                at += len(pos)
 
     run_batched(order, batch_size, step, desc=desc)
     return mean, low
@@ -348,25 +325,12 @@ def p_true(lm: LoadedModel, prompts: list[list[int]], batch_size: int, desc: str
     after a prompt asking whether the proposed answer is true: softmax over the two sets of first-token
     ids, P = Σ exp(logit True ids) / Σ exp(logit True ∪ False ids). Logits in float32 (`float_logits`), index
     tensors on the device of the hidden states they index (the last GPU of a model spread over several)."""
-    model = lm.model
-    base = getattr(model, model.base_model_prefix)
-    device = model.get_input_embeddings().weight.device
-    dtype = next(model.parameters()).dtype
-    pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
     t_ids, f_ids = verdict_token_ids(lm.tokenizer)
     out = np.full(len(prompts), np.nan)
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
 
     def step(idx: list[int]) -> None:
-        rows = [prompts[i] for i in idx]
-        ids, valid = pad_batch(rows, pad_id, side="right")
-        ids, valid = ids.to(device), valid.to(device)
-        shared = common_head(rows, min(len(r) for r in rows) - 1)  # the template's header runs once
-        shared = shared if shared >= MIN_SHARED_PREFIX else 0
-        with unnormed(model):
-            h = last_hidden_after_head(base, ids, valid, shared, dtype)
-        last = torch.tensor([len(prompts[i]) - 1 - shared for i in idx], device=h.device)
-        logits = float_logits(model, h[torch.arange(len(idx), device=h.device), last])
+        logits = next_token_logits(lm, [prompts[i] for i in idx], [[len(prompts[i]) - 1] for i in idx])
         lt = torch.logsumexp(logits[:, t_ids], dim=-1)
         lf = torch.logsumexp(logits[:, f_ids], dim=-1)
         out[idx] = torch.sigmoid(lt - lf).cpu().numpy()

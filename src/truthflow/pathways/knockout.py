@@ -17,26 +17,28 @@ query rows after a blocked key). Tested against full passes on both demo models.
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
 import torch
+from transformers import DynamicCache
 
 from ..batching import MIN_SHARED_PREFIX, common_head, pad_batch, run_batched
 from ..errors import TruthflowError
 from ..models import LoadedModel
 
 
-def knockout_mask(valid: torch.Tensor, block: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """valid, block: [B, T] bool (real tokens; tokens to knock out). Returns the additive mask [B, 1, T, T]
-    whose cell (b, i, j) is 0 when query i may attend key j, else finfo(dtype).min."""
+def knockout_mask(valid: torch.Tensor, block: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    """valid, block: [B, T] bool (real tokens; tokens to knock out, None: none). Returns the additive mask
+    [B, 1, T, T] whose cell (b, i, j) is 0 when query i may attend key j, else finfo(dtype).min."""
     _, t = valid.shape
     idx = torch.arange(t, device=valid.device)
     causal = idx[None, :] <= idx[:, None]  # [T(query), T(key)]
     allowed = causal[None] & valid[:, None, :]
-    later = idx[:, None] > idx[None, :]
-    blocked = block[:, None, :] & ~block[:, :, None] & later[None]
-    allowed = allowed & ~blocked
+    if block is not None:
+        later = idx[:, None] > idx[None, :]
+        allowed = allowed & ~(block[:, None, :] & ~block[:, :, None] & later[None])
     allowed = allowed | torch.eye(t, dtype=torch.bool, device=valid.device)[None]  # padding rows stay finite
     mask = torch.zeros(allowed.shape, dtype=dtype, device=valid.device)
     return mask.masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
@@ -81,8 +83,14 @@ def model_mask(config, mask: torch.Tensor, q_start: int = 0):
 
 
 def decoder_layers(model) -> Sequence[torch.nn.Module]:
-    base = getattr(model, model.base_model_prefix)
-    return base.layers
+    return getattr(model, model.base_model_prefix).layers
+
+
+def model_parts(lm: LoadedModel):
+    """(base model, its input device, dtype, pad id) of a loaded model."""
+    model, pad = lm.model, lm.tokenizer.pad_token_id
+    device = model.get_input_embeddings().weight.device
+    return getattr(model, model.base_model_prefix), device, model.dtype, 0 if pad is None else pad
 
 
 class _Stop(Exception):
@@ -221,15 +229,9 @@ def resid_sweep_multi(
     layers centred on k, of which layers <= k matter, one truncated pass per k. Returns (resid_clean
     [N, L, D], [resid_ko [N, L, D] per condition]). `out` may pass preallocated arrays (e.g.
     np.lib.format.open_memmap files), so that a dataset of any size streams to disk batch by batch."""
-    model = lm.model
-    layers = decoder_layers(model)
-    n_layers = len(layers)
-    base = getattr(model, model.base_model_prefix)
-    device = next(model.parameters()).device
-    dtype = next(model.parameters()).dtype
-    pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
-    hidden = model.config.get_text_config().hidden_size
-    shape = (len(seqs), n_layers, hidden)
+    base, device, dtype, pad_id = model_parts(lm)
+    layers = base.layers
+    shape = (len(seqs), len(layers), lm.model.config.get_text_config().hidden_size)
     if out is None:
         clean = np.zeros(shape, dtype=out_dtype)
         kos = [np.zeros_like(clean) for _ in block_sets]
@@ -240,42 +242,31 @@ def resid_sweep_multi(
     # probe position is the last token we need: drop everything after it
     seqs = [s[: p + 1] for s, p in zip(seqs, probe_pos, strict=True)]
     order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
+    names = ["resid_clean", *(f"knockout condition {c}" for c in range(len(block_sets)))]
 
     def step(idx: list[int]) -> None:
         ids, valid = _batch_tensors([seqs[i] for i in idx], pad_id, device)
-        clean_mask = knockout_mask(valid, torch.zeros_like(valid), dtype)
-        cap = ResidCapture(layers)
-        probes = [probe_pos[i] for i in idx]
-        prefix = (
-            shared_prefix([[blocks[i] for i in idx] for blocks in block_sets], [len(seqs[i]) for i in idx])
-            if mode == "cumulative"
-            else 0
+        clean_mask = knockout_mask(valid, None, dtype)
+        ko_masks = (
+            knockout_mask(valid, _block_tensor([blocks[i] for i in idx], ids.shape, device), dtype)
+            for blocks in block_sets
         )
+        if mode == "window":
+            masks, prefix = [clean_mask], 0
+        else:
+            masks = itertools.chain([clean_mask], ko_masks)
+            prefix = shared_prefix([[b[i] for i in idx] for b in block_sets], [len(seqs[i]) for i in idx])
+            prefix = prefix if prefix >= MIN_SHARED_PREFIX else 0
+        cap = ResidCapture(layers)
         try:
-            if prefix >= MIN_SHARED_PREFIX:
-                # every condition sees the same tokens and attention before the first blocked position: their
-                # keys and values are computed once, and each pass runs only the rest of the sequence
-                cache = _prefix_cache(base, cap, ids, clean_mask, prefix)
-                cap.set_positions([p - prefix for p in probes])
-                _suffix_pass(base, ids, clean_mask, cache, prefix)
-                store(clean, idx, cap.stacked().numpy(), f"{desc}: resid_clean")
-                for c, (blocks, ko) in enumerate(zip(block_sets, kos, strict=True)):
-                    block = _block_tensor([blocks[i] for i in idx], ids.shape, device)
-                    _suffix_pass(base, ids, knockout_mask(valid, block, dtype), cache, prefix)
-                    store(ko, idx, cap.stacked().numpy(), f"{desc}: knockout condition {c}")
-                return
-            cap.set_positions(probes)
-            base(input_ids=ids, attention_mask=model_mask(base.config, clean_mask), use_cache=False)
-            store(clean, idx, cap.stacked().numpy(), f"{desc}: resid_clean")
-            for c, (blocks, ko) in enumerate(zip(block_sets, kos, strict=True)):
-                block = _block_tensor([blocks[i] for i in idx], ids.shape, device)
-                ko_mask = knockout_mask(valid, block, dtype)
-                if mode == "cumulative":
-                    base(input_ids=ids, attention_mask=model_mask(base.config, ko_mask), use_cache=False)
-                    values = cap.stacked().numpy()
-                else:
-                    values = _window_passes(base, layers, cap, ids, clean_mask, ko_mask, window)
-                store(ko, idx, values, f"{desc}: knockout condition {c}")
+            probes = [probe_pos[i] for i in idx]
+            passes = condition_passes(base, cap, ids, valid, probes, prefix, ((ids, m) for m in masks))
+            for _, dst, name in zip(passes, [clean, *kos], names, strict=False):
+                store(dst, idx, cap.stacked().numpy(), f"{desc}: {name}")
+            if mode == "window":
+                for dst, name, m in zip(kos, names[1:], ko_masks, strict=True):
+                    values = _window_passes(base, layers, cap, ids, clean_mask, m, window)
+                    store(dst, idx, values, f"{desc}: {name}")
         finally:
             cap.remove()
 
@@ -291,17 +282,36 @@ def shared_prefix(block_sets: list[list[list[int]]], lengths: list[int]) -> int:
     return max(0, min([*first, *(n - 1 for n in lengths)]))
 
 
+def condition_passes(base, cap: ResidCapture, ids, valid, probes: list[int], prefix: int, conditions):
+    """Run each (ids, additive mask) of `conditions` on a right-padded batch, yielding after each pass with
+    its states in `cap`. prefix > 0: the first `prefix` tokens, the same in every condition and clean, run
+    once (nothing captured) and each pass runs only the rest from a copy of their keys and values."""
+    cache = None
+    if prefix:
+        cap.active = False
+        try:
+            cache = prefix_cache(base, ids, knockout_mask(valid, None, base.dtype), prefix, base.dtype)
+        finally:
+            cap.active = True
+    cap.set_positions([p - prefix for p in probes])
+    for c_ids, mask in conditions:
+        try:
+            if cache is None:
+                base(input_ids=c_ids, attention_mask=model_mask(base.config, mask), use_cache=False)
+            else:
+                run_from(base, c_ids, mask, copy.deepcopy(cache), prefix)
+        except _Stop:
+            pass
+        yield
+
+
 def head_cache(base, ids: torch.Tensor, head: int, dtype):
     """Keys and values of the first `head` tokens, which every row of `ids` shares: computed for one row and
     repeated for the batch (a single pass then runs only the rest of each row). Equal to a batched pass up
     to float rounding (a matmul over 1 row may round differently from one over B)."""
-    from transformers import DynamicCache
-
     one = ids[:1, :head]
-    valid = torch.ones_like(one, dtype=torch.bool)
-    mask = model_mask(base.config, knockout_mask(valid, torch.zeros_like(valid), dtype))
-    out = base(input_ids=one, attention_mask=mask, past_key_values=DynamicCache(), use_cache=True)
-    cache = out.past_key_values
+    cache = DynamicCache()
+    run_from(base, one, knockout_mask(torch.ones_like(one, dtype=torch.bool), None, dtype), cache, 0)
     cache.batch_repeat_interleave(ids.shape[0])
     return cache
 
@@ -322,9 +332,8 @@ def run_from(base, ids: torch.Tensor, mask: torch.Tensor, cache, start: int, end
 
 def last_hidden_after_head(base, ids: torch.Tensor, valid: torch.Tensor, head: int, dtype) -> torch.Tensor:
     """The final hidden states of positions head..T-1 of a right-padded batch [B, T]: one clean pass, with
-    the shared head run once (`head_cache`) when it has at least MIN_SHARED_PREFIX tokens, else head must be
-    0. Returns [B, T - head, D]."""
-    mask = knockout_mask(valid, torch.zeros_like(valid), dtype)
+    the shared head run once (`head_cache`) when head > 0. Returns [B, T - head, D]."""
+    mask = knockout_mask(valid, None, dtype)
     if head == 0:
         return base(
             input_ids=ids, attention_mask=model_mask(base.config, mask), use_cache=False
@@ -337,33 +346,11 @@ def prefix_cache(base, ids: torch.Tensor, mask: torch.Tensor, prefix: int, dtype
     head all rows share runs once (`head_cache`) when it has at least MIN_SHARED_PREFIX tokens; the rest of
     the prefix runs per row on top of it."""
     head = common_head(ids[:, :prefix].tolist(), prefix)
-    if head < MIN_SHARED_PREFIX:
-        from transformers import DynamicCache
-
-        return base(
-            input_ids=ids[:, :prefix],
-            attention_mask=model_mask(base.config, mask[:, :, :prefix, :prefix]),
-            past_key_values=DynamicCache(),
-            use_cache=True,
-        ).past_key_values
-    cache = head_cache(base, ids, head, dtype)
+    head = head if head >= MIN_SHARED_PREFIX else 0
+    cache = head_cache(base, ids, head, dtype) if head else DynamicCache()
     if prefix > head:
         run_from(base, ids, mask, cache, head, prefix)
     return cache
-
-
-def _prefix_cache(base, cap: ResidCapture, ids, mask, prefix: int):
-    """Keys and values of the first `prefix` tokens (clean), computed once per batch; nothing is captured."""
-    cap.active = False
-    try:
-        return prefix_cache(base, ids, mask, prefix, mask.dtype)
-    finally:
-        cap.active = True
-
-
-def _suffix_pass(base, ids, mask, cache, prefix: int) -> None:
-    """The rest of the sequence on a copy of the prefix cache, with the mask's rows for those queries."""
-    run_from(base, ids, mask, copy.deepcopy(cache), prefix)
 
 
 def window_layers(k: int, window: int, n_layers: int) -> range:
@@ -394,39 +381,3 @@ def _window_passes(base, layers, cap: ResidCapture, ids, clean_mask, ko_mask, wi
         per_layer.remove()
     dev = out[0].device
     return torch.stack([o.to(dev) for o in out], dim=1).cpu().numpy()
-
-
-@torch.inference_mode()
-def per_layer_reference(
-    lm: LoadedModel, seq: list[int], probe: int, block: list[int], mode: str = "cumulative", window: int = 9
-) -> tuple[np.ndarray, np.ndarray]:
-    """The naive loop the one-pass trick replaces (for tests and benchmarks): for each layer k a full pass
-    with the block applied only in layers 1..k (or k's window) via per-layer pre-hooks. Returns
-    (resid_clean, resid_ko) [L, D] float32."""
-    model = lm.model
-    layers = decoder_layers(model)
-    base = getattr(model, model.base_model_prefix)
-    device = next(model.parameters()).device
-    dtype = next(model.parameters()).dtype
-    ids, valid = _batch_tensors([seq[: probe + 1]], 0, device)
-    block_t = _block_tensor([block], ids.shape, device)
-    clean_mask = knockout_mask(valid, torch.zeros_like(block_t), dtype)
-    ko_mask = knockout_mask(valid, block_t, dtype)
-    cap = ResidCapture(layers)
-    cap.set_positions([probe])
-    per_layer = LayerMasks(layers, layer_windows(base.config))
-    n_layers = len(layers)
-    clean_in = model_mask(base.config, clean_mask)
-    try:
-        base(input_ids=ids, attention_mask=clean_in, use_cache=False)
-        clean = cap.stacked()[0].numpy()
-        ko = []
-        for k in range(n_layers):
-            chosen = range(k + 1) if mode == "cumulative" else window_layers(k, window, n_layers)
-            per_layer.masks = {j: (ko_mask if j in chosen else clean_mask) for j in range(n_layers)}
-            base(input_ids=ids, attention_mask=clean_in, use_cache=False)
-            ko.append(cap.resid_post[k][0].float().cpu())
-        return clean, torch.stack(ko).numpy()
-    finally:
-        cap.remove()
-        per_layer.remove()

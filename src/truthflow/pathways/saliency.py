@@ -53,10 +53,10 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from ..batching import pad_batch, run_batched
+from ..batching import MIN_SHARED_PREFIX, common_head, run_batched
 from ..errors import TruthflowError
 from ..models import LoadedModel
-from .knockout import MIN_SHARED_PREFIX, common_head, head_cache
+from .knockout import _batch_tensors, head_cache, model_parts
 
 
 # ------------------------------------------------------------------------------------------- reduction
@@ -81,25 +81,15 @@ def pair_masks(
     return to_answer, to_all
 
 
-def _masked_mean(s: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """s [..., T, T], mask [T, T] (or broadcastable): mean over the masked cells (NaN when none)."""
-    count = mask.sum(dim=(-2, -1))
-    total = (s * mask).sum(dim=(-2, -1))
-    return torch.where(count > 0, total / count.clamp(min=1), torch.full_like(total, float("nan")))
+def pooled(s: torch.Tensor, to_answer: torch.Tensor, to_all: torch.Tensor) -> torch.Tensor:
+    """S [..., T, T] -> [..., 2]: its means over the cell sets of `pair_masks` (NaN for an empty set)."""
 
+    def mean(mask):
+        count = mask.sum(dim=(-2, -1))
+        total = (s * mask).sum(dim=(-2, -1))
+        return torch.where(count > 0, total / count.clamp(min=1), torch.full_like(total, float("nan")))
 
-def reduce_saliency(
-    s: torch.Tensor, eq: Sequence[int], ea: Sequence[int], n: int | None = None
-) -> np.ndarray:
-    """S of one sample, [L, T, T] (or [T, T]) with n <= T real positions -> float32 [L, 2] (or [2]):
-    [..., 0] = S(E_Q->E_A), [..., 1] = S(E_Q->*) (module docstring)."""
-    s = torch.as_tensor(s)
-    width = s.shape[-1]
-    n = width if n is None else n
-    to_answer, to_all = pair_masks(n, eq, ea, width)
-    s = s.float()
-    out = torch.stack([_masked_mean(s, to_answer.to(s.device)), _masked_mean(s, to_all.to(s.device))], dim=-1)
-    return out.cpu().numpy().astype(np.float32)
+    return torch.stack([mean(to_answer), mean(to_all)], dim=-1)
 
 
 # ------------------------------------------------------------------------------------ eager attention
@@ -190,26 +180,22 @@ def attention_and_grads(
     model = lm.model
     for s, a in zip(seqs, answer_start, strict=True):
         _check_start(len(s), a)
-    pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
-    ids, valid = pad_batch(seqs, pad_id, side="right")
-    embed = model.get_input_embeddings()
-    device = embed.weight.device
-    ids, valid = ids.to(device), valid.to(device)
+    base, device, dtype, pad_id = model_parts(lm)
+    ids, valid = _batch_tensors(seqs, pad_id, device)
     width = ids.shape[1]
     first = min(answer_start) - 1  # the first position whose logits the loss needs
     if not 0 <= head <= first or any(s[:head] != seqs[0][:head] for s in seqs):
         raise ValueError(f"a shared head of {head} tokens must be common to every row and end before {first}")
-    base = getattr(model, model.base_model_prefix)
     kwargs: dict = {}
     if head:
         with torch.no_grad():
-            kwargs["past_key_values"] = head_cache(base, ids, head, next(model.parameters()).dtype)
+            kwargs["past_key_values"] = head_cache(base, ids, head, dtype)
         positions = torch.arange(head, width, device=device)[None].expand(ids.shape[0], -1)
         kwargs.update(position_ids=positions, use_cache=True)
     else:
         kwargs["use_cache"] = False
     with torch.enable_grad():
-        embeds = embed(ids[:, head:]).detach().requires_grad_(True)
+        embeds = model.get_input_embeddings()(ids[:, head:]).detach().requires_grad_(True)
         out = base(inputs_embeds=embeds, attention_mask=valid.long(), output_attentions=True, **kwargs)
         attns = list(out.attentions or ())
         n_layers = model.config.get_text_config().num_hidden_layers
@@ -264,7 +250,7 @@ def saliency(
             s = (a.float() * g.float()).abs().sum(dim=1)  # [B, T - head, T]
             attns[layer] = grads[layer] = None  # free this layer as soon as it is reduced
             s = s.to(valid.device)
-            per_layer.append(torch.stack([_masked_mean(s, to_answer), _masked_mean(s, to_all)], dim=-1))
+            per_layer.append(pooled(s, to_answer, to_all))
         result[idx] = torch.stack(per_layer, dim=1).cpu().numpy()
 
     with eager_attention(model), frozen_parameters(model):
