@@ -1,19 +1,11 @@
 import polars as pl
 
 from truthflow import runlog, validate
-from truthflow.depth.tables import (
-    d3_mink_by_group,
-    depthwise_average,
-    memorization_split,
-    pooled_by_depth,
-    score_gaps,
-)
+from truthflow.depth import tables
 
 
 def main(sm):
-    nodes = validate.read_parquet(
-        sm.input.nodes, ["nodeid", "group", "depth", "direct_predecessors", "direct_successors", "qid"]
-    )
+    nodes = validate.read_parquet(sm.input.nodes, list(tables.NODE_COLUMNS))
     mink = pl.concat(
         [validate.read_parquet(p, ["model", "qid", "depth"]) for p in sm.input.mink], how="diagonal_relaxed"
     )
@@ -22,16 +14,14 @@ def main(sm):
         [validate.read_parquet(p, score_columns).select(score_columns) for p in sm.input.scores]
     )
     per_question = mink.join(scores, on=["model", "qid"], how="left")
-    k = sm.params.k_plot
-    depthwise = depthwise_average(per_question, nodes, k)
-    gaps, excluded = score_gaps(per_question, nodes)
-    m = sm.params.memorization
-    subsets = memorization_split(gaps, d3_mink_by_group(depthwise), m["lower_quantile"], m["upper_quantile"])
-    pooled = pooled_by_depth(per_question, k)
-    print(
-        f"{nodes['group'].n_unique() if nodes.height else 0} groups; {excluded} excluded from the score gap",
-        flush=True,
-    )
+    k, m = sm.params.k_plot, sm.params.memorization
+    depthwise = tables.depthwise_average(per_question, nodes, k)
+    gaps, excluded = tables.score_gaps(per_question, nodes)
+    d3_mink = tables.d3_mink_by_group(depthwise)
+    subsets = tables.memorization_split(gaps, d3_mink, m["lower_quantile"], m["upper_quantile"])
+    pooled = tables.pooled_by_depth(per_question, k)
+    groups = nodes["group"].n_unique() if nodes.height else 0
+    print(f"{groups} groups; {excluded} excluded from the score gap", flush=True)
     if excluded:
         print(gaps.filter(pl.col("excluded").is_not_null()).group_by("excluded").len(), flush=True)
     print(pooled, flush=True)

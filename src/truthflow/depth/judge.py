@@ -191,12 +191,8 @@ class OpenAIJudge:
     """
 
     def __init__(self, cfg: Mapping) -> None:
-        try:
-            import openai
-        except ImportError:
-            raise TruthflowError(
-                "depth.judge.backend 'openai' needs the package openai: pip install openai"
-            ) from None
+        import openai
+
         settings = judge_settings(cfg)
         check_judge_config(settings, os.environ)
         self.model, self.key_env = str(settings["model"]), settings["api_key_env"]
@@ -212,7 +208,7 @@ class OpenAIJudge:
         self.url = str(self.client.base_url).rstrip("/") + "/chat/completions"
         self.max_new_tokens = int(settings["max_new_tokens"])
         self.tries = int(settings["retries"]) + 1
-        self.openai = openai
+        self.openai, self.failed = openai, None
         for name in ("httpx", "httpx2", "httpcore"):  # no line per request in the rule log
             logging.getLogger(name).setLevel(logging.WARNING)
 
@@ -239,6 +235,8 @@ class OpenAIJudge:
         return TruthflowError(f"judge endpoint {self.url} gave an unusable answer: {_one_line(str(exc))}")
 
     def one(self, row: dict) -> Verdict:
+        if self.failed:  # another request hit an error no retry cures: a worker free now asks nothing more
+            raise self.failed
         prompt = build_rubric_prompt(row["question"], row["answer"], row["reference"])
         messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": prompt}]
         try:
@@ -246,13 +244,9 @@ class OpenAIJudge:
                 model=self.model, messages=messages, temperature=0, max_tokens=self.max_new_tokens
             )
         except self.openai.OpenAIError as exc:
-            raise self._error(exc) from None
-        try:
-            return read_verdict(reply.choices[0].message.content)
-        except (AttributeError, IndexError, TypeError):
-            raise TruthflowError(
-                f"judge endpoint {self.url} answered without choices[0].message.content: {_one_line(reply)}"
-            ) from None
+            self.failed = self._error(exc)
+            raise self.failed from None
+        return read_verdict(reply.choices[0].message.content)
 
     def verdicts(self, rows: list[dict]) -> Iterator[tuple[int, Verdict]]:
         pool = ThreadPoolExecutor(max_workers=OPENAI_WORKERS)
@@ -331,10 +325,6 @@ class HFJudge:
 # ---------------------------------------------------------------- cache and driver
 
 
-def _source_digest(*functions) -> str:
-    return hashlib.sha256("".join(inspect.getsource(f) for f in functions).encode()).hexdigest()[:16]
-
-
 def judge_method(cfg: Mapping) -> dict:
     """Everything besides the row that can change a verdict; part of every cache key."""
     settings = judge_settings(cfg)
@@ -342,7 +332,8 @@ def judge_method(cfg: Mapping) -> dict:
     method: dict = {"backend": backend, "judge_model": judge_model_name(settings)}
     if backend == "reference":
         # free to recompute, so any edit of the scorer's code makes new keys
-        method["scorer"] = _source_digest(normalize_text, token_f1, f1_to_score)
+        source = "".join(inspect.getsource(f) for f in (normalize_text, token_f1, f1_to_score))
+        method["scorer"] = hashlib.sha256(source.encode()).hexdigest()[:16]
         return method
     method.update(
         system=SYSTEM_PROMPT,
