@@ -8,35 +8,32 @@ import polars as pl
 import pytest
 
 from truthflow.generation import build_prompt, encode_prompt
-from truthflow.pathways.tokens import (
-    ea_length_table,
-    ea_token_count,
-    locate,
-    question_spans,
-    short_answer_span,
-)
+from truthflow.pathways.tokens import locate, question_spans, short_answer_span
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(
-    "answer,expected",
+    "answer,question,expected",
     [
-        ("The capital of France is Paris.", "Paris"),
-        ("Paris", "Paris"),
-        ("It is Barack Obama, the 44th president.", "Barack Obama"),
-        ("The answer is: 42\nsome more", "42"),
-        ('"Hamlet"', "Hamlet"),
+        ("The capital of France is Paris.", "What is the capital of France?", "Paris"),
+        ("Paris", "What is the capital of France?", "Paris"),
+        ("It is Barack Obama, the 44th president.", "Who was the 44th US president?", "Barack Obama"),
+        ("The answer is: 42\nsome more", "How many sides has a tetracontakaidigon?", "42"),
+        ('"Hamlet"', "Which play did Shakespeare write first?", "Hamlet"),
+        # a lowercase connector joins a name ("bin" once only joined choice options in the labels)
+        ("It was Osama bin Laden.", "Who founded al-Qaeda?", "Osama bin Laden"),
+        ("Al Pacino played him.", "Who played Michael Corleone?", "Al Pacino"),
     ],
 )
-def test_short_answer_span(answer, expected):
-    s, e = short_answer_span(answer)
+def test_short_answer_span(answer, question, expected):
+    s, e = short_answer_span(answer, question)
     assert answer[s:e] == expected
 
 
 def test_short_answer_span_empty():
-    assert short_answer_span("...") is None
-    assert short_answer_span("") is None
+    assert short_answer_span("...", "Who?") is None
+    assert short_answer_span("", "Who?") is None
 
 
 @pytest.mark.parametrize(
@@ -283,7 +280,10 @@ def test_llm_extractor_runs_on_a_real_model(gemma, monkeypatch):
 
 
 class CharTokenizer:
-    """One token per character: token counts of a span are its length (hand-computable)."""
+    """One token per character (ids are code points): token positions are character positions."""
+
+    def __call__(self, text, add_special_tokens=True, return_offsets_mapping=False):
+        return {"input_ids": _ids(text), "offset_mapping": [(i, i + 1) for i in range(len(text))]}
 
     def decode(self, ids, skip_special_tokens=True):
         return "".join(chr(i) for i in ids)
@@ -293,73 +293,39 @@ def _ids(text: str) -> list[int]:
     return [ord(c) for c in text]
 
 
-def test_ea_token_count_maps_like_locate():
-    tok = CharTokenizer()
-    assert ea_token_count(tok, _ids(" It is Paris."), (6, 11)) == 5  # "Paris" in the stripped answer
-    assert ea_token_count(tok, _ids(" It is Paris."), None) == 0
-
-
-def test_ea_length_table_hand_computed():
-    tok = CharTokenizer()
-    mars = "Which planet is larger, Mars or Jupiter?"
-    labelled = pl.DataFrame(
-        {
-            "id": ["a", "b", "c", "d"],
-            "answer": [
-                "Paris",
-                "It is Rome.",
-                "The capital of France is Lyon.",
-                "Mars is larger than Jupiter.",
-            ],
-            "answer_ids": [
-                _ids(" Paris"),
-                _ids(" It is Rome."),
-                _ids(" The capital of France is Lyon."),
-                _ids(" Mars is larger than Jupiter."),
-            ],
-            "correct": [True, True, False, False],
-            "match_start": [0, 6, None, None],
-            "match_end": [5, 10, None, None],
-        }
+def test_locate_maps_spans_by_offsets():
+    """E_Q through the prompt's offsets, E_A through incremental decoding of the answer, shifted past its
+    leading space (the span is in the stripped answer); each reason a sample is dropped for."""
+    tok, question = CharTokenizer(), "Capital of France?"
+    prompt, answer_ids = f"Q: {question}\nA:", _ids(" It is Paris.")
+    args = (tok, prompt, _ids(prompt), True, question, [(11, 17)], answer_ids)
+    eq, ea, qpos, reason = locate(*args, (6, 11))
+    n = len(prompt)
+    assert reason is None and qpos == list(range(3, 21)) and eq == list(range(14, 20))  # "France"
+    assert ea == list(range(n + 7, n + 12))  # "Paris": 5 tokens
+    assert locate(*args, None)[3] == "ea_not_found"
+    assert locate(*args, (40, 45))[3] == "ea_not_found"
+    assert locate(*args[:5], [], answer_ids, (6, 11))[3] == "eq_not_found"
+    assert locate(tok, prompt, _ids(prompt), True, "Other?", [(0, 5)], answer_ids, (6, 11))[3] == (
+        "question_not_in_prompt"
     )
-    questions = pl.DataFrame(
-        {
-            "id": ["a", "b", "c", "d"],
-            "question": ["Capital of France?", "Capital of Italy?", "What is the capital of France?", mars],
-        }
-    )
-    t = ea_length_table(tok, labelled, questions)
-    # correct: "Paris" 5, "Rome" 4 -> 4.5; wrong: "Lyon" 4, "Mars" 4 -> 4.0
-    assert t["mean_ea_correct"].item() == 4.5 and t["mean_ea_wrong"].item() == 4.0
-    assert t["ratio"].item() == pytest.approx(4.0 / 4.5) and t["n_wrong_ea_missing"].item() == 0
-    # without the question the copula rule still finds "Lyon"; "Mars" is the first name
-    assert ea_length_table(tok, labelled, questions, use_question=False)["mean_ea_wrong"].item() == 4.0
+    assert locate(tok, prompt, _ids(prompt)[1:], *args[3:], (6, 11))[3] == "prompt_retokenization_mismatch"
 
 
 @pytest.mark.parametrize("model", ["smollm2-135m", "gemma3-270m"])
 def test_shared_run_ea_lengths_comparable(demo_run, model):
-    """On the shared run's own generations: mean |E_A| of wrong answers (deterministic extractor, with the
-    question) is at most 1.5x that of correct ones (the matched alias span, echo rule on), over its QA sets.
+    """On the shared run's own samples (the n_ea that extract_pathways wrote): mean |E_A| of wrong answers
+    (deterministic extractor, with the question) is at most 1.5x that of correct ones (the matched alias span,
+    echo rule on), over its QA sets.
 
     Pooled per model: one set of 32 is too noisy for a 1.5 bound (random 32-subsets of the demo's SmolLM2
     PopQA answers: 90th percentile 1.79), 64 pooled answers much less (97.5th percentile 1.52 and 1.53 for
     the two models). A regressed extractor is far above it: wrong answers at 6-8.5 tokens against 1.5-2.3."""
-    from transformers import AutoTokenizer
-
-    from truthflow.pathways.labels import label_frame
-
-    res = demo_run / "results" / "demo"
-    tokenizer = AutoTokenizer.from_pretrained(demo_run / "resources" / "models" / model)
-    labelled, questions = [], []
-    for path in sorted((res / "answers" / model).glob("*.parquet")):
-        data = pl.read_parquet(res / "data" / path.name)
-        labelled.append(label_frame(pl.read_parquet(path), data))
-        questions.append(data.select("id", "question"))
-    t = ea_length_table(
-        tokenizer, pl.concat(labelled, how="diagonal_relaxed"), pl.concat(questions, how="diagonal_relaxed")
-    )
-    assert t["n_correct"].item() >= 10 and t["n_wrong"].item() >= 10, t
-    assert t["ratio"].item() <= 1.5, t
+    paths = sorted((demo_run / "results" / "demo" / "pathways" / model).glob("*/samples.parquet"))
+    s = pl.concat([pl.read_parquet(p, columns=["correct", "n_ea"]) for p in paths])
+    wrong, right = s.filter(~pl.col("correct"))["n_ea"], s.filter(pl.col("correct"))["n_ea"]
+    assert wrong.len() >= 10 and right.len() >= 10, s
+    assert wrong.mean() <= 1.5 * right.mean(), (wrong.mean(), right.mean())
 
 
 def test_position_only_auc_hand_case():

@@ -3,16 +3,8 @@ import json
 import polars as pl
 import pytest
 
-from truthflow.pathways.labels import (
-    accuracy_table,
-    choice_options,
-    is_refusal,
-    label_frame,
-    match_alias,
-    match_answer,
-    normalize_text,
-    normalized_words,
-)
+from truthflow.pathways.labels import accuracy_table, choice_options, is_refusal, label_frame, match_answer
+from truthflow.text import normalize_text, normalized_words
 
 
 def test_normalize_hand_cases():
@@ -28,18 +20,18 @@ def test_normalized_words_keep_character_spans():
     assert text[words[-1][1] : words[-1][2]] == "Eiffel-Tower"
 
 
-def test_match_alias_span_and_word_boundaries():
+def test_match_answer_span_and_word_boundaries():
     answer = "I think the capital is Paris, France."
-    alias, start, end = match_alias(answer, ["paris france", "Lyon"])
-    assert alias == "paris france" and answer[start:end] == "Paris, France"
+    m = match_answer(answer, ["paris france", "Lyon"])
+    assert m.alias == "paris france" and answer[m.start : m.end] == "Paris, France"
     # containment is by whole words: "5" is not inside "1500"
-    assert match_alias("It was built in 1500.", ["5"]) is None
-    assert match_alias("", ["Paris"]) is None
+    assert not match_answer("It was built in 1500.", ["5"]).correct
+    assert not match_answer("", ["Paris"]).correct
 
 
 def test_longest_alias_wins():
-    alias, s, e = match_alias("The United States of America", ["United States", "United States of America"])
-    assert alias == "United States of America" and (s, e) == (4, 28)
+    m = match_answer("The United States of America", ["United States", "United States of America"])
+    assert m.alias == "United States of America" and (m.start, m.end) == (4, 28)
 
 
 def test_refusals():
@@ -80,13 +72,13 @@ def test_echo_rule_choice_question(answer, correct, echo):
     m = match_answer(answer, ["Jupiter"], MARS)
     assert (m.correct, m.echo_rejected) == (correct, echo)
     # without the question the old plain containment is kept
-    assert (match_alias(answer, ["Jupiter"]) is not None) == ("jupiter" in answer.lower())
+    assert match_answer(answer, ["Jupiter"]).correct == ("jupiter" in answer.lower())
 
 
 def test_echo_rule_span_is_the_committed_occurrence():
     answer = "Between Mars and Jupiter, Jupiter is larger."
-    alias, s, e = match_alias(answer, ["Jupiter"], MARS)
-    assert (s, e) == (26, 33) and answer[s:e] == "Jupiter"
+    m = match_answer(answer, ["Jupiter"], MARS)
+    assert (m.start, m.end) == (26, 33) and answer[m.start : m.end] == "Jupiter"
 
 
 @pytest.mark.parametrize(
@@ -267,7 +259,7 @@ def test_echo_rule_hand_cases(question, gold, answer, correct, echo):
 def test_triviaqa_nq_stay_correct(question, aliases, answer, matched):
     m = match_answer(answer, aliases, question)
     assert m.correct and m.alias == matched and not m.echo_rejected
-    assert match_alias(answer, aliases) is not None  # correct under plain containment too
+    assert match_answer(answer, aliases).correct  # correct under plain containment too
 
 
 def test_choice_options_parse():
@@ -285,6 +277,10 @@ def test_choice_options_parse():
     assert choice_options("Which Genus has more species Eucryphia or Lepidozamia ?", "Lepidozamia") == [
         ["eucryphia"]
     ]
+    # name connectors (text.NAME_CONNECTORS, shared with E_A, so "on" and "for" now join options too)
+    town = "Which town is older, Stratford on Avon or Warwick?"
+    assert choice_options(town, "Warwick") == [["stratford", "on", "avon"]]
+    assert not match_answer("Stratford is older than Warwick.", ["Warwick"], town).correct
 
 
 def test_label_frame_echo_column_and_count():

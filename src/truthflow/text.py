@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import string
 
 STOPWORDS = set(
@@ -16,6 +17,10 @@ does did doing done i you we us our your my me""".split()
 )
 
 ARTICLES = {"a", "an", "the"}
+# lowercase words inside a name ("Leonardo da Vinci", "Statue of Liberty", "Osama bin Laden"): they join the
+# words of an E_A run (pathways.tokens) and of a choice option (pathways.labels). Not "al": an E_A run drops
+# a connector at its start in any case, and "Al" is a given name ("Al Pacino" would lose it)
+NAME_CONNECTORS = set("of the de da di del der van von du la le y for on en bin".split())
 PUNCT = set(string.punctuation) | {"“", "”", "‘", "’", "–", "—", "…", "«", "»"}
 
 Word = tuple[str, int, int]
@@ -23,25 +28,15 @@ Word = tuple[str, int, int]
 
 def normalized_words(text: str) -> list[Word]:
     """Words of the normalized text with the [start, end) character span each covers in `text`.
-    Normalization: lowercase, punctuation dropped, articles a/an/the dropped, whitespace folded."""
+    Normalization: lowercase, punctuation dropped (it does not split a word: "U.S." -> "us"), articles
+    a/an/the dropped, whitespace folded."""
     words: list[Word] = []
-    cur: list[str] = []
-    start = end = -1
-    for i, ch in enumerate(text):
-        if ch in PUNCT:
-            continue  # dropped, does not split a word ("U.S." -> "us")
-        if ch.isspace():
-            if cur:
-                words.append(("".join(cur), start, end))
-                cur = []
-            continue
-        if not cur:
-            start = i
-        cur.append(ch.lower())
-        end = i + 1
-    if cur:
-        words.append(("".join(cur), start, end))
-    return [w for w in words if w[0] not in ARTICLES]
+    for m in re.finditer(r"\S+", text):
+        kept = [i for i, ch in enumerate(m.group(0)) if ch not in PUNCT]
+        word = "".join(m.group(0)[i].lower() for i in kept)  # per character, as "Σ" has no final form here
+        if kept and word not in ARTICLES:
+            words.append((word, m.start() + kept[0], m.start() + kept[-1] + 1))
+    return words
 
 
 def normalize_text(text: str) -> str:

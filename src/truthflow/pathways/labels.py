@@ -1,5 +1,5 @@
-"""Answer labelling (METHOD A2): SQuAD-style normalization, alias containment with its character span, the
-echo rule, refusal flags."""
+"""Answer labelling (METHOD A2, docs/method.md): SQuAD-style normalization, alias containment with its
+character span, the echo rule, refusal flags."""
 
 from __future__ import annotations
 
@@ -8,42 +8,17 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from ..text import ARTICLES, PUNCT, STOPWORDS, Word, normalize_text, normalized_words  # noqa: F401
+from ..text import NAME_CONNECTORS, STOPWORDS, Word, normalize_text, normalized_words
 
-REFUSAL_PATTERNS = [
-    r"\bi (?:do not|don't|dont) know\b",
-    r"\bunknown\b",
-    r"\bnot sure\b",
-    r"\bi(?: am|'m) sorry\b",
-    r"\bcan ?not (?:answer|be determined|provide)\b",
-    r"\bcan't (?:answer|be determined|provide)\b",
-    r"\bno (?:information|answer)\b",
-    r"\bas an ai\b",
-    r"\bi (?:have no|lack) (?:idea|information)\b",
-    r"\bunable to (?:answer|determine|provide)\b",
-]
-_REFUSAL = re.compile("|".join(REFUSAL_PATTERNS), re.IGNORECASE)
+_REFUSAL = re.compile(
+    r"\bi (?:do not|don't|dont) know\b|\bunknown\b|\bnot sure\b|\bi(?: am|'m) sorry\b|"
+    r"\bcan(?: ?not|'t) (?:answer|be determined|provide)\b|\bno (?:information|answer)\b|\bas an ai\b|"
+    r"\bi (?:have no|lack) (?:idea|information)\b|\bunable to (?:answer|determine|provide)\b",
+    re.IGNORECASE,
+)
 
 COORDINATORS = {"or", "and", "nor", "vs", "versus", "&"}
 POLAR = {"yes", "no"}
-# lowercase words allowed inside a capitalized option name ("Leonardo da Vinci", "Statue of Liberty")
-NAME_CONNECTORS = {
-    "of",
-    "de",
-    "da",
-    "di",
-    "del",
-    "der",
-    "van",
-    "von",
-    "du",
-    "la",
-    "le",
-    "y",
-    "en",
-    "bin",
-    "al",
-}
 _BOUNDARY = re.compile(r"[,;:?!()\[\]]")
 MAX_OPTION_WORDS = 6
 
@@ -53,18 +28,13 @@ def _find_all(tokens: list[str], target: list[str]) -> list[int]:
     return [i for i in range(len(tokens) - n + 1) if tokens[i : i + n] == target] if n else []
 
 
-def _contains(tokens: list[str], target: list[str]) -> bool:
-    return bool(_find_all(tokens, target))
-
-
 def _is_content(word: str) -> bool:
     return word not in STOPWORDS and word not in COORDINATORS
 
 
 @dataclass(frozen=True)
 class AliasMatch:
-    """The result of matching one answer against its gold aliases. `alias` is None when the answer is not
-    correct; `echo_rejected` is True when some alias occurs in the answer but only inside an echo."""
+    """One answer's match: `alias` None when it is wrong; echo_rejected: an alias occurs only in echoes."""
 
     alias: str | None = None
     start: int | None = None
@@ -77,10 +47,9 @@ class AliasMatch:
 
 
 def _option_words(qw: list[Word], question: str, j: int, step: int) -> list[str]:
-    """The option name that starts at question word j and extends in direction `step` (+1 right, -1 left).
-    To the right: content or capitalized words (with name connectors such as "of" inside) up to
-    MAX_OPTION_WORDS, stopping at punctuation, a coordinator or a lowercase stop word. To the left: a
-    capitalized name (with connectors inside) when word j is capitalized, else the one word j."""
+    """The option name that starts at question word j and extends in direction `step` (+1 right, -1 left):
+    to the right, content or capitalized words (name connectors inside) up to MAX_OPTION_WORDS, stopping at
+    punctuation, a coordinator or a stop word; to the left, a capitalized name when word j is one, else j."""
 
     def cap(k: int) -> bool:
         ch = question[qw[k][1]]
@@ -102,9 +71,7 @@ def _option_words(qw: list[Word], question: str, j: int, step: int) -> list[str]
                 break
             nxt = k + step
             connector = w in NAME_CONNECTORS and 0 <= nxt < len(qw) and usable(nxt)
-            if step < 0 and not capitalized:
-                break
-            if step < 0 and not cap(k) and not (connector and cap(nxt)):
+            if step < 0 and (not capitalized or not cap(k) and not (connector and cap(nxt))):
                 break
             if step > 0 and not usable(k) and not connector:
                 break
@@ -164,10 +131,10 @@ def _echo_by_copy(ans: list[str], a: int, n: int, q: list[str]) -> bool:
     """True when the alias occurrence ans[a:a+n] lies inside a longer run of answer words copied verbatim from
     the question, and the copied words beyond the alias include a content word."""
     left = a
-    while left > 0 and _contains(q, ans[left - 1 : a + n]):
+    while left > 0 and _find_all(q, ans[left - 1 : a + n]):
         left -= 1
     right = a + n
-    while right < len(ans) and _contains(q, ans[a : right + 1]):
+    while right < len(ans) and _find_all(q, ans[a : right + 1]):
         right += 1
     return any(_is_content(w) for w in ans[left:a] + ans[a + n : right])
 
@@ -175,9 +142,8 @@ def _echo_by_copy(ans: list[str], a: int, n: int, q: list[str]) -> bool:
 def _match_choice(ans: list[str], target: list[str], options: list[list[str]]) -> int:
     """Word index of the gold occurrence the answer commits to (rule 3 of match_answer), or -1."""
     gold_words = set(target)
-    mentions: list[tuple[int, int, int]] = []  # (start word, end word, option id: 0 = gold)
-    for i in _find_all(ans, target):
-        mentions.append((i, i + len(target), 0))
+    # (start word, end word, option id: 0 = gold)
+    mentions = [(i, i + len(target), 0) for i in _find_all(ans, target)]
     for oid, opt in enumerate(options, start=1):
         distinct = [w for w in opt if _is_content(w) and w not in gold_words]
         for k, w in enumerate(ans):
@@ -209,40 +175,24 @@ def _match_choice(ans: list[str], target: list[str], options: list[list[str]]) -
 def match_answer(answer: str, aliases: list[str], question: str | None = None) -> AliasMatch:
     """Match an answer against its gold aliases (METHOD A2). Aliases are tried longest first; the first one
     that the answer commits to gives the label, the matched alias and its character span in the raw answer.
-
-    The echo rule, in plain words. Text is compared after normalization (lowercase, punctuation and the
-    articles a/an/the dropped). Without a question, an alias counts wherever its words occur contiguously
-    in the answer (plain containment). With the question:
-    1. Yes/no gold ("yes" or "no"): the answer commits to the first "yes" or "no" word it says; it is correct
-       when that word is the gold one ("No, they are not" answers "no"; "Yes ... no" answers "yes").
-    2. An alias that does not occur in the question: plain containment, as without a question.
-    3. A choice question, i.e. the question offers the alias as one of several options joined by "or",
-       "and", "nor", "vs" or a comma list ("Which is larger, Mars or Jupiter?", "Between X and Y, which
-       ..."): the answer's choice is the option it names first, where an option counts as named when the
-       answer says the gold alias or any content word of another option that is not a word of the gold
-       alias ("Lincoln" names "Abraham Lincoln"; "Lake" names neither "Lake Baikal" nor "Lake Tanganyika"),
-       and options the answer lists together joined by and/or ("Both Mars and Jupiter are planets",
-       "Mars or Jupiter") are an echo and name nothing. Correct when the first named option is the gold
-       alias: "Jupiter", "It is Jupiter", "Jupiter is larger than Mars" and "Between Mars and Jupiter,
-       Jupiter" are correct; "Mars is larger than Jupiter" and "Both Mars and Jupiter are planets" are not.
-       (A reversed comparative, "Mars is smaller than Jupiter", is therefore not counted as correct.)
-    4. Any other alias that occurs in the question: an occurrence in the answer is an echo when it lies
-       inside a longer stretch of answer words copied verbatim from the question and the copied words
-       beyond the alias include a content word (not a stop word): for "Which planet is known as the Red
-       Planet?", "It is known as the Red Planet" only echoes the alias "Red Planet"; "The Red Planet" or
-       "It is the Red Planet" commit to it. The alias counts if any of its occurrences is not an echo.
-    An answer is echo-rejected when it is not correct and some alias occurs in it but only as an echo
-    (rules 3 and 4); an answer that contradicts a yes/no gold (rule 1) is wrong, not echo-rejected."""
+    Without a question: plain containment of the normalized alias words. With it, the echo rule:
+    1. yes/no gold: the first "yes" or "no" the answer says decides ("No, they are not" answers "no");
+    2. an alias absent from the question: plain containment;
+    3. a choice question offering the alias among options (`choice_options`): the option the answer names
+       first, by the gold alias or a content word of another option not in the gold ("Lincoln" names
+       "Abraham Lincoln"); options listed together ("Mars or Jupiter") name nothing. "Mars is larger than
+       Jupiter" is wrong, and so is the reversed comparative "Mars is smaller than Jupiter";
+    4. another alias in the question: an occurrence inside a longer verbatim copy of question words that
+       includes a content word is an echo ("It is known as the Red Planet"; "It is the Red Planet" commits).
+    Echo-rejected: not correct, and some alias occurs only as an echo (rules 3-4; a contradicted yes/no gold
+    is wrong, not an echo)."""
     ans_words = normalized_words(answer)
     tokens = [w for w, _, _ in ans_words]
     q_tokens = normalize_text(question).split() if question is not None else None
     echo = False
     for alias in sorted(aliases, key=lambda a: -len(normalize_text(a))):
         target = normalize_text(alias).split()
-        if not target:
-            continue
-        n = len(target)
-        starts = _find_all(tokens, target)
+        n, starts = len(target), _find_all(tokens, target)
         if not starts:
             continue
         if q_tokens is None:
@@ -250,7 +200,7 @@ def match_answer(answer: str, aliases: list[str], question: str | None = None) -
         elif n == 1 and target[0] in POLAR:
             polar = next((i for i, w in enumerate(tokens) if w in POLAR), -1)
             hit = polar if polar >= 0 and tokens[polar] == target[0] else -1
-        elif not _contains(q_tokens, target):
+        elif not _find_all(q_tokens, target):
             hit = starts[0]
         else:
             options = choice_options(question, alias)
@@ -264,61 +214,31 @@ def match_answer(answer: str, aliases: list[str], question: str | None = None) -
     return AliasMatch(echo_rejected=echo)
 
 
-def match_alias(answer: str, aliases: list[str], question: str | None = None) -> tuple[str, int, int] | None:
-    """First gold alias (longest first) that the answer commits to; returns (alias, char_start, char_end) in
-    the raw answer, or None. Without `question` this is plain containment of the normalized alias words;
-    with it the echo rule of `match_answer` applies."""
-    m = match_answer(answer, aliases, question)
-    return (m.alias, m.start, m.end) if m.correct else None
-
-
 def is_refusal(answer: str) -> bool:
     return not answer.strip() or bool(_REFUSAL.search(answer))
 
 
 def label_frame(answers: pl.DataFrame, questions: pl.DataFrame) -> pl.DataFrame:
-    """answers: id, answer, ...; questions: id, answers (gold aliases), question (its text; when the column is
-    absent the echo rule is off). Adds correct, the matched alias and its span, echo_rejected and the refusal
-    flag."""
-    gold = dict(zip(questions["id"].to_list(), questions["answers"].to_list(), strict=True))
-    qtext = (
-        dict(zip(questions["id"].to_list(), questions["question"].to_list(), strict=True))
-        if "question" in questions.columns
-        else {}
+    """answers: id, answer, ...; questions: id, answers (gold aliases), question (without it the echo rule is
+    off). Adds correct, the matched alias and its span, echo_rejected and the refusal flag."""
+    gold = dict(zip(questions["id"], questions["answers"].to_list(), strict=True))
+    text = questions["question"] if "question" in questions.columns else [None] * questions.height
+    qtext = dict(zip(questions["id"], text, strict=True))
+    texts = answers["answer"].to_list()
+    matches = [match_answer(a, gold[i], qtext[i]) for i, a in zip(answers["id"], texts, strict=True)]
+    refusal = [not m.correct and is_refusal(a) for m, a in zip(matches, texts, strict=True)]
+    return answers.with_columns(
+        pl.Series("correct", [m.correct for m in matches], pl.Boolean),
+        pl.Series("matched_alias", [m.alias for m in matches], pl.String),
+        pl.Series("match_start", [m.start for m in matches], pl.Int64),
+        pl.Series("match_end", [m.end for m in matches], pl.Int64),
+        pl.Series("echo_rejected", [m.echo_rejected for m in matches], pl.Boolean),
+        pl.Series("refusal", refusal, pl.Boolean),
     )
-    rows = []
-    for rec in answers.select("id", "answer").iter_rows(named=True):
-        m = match_answer(rec["answer"], gold[rec["id"]], qtext.get(rec["id"]))
-        rows.append(
-            {
-                "id": rec["id"],
-                "correct": m.correct,
-                "matched_alias": m.alias,
-                "match_start": m.start,
-                "match_end": m.end,
-                "echo_rejected": m.echo_rejected,
-                "refusal": not m.correct and is_refusal(rec["answer"]),
-            }
-        )
-    labels = pl.DataFrame(
-        rows,
-        schema={
-            "id": pl.String,
-            "correct": pl.Boolean,
-            "matched_alias": pl.String,
-            "match_start": pl.Int64,
-            "match_end": pl.Int64,
-            "echo_rejected": pl.Boolean,
-            "refusal": pl.Boolean,
-        },
-    )
-    return answers.join(labels, on="id", how="left")
 
 
 def accuracy_table(labelled: pl.DataFrame, model: str, dataset: str) -> pl.DataFrame:
-    n = labelled.height
-    n_correct = int(labelled["correct"].sum()) if n else 0
-    n_echo = int(labelled["echo_rejected"].sum()) if n and "echo_rejected" in labelled.columns else 0
+    n, n_correct = labelled.height, int(labelled["correct"].sum())
     return pl.DataFrame(
         {
             "model": [model],
@@ -326,7 +246,7 @@ def accuracy_table(labelled: pl.DataFrame, model: str, dataset: str) -> pl.DataF
             "n": [n],
             "n_correct": [n_correct],
             "accuracy": [n_correct / n if n else float("nan")],
-            "n_refusal": [int(labelled["refusal"].sum()) if n else 0],
-            "n_echo_rejected": [n_echo],
+            "n_refusal": [int(labelled["refusal"].sum())],
+            "n_echo_rejected": [int(labelled["echo_rejected"].sum())],
         }
     )
