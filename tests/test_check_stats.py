@@ -10,22 +10,21 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
-import yaml
-from conftest import REPO
 
 from truthflow.pathways.check import (
-    DEFAULTS,
     HOLDS,
     INCONCLUSIVE,
     NOT_HOLD,
     check,
     decide,
+    dropped_table,
     family,
     holm,
     layer_ranges,
     mde,
     n_needed,
     power,
+    rounded,
     verdicts,
 )
 
@@ -105,12 +104,6 @@ def test_layer_ranges():
     ]
     assert layer_ranges(18, "all")[1:] == [("second_half", 10, 18), ("middle_third", 7, 12)]
     assert layer_ranges(30, [5, 40])[2] == ("explicit", 5, 30)  # cut to the model's layers
-
-
-def test_defaults_are_the_schemas():
-    schema = yaml.safe_load((REPO / "src/truthflow/schemas/config.schema.yaml").read_text())
-    props = schema["properties"]["pathways"]["properties"]["check"]["properties"]
-    assert {k: v["default"] for k, v in props.items()} == DEFAULTS
 
 
 def _samples(
@@ -215,3 +208,26 @@ def test_measure_key_picks_the_primary(measure):
     table, _ = family(_cells([("x", s, _auc(0.8))], [3, 6]), {"measure": measure, "layers": [3, 6]})
     assert table["measure"][0] == measure and table["layers"][0] == "explicit (3-6)"
     assert table["secondary_measure"][0] != measure
+
+
+def test_dropped_table_counts_every_sample_once():
+    kept = [("m1", "nq", 7), ("m2", "nq", 0)]
+    dropped = pl.DataFrame(
+        {"model": ["m1", "m1", "m1"], "dataset": ["nq"] * 3, "reason": ["no E_A", "no E_A", "x"]}
+    )
+    loading = pl.DataFrame({"dataset": ["nq", "nq"], "reason": ["repeated id"] * 2, "detail": [None, "id 3"]})
+    t = dropped_table(kept, dropped, loading)
+    assert t.columns == ["model", "dataset", "reason", "n", "detail"] and t["n"].dtype == pl.UInt32
+    assert t.rows() == [
+        ("(loading, all models)", "nq", "repeated id", 2, "id 3"),
+        ("m1", "nq", "kept", 7, None),
+        ("m1", "nq", "no E_A", 2, None),
+        ("m1", "nq", "x", 1, None),
+        ("m2", "nq", "kept", 0, None),
+    ]
+    assert dropped_table([], dropped.clear(), loading.clear()).height == 0
+
+
+def test_rounded_keeps_p_values_significant():
+    t = pl.DataFrame({"diff": [1.23456], "p_holm": [0.000123456], "n_samples": [3]})
+    assert rounded(t).row(0) == (1.23, 0.000123, 3)

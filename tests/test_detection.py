@@ -7,6 +7,7 @@ from sklearn.preprocessing import StandardScaler
 
 from truthflow.pathways.detection import (
     awareness_auc,
+    awareness_summary,
     detection_summary,
     detection_table,
     gate_probs,
@@ -14,8 +15,11 @@ from truthflow.pathways.detection import (
     pr_select_and_predict,
     pr_states,
     random_gate,
+    table3,
     vanilla_split,
 )
+
+PROBE = {"seeds": [0, 1], "test_size": 0.2, "C": 1.0, "max_iter": 2000}
 
 
 def _hand_probe(x_train, y_train, x_test, C=1.0, max_iter=2000):
@@ -42,13 +46,13 @@ def test_mop_gate_routing_hand_case():
     train, test = np.arange(30), np.arange(30, 40)
     w = _hand_probe(x[train], g[train], x[test])
     assert np.all((w > 0.5) == g[test])  # the gate is perfect here
-    assert np.allclose(gate_probs(x, g, train, test), w)
+    assert np.allclose(gate_probs(x, g, train, test)[0], w)
     # Q-Anchored all correct, A-Anchored all wrong: the experts train on one class each and predict the
     # constants a = 1, b = 0, so the mixture is w·1 + (1 − w)·0
     y = g.astype(int)
-    assert np.allclose(mop_predict(x, y, g, train, test), w * 1.0 + (1 - w) * 0.0)
+    assert np.allclose(mop_predict(x, y, g, train, test)[0], w * 1.0 + (1 - w) * 0.0)
     # the other way round: a = 0, b = 1 -> 1 − w (a swapped gate or swapped experts would give w)
-    assert np.allclose(mop_predict(x, 1 - y, g, train, test), w * 0.0 + (1 - w) * 1.0)
+    assert np.allclose(mop_predict(x, 1 - y, g, train, test)[0], w * 0.0 + (1 - w) * 1.0)
 
 
 def test_random_gate_is_seeded_and_used_by_mop():
@@ -59,9 +63,9 @@ def test_random_gate_is_seeded_and_used_by_mop():
     x, g = _gated_data()
     train, test = np.arange(30), np.arange(30, 40)
     y = g.astype(int)  # constant experts a = 1 (Q), b = 0 (A)
-    p = mop_predict(x, y, g, train, test, gate="random", seed=3)
+    p = mop_predict(x, y, g, train, test, gate="random", seed=3)[0]
     assert np.allclose(p, u * 1.0 + (1 - u) * 0.0)
-    assert np.array_equal(p, mop_predict(x, y, g, train, test, gate="random", seed=3))
+    assert np.array_equal(p, mop_predict(x, y, g, train, test, gate="random", seed=3)[0])
 
 
 def test_vanilla_split_sizes_equal_group_sizes():
@@ -84,10 +88,10 @@ def test_mop_vanilla_experts_use_the_seeded_split():
     y[q] = 1
     y[test] = np.arange(10) % 2
     w = _hand_probe(x[train], g[train], x[test])  # the pathway gate still routes
-    p = mop_predict(x, y, g, train, test, gate="pathway", experts="vanilla", seed=5)
+    p = mop_predict(x, y, g, train, test, gate="pathway", experts="vanilla", seed=5)[0]
     assert np.allclose(p, w)
     # the pathway experts on the same labels are real probes, not the constants 1 and 0
-    assert not np.allclose(mop_predict(x, y, g, train, test), w)
+    assert not np.allclose(mop_predict(x, y, g, train, test)[0], w)
 
 
 def test_mop_fallbacks_never_crash():
@@ -96,13 +100,13 @@ def test_mop_fallbacks_never_crash():
     y = np.arange(40) % 3 == 0
     g_all_q = np.ones(40, dtype=bool)
     # one group in train: w = 1 and the empty A expert predicts the train rate
-    p = mop_predict(x, y, g_all_q, train, test)
+    p = mop_predict(x, y, g_all_q, train, test)[0]
     assert np.allclose(p, _hand_probe(x[train], y[train], x[test]))
-    p = mop_predict(x, y, g_all_q, train, test, gate="random", seed=0)
+    p = mop_predict(x, y, g_all_q, train, test, gate="random", seed=0)[0]
     u = random_gate(10, 0)
     assert np.allclose(p, u * _hand_probe(x[train], y[train], x[test]) + (1 - u) * y[train].mean())
     with pytest.raises(ValueError):
-        mop_predict(x, y, g, train, test, gate="oracle")
+        mop_predict(x, y, g, train, test, gate="oracle")[0]
 
 
 # -------------------------------------------------------------------------------------------------- PR
@@ -117,7 +121,7 @@ def test_pr_routing_follows_the_gate():
     ids = np.arange(40, dtype=np.float32)[:, None]
     up = np.hstack([ids, np.ones((40, 1), np.float32)])
     down = np.hstack([ids, -np.ones((40, 1), np.float32)])
-    s_tr, s_te, q_te = pr_states(up, down, x, g_true, train, test)
+    s_tr, s_te, q_te, _ = pr_states(up, down, x, g_true, train, test)
     assert np.array_equal(q_te, g[test])  # the gate reads x, not the true test groups
     assert np.array_equal(s_te[:, 1], np.where(g[test], 1, -1)) and s_te[1, 1] == -1
     assert np.array_equal(s_tr[:, 1], np.where(g_true[train], 1, -1)) and s_tr[0, 1] == -1
@@ -142,11 +146,11 @@ def _pr_data(n=240, d=4, seed=1):
 
 def test_pr_picks_the_routed_factor_and_routing_matters():
     x, y, g, states, train, test, _, _ = _pr_data()
-    p, f = pr_select_and_predict(states, x, y, g, train, test, [2.0], seed=0)
+    p, f, _ = pr_select_and_predict(states, x, y, g, train, test, [2.0], seed=0)
     assert f == 2.0 and roc_auc_score(y[test], p) > 0.9
     # swapped routing (up <-> down) hides the signal: factor 1 (plain probing) wins instead
     up2, down2 = states[2.0]
-    _, f_swapped = pr_select_and_predict({2.0: (down2, up2)}, x, y, g, train, test, [2.0], seed=0)
+    _, f_swapped, _ = pr_select_and_predict({2.0: (down2, up2)}, x, y, g, train, test, [2.0], seed=0)
     assert f_swapped == 1.0
 
 
@@ -158,18 +162,18 @@ def test_pr_factor_is_chosen_on_validation_only():
     up4[test] += 5 * signal[test]
     down4[test] += 5 * signal[test]
     states = {**states, 4.0: (up4, down4)}
-    p, f = pr_select_and_predict(states, x, y, g, train, test, [2.0, 4.0], seed=0)
+    p, f, _ = pr_select_and_predict(states, x, y, g, train, test, [2.0, 4.0], seed=0)
     assert f == 2.0
     # no leakage: the test labels and test groups are never read (identical output when they change),
     # and test states change the test predictions but not the chosen factor
     y2, g2 = y.copy(), g.copy()
     y2[test], g2[test] = 1 - y2[test], ~g2[test]
-    p2, f2 = pr_select_and_predict(states, x, y2, g2, train, test, [2.0, 4.0], seed=0)
+    p2, f2, _ = pr_select_and_predict(states, x, y2, g2, train, test, [2.0, 4.0], seed=0)
     assert f2 == f and np.array_equal(p2, p)
     shuffled = {k: (u.copy(), d.copy()) for k, (u, d) in states.items()}
     for u, d in shuffled.values():
         u[test], d[test] = noise()[test], noise()[test]
-    _, f3 = pr_select_and_predict(shuffled, x, y, g, train, test, [2.0, 4.0], seed=0)
+    _, f3, _ = pr_select_and_predict(shuffled, x, y, g, train, test, [2.0, 4.0], seed=0)
     assert f3 == f
 
 
@@ -177,10 +181,10 @@ def test_pr_factor_one_is_plain_probing_and_ties_go_to_the_smallest():
     x, y, g, _, train, test, noise, signal = _pr_data()
     x_info = x + signal  # now the clean states carry the signal
     plain = _hand_probe(x_info[train], y[train], x_info[test])
-    p, f = pr_select_and_predict({}, x_info, y, g, train, test, [1.0], seed=0)
+    p, f, _ = pr_select_and_predict({}, x_info, y, g, train, test, [1.0], seed=0)
     assert f == 1.0 and np.allclose(p, plain)
     # reweighted states that are pure noise lose to factor 1: PR falls back to plain probing exactly
-    p, f = pr_select_and_predict({3.0: (noise(), noise())}, x_info, y, g, train, test, [3.0], seed=0)
+    p, f, _ = pr_select_and_predict({3.0: (noise(), noise())}, x_info, y, g, train, test, [3.0], seed=0)
     assert f == 1.0 and np.allclose(p, plain)
     # identical candidates tie on validation: the smallest factor wins (1 over 2 and 4; 2 over 4)
     same = {2.0: (x_info, x_info), 4.0: (x_info, x_info)}
@@ -199,20 +203,20 @@ def test_awareness_auc_separable_random_and_one_group():
     g = rng.permutation(n) % 2 == 0
     resid = rng.normal(size=(n, n_layers, d)).astype(np.float16)
     resid[:, 1, 0] += np.where(g, 4.0, -4.0).astype(np.float16)  # layer 2 separates the groups
-    out = awareness_auc(resid, g, layers=[2], seeds=[0, 1])
+    out = awareness_auc(resid, g, layers=[2], probe=PROBE)
     assert out.columns == ["layer", "seed", "auc", "n", "n_q", "n_a", "status"]
     assert out.height == 2 and (out["auc"] == 1.0).all() and (out["status"] == "ok").all()
     assert out["n_q"][0] == g.sum() and out["n_a"][0] == n - g.sum() and out["n"][0] == n
     # negative control: layers 1 and 3 are noise, and shuffled groups on layer 2 carry nothing either
-    noise = awareness_auc(resid, g, layers=[1, 3], seeds=[0, 1])
-    shuffled = awareness_auc(resid, rng.permutation(g), layers=[2], seeds=[0, 1])
+    noise = awareness_auc(resid, g, layers=[1, 3], probe=PROBE)
+    shuffled = awareness_auc(resid, rng.permutation(g), layers=[2], probe=PROBE)
     for t in (noise, shuffled):
         assert (t["status"] == "ok").all() and (t["auc"] < 0.7).all()
     # one group only / a layer out of range: status rows, no exception
-    one = awareness_auc(resid, np.ones(n, dtype=bool), layers=[1, 3], seeds=[0])
+    one = awareness_auc(resid, np.ones(n, dtype=bool), layers=[1, 3], probe={**PROBE, "seeds": [0]})
     assert one.height == 2 and one["auc"].is_null().all()
     assert one["status"][0] == f"undefined: one class only ({n} Q-Anchored, 0 A-Anchored)"
-    bad = awareness_auc(resid, g, layers=[4], seeds=[0])
+    bad = awareness_auc(resid, g, layers=[4], probe={**PROBE, "seeds": [0]})
     assert bad["status"][0] == "undefined: layer 4 not in 1..3"
 
 
@@ -224,7 +228,7 @@ def test_detection_table_shape_baselines_and_summary():
     x = x + signal
     y_float = y.astype(float)
     baselines = {"P(True)": y_float, "Logits-mean": np.zeros(100), "Logits-min": noise()[:, 0]}
-    t = detection_table(x, y, g, states, baselines, seeds=[0, 1], factors=[2.0], test_size=0.2)
+    t = detection_table(x, y, g, states, baselines, [2.0], PROBE)
     methods = ["P(True)", "Logits-mean", "Logits-min", "Probing", "MoP", "MoP-RandomGate"]
     methods += ["MoP-VanillaExperts", "PR"]
     assert t.columns == ["method", "seed", "auc", "n", "factor", "status"]
@@ -247,19 +251,19 @@ def test_detection_table_shape_baselines_and_summary():
 def test_detection_table_statuses_instead_of_exceptions():
     x, y, g, states, _, _, noise, _ = _pr_data(n=60)
     base = {"P(True)": noise()[:, 0]}
-    one = detection_table(x, np.ones(60, dtype=int), g, states, base, seeds=[0], factors=[2.0])
+    one = detection_table(x, np.ones(60, dtype=int), g, states, base, [2.0], {**PROBE, "seeds": [0]})
     assert one.height == 6 and one["auc"].is_null().all()
     assert (
         one.filter(pl.col("method") == "Probing")["status"][0]
         == "undefined: one class only (60 correct, 0 wrong)"
     )
     # missing reweighted states: PR says so, the other methods still run
-    miss = detection_table(x, y, g, states, base, seeds=[0], factors=[4.0])
+    miss = detection_table(x, y, g, states, base, [4.0], {**PROBE, "seeds": [0]})
     pr = miss.filter(pl.col("method") == "PR")
     assert pr["auc"].is_null().all() and "no reweighted states for factor 4" in pr["status"][0]
     assert miss.filter(pl.col("method") != "PR")["auc"].is_not_null().all()
     # one group only: MoP runs on its fallbacks and says so in its status
-    mop = detection_table(x, y, np.ones(60, dtype=bool), states, base, seeds=[0], factors=[2.0])
+    mop = detection_table(x, y, np.ones(60, dtype=bool), states, base, [2.0], {**PROBE, "seeds": [0]})
     st = mop.filter(pl.col("method") == "MoP")["status"][0]
     assert st.startswith("ok (fallback:") and "expert A: no training samples" in st
 
@@ -269,7 +273,7 @@ def test_detection_table_pr_without_factors_is_probing_on_the_same_split():
     # see the same StratifiedKFold split of each seed
     x, y, g, _, _, _, _, signal = _pr_data(n=80)
     x = x + 0.5 * signal
-    t = detection_table(x, y, g, None, {}, seeds=[0, 3], factors=[], test_size=0.5)  # K = 2 folds
+    t = detection_table(x, y, g, None, {}, [], {**PROBE, "seeds": [0, 3], "test_size": 0.5})  # K = 2 folds
     for seed in (0, 3):
         rows = {r["method"]: r for r in t.filter(pl.col("seed") == seed).iter_rows(named=True)}
         assert rows["PR"]["factor"] == "1,1"
@@ -283,7 +287,56 @@ def test_awareness_needs_every_fold_to_hold_both_groups():
     resid = rng.normal(size=(100, 2, 4)).astype(np.float32)
     groups = np.zeros(100, dtype=bool)
     groups[:3] = True  # 3 Q-Anchored: fewer than the 5 folds
-    t = awareness_auc(resid, groups, [1, 2], [0])
+    t = awareness_auc(resid, groups, [1, 2], {**PROBE, "seeds": [0]})
     assert t["auc"].null_count() == t.height
     want = "undefined: fewer samples in a group than the 5 folds (3 Q-Anchored, 97 A-Anchored)"
     assert t["status"][0] == want
+
+
+def test_table3_layout_order_and_undefined_cells():
+    rows = []
+    for model, ds, aucs in (("m1", "nq", [0.8, 0.9]), ("m1", "popqa", [0.7, 0.7]), ("m2", "zz", [0.6, None])):
+        for seed, auc in enumerate(aucs):
+            status = "ok" if auc is not None else "undefined: one class"
+            rows.append(
+                {"model": model, "dataset": ds, "method": "Probing", "seed": seed, "auc": auc, "n": 9}
+            )
+            rows[-1]["status"] = status
+    rows.append(
+        {
+            "model": "m2",
+            "dataset": "nq",
+            "method": "PR",
+            "seed": 0,
+            "auc": None,
+            "n": 9,
+            "status": "undefined",
+        }
+    )
+    t = table3(pl.DataFrame(rows), {"popqa": "PopQA", "nq": "NQ"})
+    assert t.columns == ["model", "method", "PopQA", "NQ", "zz"]  # display order, then the others
+    cell = {(r["model"], r["method"]): r for r in t.iter_rows(named=True)}
+    assert cell[("m1", "Probing")]["NQ"] == f"85.00 ± {100 * np.std([0.8, 0.9], ddof=1):.2f}"
+    assert cell[("m1", "Probing")]["PopQA"] == "70.00 ± 0.00" and cell[("m1", "Probing")]["zz"] == "–"
+    assert cell[("m2", "Probing")]["zz"] == "60.00"  # one ok seed: no sd
+    assert cell[("m2", "PR")]["NQ"] == "–" and cell[("m1", "PR")]["PopQA"] == "–"  # no ok seed / no rows
+    assert table3(pl.DataFrame(rows).clear(), {}).columns == ["model", "method"]
+
+
+def test_awareness_summary_over_seeds_with_an_auc():
+    aware = pl.DataFrame(
+        {
+            "model": ["m"] * 4,
+            "dataset": ["d"] * 4,
+            "k_layer": [3] * 4,
+            "layer": [1, 1, 2, 2],
+            "seed": [0, 1, 0, 1],
+            "auc": [0.6, 0.8, None, 0.5],
+        }
+    )
+    s = awareness_summary(aware)
+    assert s["layer"].to_list() == [1, 2] and s["n_seeds"].to_list() == [2, 1]
+    assert s["mean_auc"][0] == pytest.approx(0.7) and s["sd_auc"][0] == pytest.approx(
+        np.std([0.6, 0.8], ddof=1)
+    )
+    assert awareness_summary(aware.clear()).height == 0

@@ -329,3 +329,65 @@ def test_rate_rows_have_wilson_cis_never_zero_width():
     # 0 of 6: upper = 2 * (z^2 / 12) / (1 + z^2 / 6) = 0.64027 / 1.64027 = 0.39034
     assert a["n"] == 6 and a["value"] == 0.0 and a["ci_low"] == 0.0
     assert a["ci_high"] == pytest.approx(39.034, abs=1e-2)
+
+
+def _pair(n=40, n_layers=3, d=4, seed=0):
+    """One (model, dataset)'s inputs of experiments.run: labels carried by feature 0 of every state."""
+    from truthflow.pathways.probes import run_probes
+
+    rng = np.random.default_rng(seed)
+    ids = [f"s{i}" for i in range(n)]
+    correct = np.arange(n) % 2 == 0
+    clean = rng.normal(size=(n, n_layers, d)).astype(np.float16)
+    clean[:, :, 0] += np.where(correct, 2.0, -2.0)[:, None]
+    ko = (clean + rng.normal(scale=2.0, size=clean.shape)).astype(np.float16)
+    probe = {"seeds": [0], "test_size": 0.2, "C": 1.0, "max_iter": 200}
+    _, deltap = run_probes(clean, [ko, clean], correct.astype(int), ids, **probe)
+    samples = pl.DataFrame({"id": ids, "correct": correct, "refusal": np.arange(n) % 5 == 0})
+    scores = pl.DataFrame(
+        {
+            "id": ids,
+            "layer": [2] * n,
+            "donor": ids[::-1],
+            "donor_length_matched": [True] * n,
+            "patch_control_matched": np.arange(n) % 3 > 0,
+            "p_true": rng.random(n),
+            "logit_mean": rng.random(n),
+            "logit_min": rng.random(n),
+            "s_eq_ea": [[0.1, 0.3]] * (n - 1) + [[]],
+            "s_eq_all": [[0.2, 0.2]] * n,
+        },
+        schema=ex.SCORES_SCHEMA,
+    )
+    data = pl.DataFrame({"id": ids, "s_pop": rng.integers(1, 10**4, n)})
+    x = clean[:, 1]
+    states = (np.stack([ko[:, 1], x]), ko[:, 1], np.stack([x, x, x, ko[:, 1]]))
+    return samples, scores, deltap, data, clean, states, probe
+
+
+def test_run_gives_every_table_with_k_layer():
+    samples, scores, deltap, data, clean, states, probe = _pair()
+    keys = {"model": "m", "dataset": "nq"}
+    rows, aware, det, per_sample = ex.run(
+        samples, scores, deltap, data, clean, states, probe, {"n": 50, "seed": 0}, [2.0, 4.0], keys
+    )
+    for t in (rows, aware, det, per_sample):
+        assert t.columns[:3] == list(ex.TABLE_KEYS) and t["k_layer"].unique().to_list() == [2]
+    assert set(rows["experiment"]) == {"patching", "answer_only", "boundary", "saliency"}
+    assert rows.columns[3:] == list(ex.ROW_SCHEMA)
+    assert sorted(aware["layer"].unique()) == [1, 3]  # every layer but K
+    assert det["method"].unique(maintain_order=True).to_list()[:4] == [
+        "P(True)",
+        "Logits-mean",
+        "Logits-min",
+        "Probing",
+    ]
+    assert per_sample["s_eq_ea"][0] == pytest.approx(0.2) and np.isnan(per_sample["s_eq_ea"][-1])
+    assert per_sample["s_pop"].to_list() == data["s_pop"].cast(pl.Float64).to_list()
+    groups = ex.groups_at(deltap, samples["id"].to_list(), 2)
+    assert per_sample["group"].to_list() == np.where(groups, "Q-Anchored", "A-Anchored").tolist()
+    # no ΔP rows (the probe is undefined): empty tables that keep their columns
+    empty = ex.run(
+        samples, scores, deltap.clear(), data, clean, states, probe, {"n": 50, "seed": 0}, [2.0], keys
+    )
+    assert [t.height for t in empty] == [0, 0, 0, 0] and empty[0].columns == rows.columns

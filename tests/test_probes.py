@@ -4,12 +4,17 @@ import pytest
 
 from truthflow.pathways.probes import (
     anchors,
-    bootstrap_ci,
+    auc_by_layer,
+    crossfit,
+    crossfit_seeds,
     delta_p,
-    probe_undefined_reason,
+    fit_predict,
+    folds,
     run_probes,
+    split_reason,
     summarize,
 )
+from truthflow.stats import MIN_CI_N, bootstrap_ci, wilson_ci
 
 
 def test_delta_p_hand_case():
@@ -87,8 +92,12 @@ def test_probes_on_separable_data_and_knockout():
 
 
 def test_one_class_labels_give_probe_undefined_row():
-    assert "one class" in probe_undefined_reason(np.ones(10), 0.2)
-    assert "too few" in probe_undefined_reason(np.array([1] * 9 + [0]), 0.2)
+    assert split_reason(np.ones(10), 5) == "one class only (10 correct, 0 wrong)"
+    assert "too few" in split_reason(np.array([1] * 9 + [0]), 5)
+    assert split_reason(np.array([1, 1, 1, 0, 0, 0]), 5).startswith(
+        "fewer samples per class than the 5 folds"
+    )
+    assert split_reason(np.array([1, 1, 0, 0]), 2, "Q", "A") is None
     auc, samples = run_probes(
         np.zeros((10, 2, 3)),
         [np.zeros((10, 2, 3))],
@@ -101,8 +110,6 @@ def test_one_class_labels_give_probe_undefined_row():
 
 
 def test_bootstrap_ci_needs_min_ci_n_samples():
-    from truthflow.stats import MIN_CI_N, bootstrap_ci
-
     assert MIN_CI_N == 5
     assert all(np.isnan(bootstrap_ci(np.zeros(k), 100, 0)).all() for k in range(MIN_CI_N))
     lo, hi = bootstrap_ci(np.array([0.0, 0.0, 0.0, 0.0, 10.0]), 2000, 0)
@@ -113,8 +120,6 @@ def test_bootstrap_ci_needs_min_ci_n_samples():
 
 
 def test_wilson_ci_hand_cases():
-    from truthflow.stats import wilson_ci
-
     # 0 of 12: centre = half = (z^2 / 2n) / (1 + z^2 / n) = 0.16007 / 1.32013 = 0.12125 -> [0, 0.2425]
     assert wilson_ci(np.zeros(12)) == (0.0, pytest.approx(0.24249, abs=1e-5))
     # 1 of 5: centre (0.2 + 0.38415) / 1.76829 = 0.33035, half 1.10840 * sqrt(0.032 + 0.038415) = 0.29412
@@ -124,3 +129,39 @@ def test_wilson_ci_hand_cases():
     assert all(np.isnan(wilson_ci(np.zeros(4))))  # fewer than MIN_CI_N samples: no CI
     with pytest.raises(ValueError):
         wilson_ci(np.array([0.0, 0, 0, 0, 2.0]))
+
+
+def test_crossfit_is_the_hand_written_k_fold():
+    """Every row is scored once, by the probe of the one fold that held it out; the other states of the same
+    rows get that probe too; crossfit_seeds stacks [states, seeds, N]."""
+    rng = np.random.default_rng(1)
+    y = np.array([0, 1] * 15)
+    x = rng.normal(size=(30, 3)) + y[:, None]
+    other = rng.normal(size=(30, 3))
+    want, want_other = np.zeros(30), np.zeros(30)
+    splits = folds(y, 3, 7)
+    assert sorted(np.concatenate([t for _, t in splits]).tolist()) == list(range(30))
+    for train, test in splits:
+        want[test], want_other[test] = fit_predict(x[train], y[train], [x[test], other[test]], 1.0, 100)
+    got, got_other = crossfit(x, y, 7, 3, 1.0, 100, [other])
+    assert np.array_equal(got, want) and np.array_equal(got_other, want_other)
+    stacked = crossfit_seeds(x, [other], y, [7, 8], 3, 1.0, 100)
+    assert stacked.shape == (2, 2, 30) and np.array_equal(stacked[1, 0], want_other)
+    assert not np.array_equal(stacked[0, 1], want)  # another seed, another split
+
+
+def test_auc_by_layer_summarises_the_seeds():
+    auc = pl.DataFrame(
+        {
+            "model": ["m"] * 4,
+            "dataset": ["d"] * 4,
+            "seed": [0, 1, 0, 1],
+            "layer": [2, 2, 1, 1],
+            "auc": [0.7, 0.8, 0.5, 0.6],
+            "n_test": [10] * 4,
+            "status": ["ok"] * 4,
+        }
+    )
+    t = auc_by_layer(auc)
+    assert t["layer"].to_list() == [1, 2] and t["mean_auc"].to_list() == [0.55, 0.75]
+    assert t["min_auc"].to_list() == [0.5, 0.7] and t["n_seeds"].to_list() == [2, 2]

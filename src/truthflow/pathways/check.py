@@ -22,8 +22,11 @@ import math
 
 import numpy as np
 import polars as pl
+import polars.selectors as cs
+import yaml
 from scipy import optimize, stats
 
+from ..config import SCHEMA
 from .probes import CONTROL, TARGET
 
 HOLDS, NOT_HOLD, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
@@ -32,17 +35,9 @@ MEASURES = {"delta_p": -1, "flip_rate": 1}
 UNITS = {"delta_p": "ΔP points", "flip_rate": "flip-rate points (%)"}
 NAMES = {"delta_p": "ΔP", "flip_rate": "flip rate"}
 POWER = 0.8
-# config: the verdict's settings (schema pathways.check); the code's defaults equal the schema's
-DEFAULTS = {
-    "measure": "delta_p",
-    "layers": "second_half",
-    "sesoi": 5.0,
-    "alpha": 0.05,
-    "min_samples": 20,
-    "min_minority": 10,
-    "min_minority_share": 0.1,
-    "min_auc": 0.6,
-}
+# config: the verdict's settings, the schema's defaults of pathways.check
+_CHECK = yaml.safe_load(SCHEMA.read_text())["properties"]["pathways"]["properties"]["check"]["properties"]
+DEFAULTS = {key: spec["default"] for key, spec in _CHECK.items()}
 
 CELL_SCHEMA = {
     "range": pl.String,  # all | second_half | explicit | middle_third (the explicit stand-in)
@@ -90,11 +85,14 @@ CHECK_SCHEMA = {
     "flip_control": pl.Float64,
     "delta_p_target": pl.Float64,
     "delta_p_control": pl.Float64,
-    "layer_from": pl.Int64,
-    "layer_to": pl.Int64,
-    "n_unmatched": pl.Int64,
-    "n_minority": pl.Int64,
-    "probe_auc": pl.Float64,
+    **{c: CELL_SCHEMA[c] for c in ("layer_from", "layer_to", "n_unmatched", "n_minority", "probe_auc")},
+}
+DROPPED_SCHEMA = {
+    "model": pl.String,
+    "dataset": pl.String,
+    "reason": pl.String,
+    "n": pl.UInt32,
+    "detail": pl.String,
 }
 LAYERS_SCHEMA = {
     "model": pl.String,
@@ -422,4 +420,31 @@ def caption(table: pl.DataFrame, cfg: dict) -> str:
         " (SESOI) or excludes 0 the wrong way; otherwise 'inconclusive' (also: too few samples, too little"
         f" probe signal: a rarer answer class below {cfg['min_minority']} samples or"
         f" {cfg['min_minority_share']:.0%}, probe AUC below {cfg['min_auc']})."
+    )
+
+
+def rounded(table: pl.DataFrame) -> pl.DataFrame:
+    """The TSV view of a check table: p-values and levels to 3 significant digits, other floats 2 decimals."""
+    p = cs.by_name("p_value", "p_holm", "level", "secondary_p", require_all=False)
+    return table.with_columns((cs.float() - p).round(2), p.round_sig_figs(3))
+
+
+def dropped_table(kept: list[tuple], dropped: pl.DataFrame, data_dropped: pl.DataFrame) -> pl.DataFrame:
+    """Where the samples went: one row per (model, dataset, reason) with its count, the kept count as
+    reason 'kept' so nothing is silent. kept: (model, dataset, n) per pair; dropped: the extraction drops
+    (model, dataset, reason); data_dropped: the drops at loading (dataset, reason, detail: repeated ids, no
+    gold answer, n above the usable rows), which hold for every model."""
+    loading = data_dropped.group_by(["dataset", "reason"]).agg(
+        pl.len().alias("n"), pl.col("detail").drop_nulls().first()
+    )
+    parts = [
+        pl.DataFrame(kept, schema=["model", "dataset", "n"], orient="row").with_columns(
+            reason=pl.lit("kept")
+        ),
+        dropped.group_by(["model", "dataset", "reason"]).len("n"),
+        loading.with_columns(model=pl.lit("(loading, all models)")),
+    ]
+    table = pl.concat([pl.DataFrame(schema=DROPPED_SCHEMA), *parts], how="diagonal_relaxed")
+    return table.select(pl.col(c).cast(t) for c, t in DROPPED_SCHEMA.items()).sort(
+        ["model", "dataset", "reason"]
     )

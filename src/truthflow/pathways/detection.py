@@ -1,17 +1,12 @@
 """Pathway awareness and hallucination detection (paper "Two Pathways to Truthfulness", §4–5, Table 3).
 
 Inputs per sample: a label y (1 = answered correctly / not hallucinated), a group g (True = Q-Anchored,
-False = A-Anchored, from the attention-knockout analysis; the strings "Q-Anchored" / "A-Anchored" work too)
-and hidden states at one layer x [N, D] (float16/32, possibly memory-mapped: converted once per layer with
-np.asarray(..., float32)).
-
-Every probe is the one of probes.py (StandardScaler + LogisticRegression(C, max_iter)) and every estimate is
-cross-fitted: for each seed a stratified K-fold split, K = n_folds(test_size), gives every sample exactly one
-out-of-fold prediction, and the AUC of a seed is taken over all of them. Data that cannot give an estimate
-(one class, too few samples per class for K folds, missing reweighted states) gives rows whose status says
-why and whose auc is null; it never raises. ValueError is kept for caller bugs only (inconsistent shapes,
-unknown gate / expert names, an empty train set, and a PR factor below 1 or without states passed straight to
-pr_select_and_predict; detection_table turns the last two into a PR status row).
+False = A-Anchored, from the attention-knockout analysis) and hidden states at one layer x [N, D].
+Every probe is probes.fit_predict and every estimate is cross-fitted (probes.crossfit's seeded stratified
+K-fold split, K = n_folds(test_size)). Data that cannot give an estimate (one class, too few samples per
+class for K folds, missing reweighted states) gives rows whose status says why and whose auc is null; it
+never raises. ValueError is kept for caller bugs (inconsistent shapes, unknown gate / expert names, an empty
+train set, a PR factor below 1 or without states).
 
 Seeds: a seed argument is an int or a sequence of ints. Random draws use independent numpy streams of it:
 stream 0 the RandomGate draws, stream 1 the VanillaExperts split, stream 2 PR's inner validation split.
@@ -24,13 +19,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import polars as pl
 from sklearn.metrics import roc_auc_score
-from sklearn.model_selection import StratifiedKFold
 
-from truthflow.pathways.probes import A_ANCHORED, Q_ANCHORED, _fit_predict, n_folds, probe_undefined_reason
+from .probes import A_ANCHORED, Q_ANCHORED, crossfit, fit_predict, folds, n_folds, split_reason
 
 Seed = int | Sequence[int]
 
-BASELINES = ("P(True)", "Logits-mean", "Logits-min")
 MOP_VARIANTS = {  # method -> (gate, experts)
     "MoP": ("pathway", "pathway"),
     "MoP-RandomGate": ("random", "pathway"),
@@ -38,6 +31,7 @@ MOP_VARIANTS = {  # method -> (gate, experts)
 }
 LEARNED = ("Probing", *MOP_VARIANTS, "PR")
 GATE_THRESHOLD = 0.5  # PR: P(Q-Anchored | x) >= 0.5 routes a test sample to its `up` state
+PR_VAL_SIZE = 0.25
 
 AWARENESS_SCHEMA = {
     "layer": pl.Int64,
@@ -65,20 +59,6 @@ DETECTION_SUMMARY_SCHEMA = {
 }
 
 
-# ---------------------------------------------------------------------------------------------- helpers
-
-
-def as_groups(groups) -> np.ndarray:
-    """Groups as a bool array, True = Q-Anchored. Accepts bools / 0-1 or the strings of probes.anchors()."""
-    g = np.asarray(groups)
-    if g.dtype.kind in "US" or (g.dtype.kind == "O" and all(isinstance(v, str) for v in g.tolist())):
-        bad = set(g.tolist()) - {Q_ANCHORED, A_ANCHORED}
-        if bad:
-            raise ValueError(f"groups must be '{Q_ANCHORED}' / '{A_ANCHORED}' or bools, got {sorted(bad)}")
-        return g == Q_ANCHORED
-    return g.astype(bool)
-
-
 def _labels(y) -> np.ndarray:
     y = np.asarray(y)
     if not np.isin(y, [0, 1]).all():
@@ -86,32 +66,8 @@ def _labels(y) -> np.ndarray:
     return y.astype(int)
 
 
-def _index(idx, n: int) -> np.ndarray:
-    idx = np.asarray(idx)
-    return np.flatnonzero(idx) if idx.dtype == bool and len(idx) == n else idx.astype(int)
-
-
 def _rng(seed: Seed, stream: int) -> np.random.Generator:
     return np.random.default_rng([*np.atleast_1d(np.asarray(seed, dtype=np.int64)).tolist(), stream])
-
-
-def _split_reason(labels: np.ndarray, k: int, pos: str, neg: str) -> str | None:
-    """Why a stratified K-fold split over these binary labels cannot be made, or None."""
-    n_pos = int(np.sum(labels))
-    n_neg = len(labels) - n_pos
-    counts = f"({n_pos} {pos}, {n_neg} {neg})"
-    if n_pos == 0 or n_neg == 0:
-        return f"one class only {counts}"
-    if min(n_pos, n_neg) < 2:
-        return f"too few samples per class for a stratified split {counts}"
-    if max(n_pos, n_neg) < k:
-        return f"fewer samples per class than the {k} folds {counts}"
-    return None
-
-
-def _folds(labels: np.ndarray, k: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    skf = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
-    return list(skf.split(np.zeros(len(labels)), labels))
 
 
 def _probe_or_rate(x_tr, y_tr, x_te, C: float, max_iter: int) -> tuple[np.ndarray, str | None]:
@@ -120,79 +76,71 @@ def _probe_or_rate(x_tr, y_tr, x_te, C: float, max_iter: int) -> tuple[np.ndarra
     if y_tr.min() == y_tr.max():
         rate = float(y_tr.mean())
         return np.full(len(x_te), rate), f"one class only, constant {rate:g}"
-    return _fit_predict(x_tr, y_tr, [x_te], C, max_iter)[0], None
-
-
-def _gate(x, groups, train, test, C: float, max_iter: int) -> tuple[np.ndarray, str | None]:
-    if len(train) == 0:
-        raise ValueError("train must not be empty")
-    w, note = _probe_or_rate(x[train], groups[train].astype(int), x[test], C, max_iter)
-    return w, (f"gate: train holds one group only, w = {groups[train].mean():g}" if note else None)
-
-
-def _fmt(f: float) -> str:
-    return f"{f:g}"
+    return fit_predict(x_tr, y_tr, [x_te], C, max_iter)[0], None
 
 
 # ---------------------------------------------------------------------------------------- 1. awareness
-
-
-def awareness_auc(
-    resid: np.ndarray,
-    groups,
-    layers: Sequence[int],
-    seeds: Sequence[int],
-    test_size: float = 0.2,
-    C: float = 1.0,
-    max_iter: int = 2000,
-) -> pl.DataFrame:
+def awareness_auc(resid: np.ndarray, groups, layers: Sequence[int], probe: Mapping) -> pl.DataFrame:
     """Pathway awareness (§4): can a linear probe read the pathway from the hidden states?
 
-    resid: [N, L, D] hidden states; groups: [N] (True = Q-Anchored); layers: 1-based layers to probe (the
-    caller passes the layers other than the one that defined the groups). Per seed, one stratified K-fold
-    split over the groups (K = n_folds(test_size), shared by all layers); per layer, a probe trained on
-    resid[train, layer-1] -> groups[train] predicts P(Q-Anchored) for every held-out sample, and the AUC is
-    taken over all N out-of-fold predictions. Returns rows (layer, seed, auc, n, n_q, n_a, status), sorted by
-    layer then seed; a split that cannot be made (e.g. one group only) or a layer outside 1..L gives rows
-    with a null auc and a status "undefined: ...".
+    resid: [N, L, D] hidden states; groups: [N] bools (True = Q-Anchored); layers: 1-based layers to probe
+    (the caller passes the layers other than the one that defined the groups); probe: seeds, test_size, C,
+    max_iter. Per seed and layer, the cross-fitted P(Q-Anchored) of every sample and its AUC. Returns rows
+    (AWARENESS_SCHEMA), sorted by layer then seed; a split that cannot be made (e.g. one group only) or a
+    layer outside 1..L gives rows with a null auc and a status "undefined: ...".
     """
-    g = as_groups(groups)
+    g = np.asarray(groups, dtype=bool)
     n, n_layers = resid.shape[0], resid.shape[1]
     if len(g) != n:
         raise ValueError(f"groups has {len(g)} entries, resid {n} samples")
     n_q = int(g.sum())
-    k = n_folds(test_size)
-    reason = _split_reason(g, k, Q_ANCHORED, A_ANCHORED)
+    k = n_folds(probe["test_size"])
+    reason = split_reason(g, k, Q_ANCHORED, A_ANCHORED)
     if reason is None and min(n_q, n - n_q) < k:
         # a test fold without a sample of the smaller group makes that fold's scores incomparable with the
         # others' (measured on the demo: 2 Q-Anchored of 100 gave AUCs from 0.05 to 0.6 across layers)
         reason = f"fewer samples in a group than the {k} folds ({n_q} {Q_ANCHORED}, {n - n_q} {A_ANCHORED})"
-    folds = {} if reason else {seed: _folds(g, k, seed) for seed in seeds}
     rows = []
     for layer in layers:
         base = {"layer": int(layer), "n": n, "n_q": n_q, "n_a": n - n_q}
         bad = reason or (None if 1 <= layer <= n_layers else f"layer {layer} not in 1..{n_layers}")
         if bad:
-            rows += [{**base, "seed": seed, "auc": None, "status": f"undefined: {bad}"} for seed in seeds]
+            rows += [
+                {**base, "seed": seed, "auc": None, "status": f"undefined: {bad}"} for seed in probe["seeds"]
+            ]
             continue
         x = np.asarray(resid[:, layer - 1], dtype=np.float32)  # one (memory-mapped) layer at a time
-        for seed in seeds:
-            oof = np.zeros(n)
-            for train, test in folds[seed]:
-                oof[test] = _fit_predict(x[train], g[train], [x[test]], C, max_iter)[0]
+        for seed in probe["seeds"]:
+            oof = crossfit(x, g, seed, k, probe["C"], probe["max_iter"])[0]
             rows.append({**base, "seed": seed, "auc": float(roc_auc_score(g, oof)), "status": "ok"})
     return pl.DataFrame(rows, schema=AWARENESS_SCHEMA).sort(["layer", "seed"])
 
 
+def awareness_summary(aware: pl.DataFrame) -> pl.DataFrame:
+    """Per (model, dataset, k_layer, layer): mean and sd of the awareness AUC over the seeds with one."""
+    if aware.height == 0:
+        return aware
+    keys = ["model", "dataset", "k_layer", "layer"]
+    return (
+        aware.filter(pl.col("auc").is_not_null())
+        .group_by(keys)
+        .agg(
+            pl.col("auc").mean().alias("mean_auc"),
+            pl.col("auc").std().alias("sd_auc"),
+            pl.len().alias("n_seeds"),
+        )
+        .sort(keys)
+    )
+
+
 # ------------------------------------------------------------------------------- 2. Mixture of Pathways
-
-
-def gate_probs(x, groups, train, test, C: float = 1.0, max_iter: int = 2000) -> np.ndarray:
-    """w = P(Q-Anchored | x) for x[test], from a probe trained on x[train] -> groups[train]. A train set
-    holding one group only gives that group's rate (1.0 or 0.0) for every test row."""
-    x = np.asarray(x, dtype=np.float32)
-    g = as_groups(groups)
-    return _gate(x, g, _index(train, len(g)), _index(test, len(g)), C, max_iter)[0]
+def gate_probs(x, g, train, test, C: float = 1.0, max_iter: int = 2000) -> tuple[np.ndarray, str | None]:
+    """w = P(Q-Anchored | x) for x[test], from a probe trained on x[train] -> g[train], and a note when the
+    train set holds one group only (w is then that group's rate, 1.0 or 0.0, for every test row)."""
+    if len(train) == 0:
+        raise ValueError("train must not be empty")
+    w, note = _probe_or_rate(x[train], g[train].astype(int), x[test], C, max_iter)
+    return w, (f"gate: train holds one group only, w = {g[train].mean():g}" if note else None)
 
 
 def random_gate(n: int, seed: Seed) -> np.ndarray:
@@ -207,16 +155,29 @@ def vanilla_split(train, n_q: int, seed: Seed) -> tuple[np.ndarray, np.ndarray]:
     return np.sort(perm[:n_q]), np.sort(perm[n_q:])
 
 
-def _mop(x, y, g, train, test, gate: str, experts: str, seed: Seed, C: float, max_iter: int):
-    if gate not in ("pathway", "random"):
-        raise ValueError(f"gate must be 'pathway' or 'random', got {gate!r}")
-    if experts not in ("pathway", "vanilla"):
-        raise ValueError(f"experts must be 'pathway' or 'vanilla', got {experts!r}")
+def mop_predict(
+    x, y, g, train, test, gate="pathway", experts="pathway", seed: Seed = 0, C=1.0, max_iter=2000
+) -> tuple[np.ndarray, list[str]]:
+    """Mixture of Pathways (§5): probabilities of y = 1 for x[test], and the fallbacks taken.
+
+    Gate: "pathway": w = gate_probs (a probe of the groups); "random" (RandomGate ablation): w ~ U(0, 1),
+    random_gate(len(test), seed). Experts: "pathway": expert_Q trained on the train samples with g = True,
+    expert_A on those with g = False; "vanilla" (VanillaExperts ablation): the same two sizes, but a seeded
+    random split of the train samples. Prediction = w·expert_Q(x) + (1 − w)·expert_A(x).
+
+    Honest fallbacks, never a crash: an expert whose training subset has one class only predicts that
+    subset's rate of y = 1 (so 1.0 or 0.0) for every row; an expert with no training samples at all predicts
+    the rate of y = 1 over the whole train fold.
+    """
+    if gate not in ("pathway", "random") or experts not in ("pathway", "vanilla"):
+        raise ValueError(
+            f"gate must be 'pathway' or 'random', experts 'pathway' or 'vanilla': {gate}, {experts}"
+        )
     if len(train) == 0:
         raise ValueError("train must not be empty")
     notes = []
     if gate == "pathway":
-        w, note = _gate(x, g, train, test, C, max_iter)
+        w, note = gate_probs(x, g, train, test, C, max_iter)
         notes += [note] if note else []
     else:
         w = random_gate(len(test), seed)
@@ -237,54 +198,12 @@ def _mop(x, y, g, train, test, gate: str, experts: str, seed: Seed, C: float, ma
     return w * preds[0] + (1 - w) * preds[1], notes
 
 
-def mop_predict(
-    x,
-    y,
-    groups,
-    train,
-    test,
-    gate: str = "pathway",
-    experts: str = "pathway",
-    seed: Seed = 0,
-    C: float = 1.0,
-    max_iter: int = 2000,
-) -> np.ndarray:
-    """Mixture of Pathways (§5): probabilities of y = 1 for x[test].
-
-    Gate: gate="pathway": w = P(Q-Anchored | x), a probe trained on x[train] -> groups[train] (train holding
-    one group only: w = that group's rate, 1.0 or 0.0); gate="random" (RandomGate ablation): w ~ U(0, 1),
-    random_gate(len(test), seed). Experts: experts="pathway": expert_Q trained on the train samples with
-    g = True, expert_A on those with g = False; experts="vanilla" (VanillaExperts ablation): the same two
-    sizes, but a seeded random split of the train samples, vanilla_split(train, n_q, seed).
-    Prediction = w·expert_Q(x) + (1 − w)·expert_A(x).
-
-    Honest fallbacks, never a crash: an expert whose training subset has one class only predicts that
-    subset's rate of y = 1 (so 1.0 or 0.0) for every row; an expert with no training samples at all predicts
-    the rate of y = 1 over the whole train fold.
-    """
-    x = np.asarray(x, dtype=np.float32)
-    y = _labels(y)
-    g = as_groups(groups)
-    tr, te = _index(train, len(y)), _index(test, len(y))
-    return _mop(x, y, g, tr, te, gate, experts, seed, C, max_iter)[0]
-
-
 # ------------------------------------------------------------------------------- 3. Pathway Reweighting
-
-
-def pr_states(up, down, x_clean, groups, train, test, C: float = 1.0, max_iter: int = 2000):
+def pr_states(up, down, x_clean, g, train, test, C: float = 1.0, max_iter: int = 2000):
     """PR routing: training samples use their own true group (Q-Anchored -> up, A-Anchored -> down); test
-    samples the gate's, a probe trained on x_clean[train] -> groups[train], Q-Anchored where
-    P(Q-Anchored | x) >= 0.5 (one group in train: every test sample gets that group). Returns
-    (train states, test states, q_test)."""
-    g = as_groups(groups)
-    tr, te = _index(train, len(g)), _index(test, len(g))
-    s_tr, s_te, q_te, _ = _route(up, down, np.asarray(x_clean, dtype=np.float32), g, tr, te, C, max_iter)
-    return s_tr, s_te, q_te
-
-
-def _route(up, down, x_clean, g, train, test, C, max_iter):
-    w, note = _gate(x_clean, g, train, test, C, max_iter)
+    samples the gate's (gate_probs on x_clean, Q-Anchored where P(Q-Anchored | x) >= 0.5). Returns
+    (train states, test states, q_test, the gate's note)."""
+    w, note = gate_probs(x_clean, g, train, test, C, max_iter)
     q_te = w >= GATE_THRESHOLD
     s_tr = np.where(g[train][:, None], up[train], down[train])
     s_te = np.where(q_te[:, None], up[test], down[test])
@@ -295,12 +214,13 @@ def _pr_fit(pair, x_clean, y, g, train, test, C, max_iter) -> tuple[np.ndarray, 
     if pair is None:  # factor 1.0: x_clean itself, i.e. plain probing
         p, note = _probe_or_rate(x_clean[train], y[train], x_clean[test], C, max_iter)
         return p, [note] if note else []
-    s_tr, s_te, _, gnote = _route(*pair, x_clean, g, train, test, C, max_iter)
+    s_tr, s_te, _, gnote = pr_states(*pair, x_clean, g, train, test, C, max_iter)
     p, note = _probe_or_rate(s_tr, y[train], s_te, C, max_iter)
     return p, [n for n in (gnote, note) if n]
 
 
-def _pr_candidates(states, factors) -> list[tuple[float, tuple | None]]:
+def _pr_candidates(states, factors) -> dict[float, tuple | None]:
+    """Factor -> (up, down) as float32, factor 1.0 -> None (x_clean itself), in ascending order."""
     by_value = {float(f): pair for f, pair in (states or {}).items()}
     cands = {1.0: None}
     for f in map(float, factors):
@@ -310,9 +230,8 @@ def _pr_candidates(states, factors) -> list[tuple[float, tuple | None]]:
             continue
         if f not in by_value:
             raise ValueError(f"no reweighted states for factor {f:g}")
-        up, down = by_value[f]
-        cands[f] = (np.asarray(up, dtype=np.float32), np.asarray(down, dtype=np.float32))
-    return sorted(cands.items(), key=lambda kv: kv[0])
+        cands[f] = tuple(np.asarray(s, dtype=np.float32) for s in by_value[f])
+    return dict(sorted(cands.items()))
 
 
 def _inner_split(y, train, val_size: float, seed: Seed) -> tuple[np.ndarray, np.ndarray] | str:
@@ -321,7 +240,7 @@ def _inner_split(y, train, val_size: float, seed: Seed) -> tuple[np.ndarray, np.
     if not 0 < val_size < 1:
         raise ValueError(f"val_size must be in (0, 1), got {val_size}")
     y_tr = y[train]
-    reason = _split_reason(y_tr, 2, "correct", "wrong")
+    reason = split_reason(y_tr, 2)
     if reason:
         return f"inner validation split impossible: {reason}"
     rng = _rng(seed, 2)
@@ -334,44 +253,14 @@ def _inner_split(y, train, val_size: float, seed: Seed) -> tuple[np.ndarray, np.
     return np.setdiff1d(train, val), val
 
 
-def _pr(states, x_clean, y, g, train, test, factors, seed, C, max_iter, val_size):
-    cands = _pr_candidates(states, factors)
-    inner = _inner_split(y, train, val_size, seed)
-    notes = []
-    chosen, best = 1.0, -np.inf
-    if isinstance(inner, str):
-        notes.append(f"{inner}; factor 1 (plain probing)")
-    else:
-        in_tr, in_val = inner
-        for f, pair in cands:  # ascending: strict '>' keeps the smallest factor on ties
-            p, _ = _pr_fit(pair, x_clean, y, g, in_tr, in_val, C, max_iter)
-            auc = roc_auc_score(y[in_val], p)
-            if auc > best:
-                chosen, best = f, auc
-    p, fit_notes = _pr_fit(dict(cands)[chosen], x_clean, y, g, train, test, C, max_iter)
-    return p, chosen, notes + fit_notes
-
-
 def pr_select_and_predict(
-    states: Mapping[float, tuple[np.ndarray, np.ndarray]],
-    x_clean,
-    y,
-    groups,
-    train,
-    test,
-    factors: Sequence[float],
-    seed: Seed = 0,
-    C: float = 1.0,
-    max_iter: int = 2000,
-    val_size: float = 0.25,
-) -> tuple[np.ndarray, float]:
-    """Pathway Reweighting (§5). Returns (probabilities of y = 1 for the test samples, chosen factor).
+    states, x_clean, y, g, train, test, factors, seed: Seed = 0, C=1.0, max_iter=2000, val_size=PR_VAL_SIZE
+) -> tuple[np.ndarray, float, list[str]]:
+    """Pathway Reweighting (§5). Returns (probabilities of y = 1 for the test samples, chosen factor, notes).
 
     states[f] = (up, down), [N, D] each: hidden states recomputed with the attention on the E_Q -> answer
-    edges multiplied by f (up) or by 1/f (down), f > 1. Routing (pr_states): a sample uses its up state if
-    it is Q-Anchored, else its down state; training samples use their own true group, held-out samples the
-    gate's (a probe trained on x_clean[train] -> groups[train], Q-Anchored where P >= 0.5). A correctness
-    probe is then trained on the routed train states and applied to the routed held-out states.
+    edges multiplied by f (up) or by 1/f (down), f > 1. Routing: pr_states. A correctness probe is trained on
+    the routed train states and applied to the routed held-out states.
 
     Factor selection uses validation data only: a stratified inner split of `train` (val_size of each
     class, stream 2 of the seed); for each candidate the whole procedure (gate included) is fit on the
@@ -379,21 +268,27 @@ def pr_select_and_predict(
     smallest factor. The chosen factor is then refit on the whole train fold and applied to `test`. Of the
     test samples only their states (x_clean for the gate, up / down) are read, never their label or group.
 
-    Candidates are 1.0 plus `factors`; factor 1.0 means x_clean itself (no reweighting, plain probing), so by
-    construction PR is never worse than plain probing on the validation data (it can be on test data). If
-    the inner split cannot be made (fewer than two samples of a class in train), factor 1.0 is used.
+    Candidates are 1.0 plus `factors`; factor 1.0 means x_clean itself (plain probing), so by construction
+    PR is never worse than plain probing on the validation data (it can be on test data). If the inner split
+    cannot be made (fewer than two samples of a class in train), factor 1.0 is used.
     """
-    x_clean = np.asarray(x_clean, dtype=np.float32)
-    y = _labels(y)
-    g = as_groups(groups)
-    tr, te = _index(train, len(y)), _index(test, len(y))
-    p, f, _ = _pr(states, x_clean, y, g, tr, te, factors, seed, C, max_iter, val_size)
-    return p, f
+    cands = _pr_candidates(states, factors)
+    inner = _inner_split(y, train, val_size, seed)
+    notes = []
+    chosen, best = 1.0, -np.inf
+    if isinstance(inner, str):
+        notes.append(f"{inner}; factor 1 (plain probing)")
+    else:
+        for f, pair in cands.items():  # ascending: strict '>' keeps the smallest factor on ties
+            p, _ = _pr_fit(pair, x_clean, y, g, *inner, C, max_iter)
+            auc = roc_auc_score(y[inner[1]], p)
+            if auc > best:
+                chosen, best = f, auc
+    p, fit_notes = _pr_fit(cands[chosen], x_clean, y, g, train, test, C, max_iter)
+    return p, chosen, notes + fit_notes
 
 
 # ------------------------------------------------------------------------------------------ 4. Table 3
-
-
 def _baseline_row(name: str, seed: int, score, y: np.ndarray) -> dict:
     score = np.asarray(score, dtype=float)
     row = {"method": name, "seed": seed, "auc": None, "n": 0, "factor": None}
@@ -410,110 +305,99 @@ def _baseline_row(name: str, seed: int, score, y: np.ndarray) -> dict:
     return {**row, "auc": float(roc_auc_score(y[ok], score[ok])), "status": status}
 
 
-def _status(notes: list[str]) -> str:
-    uniq = list(dict.fromkeys(notes))
-    return "ok" if not uniq else "ok (fallback: " + "; ".join(uniq) + ")"
-
-
-def detection_table(
-    x,
-    y,
-    groups,
-    states: Mapping[float, tuple[np.ndarray, np.ndarray]] | None,
-    baselines: Mapping[str, np.ndarray],
-    seeds: Sequence[int],
-    factors: Sequence[float],
-    test_size: float = 0.2,
-    C: float = 1.0,
-    max_iter: int = 2000,
-) -> pl.DataFrame:
-    """The paper's Table 3 for one (model, dataset): rows (method, seed, auc, n, factor, status).
+def detection_table(x, y, groups, states, baselines: Mapping, factors: Sequence[float], probe: Mapping):
+    """The paper's Table 3 for one (model, dataset): rows (DETECTION_SCHEMA: method, seed, auc, n, factor,
+    status); probe: seeds, test_size, C, max_iter.
 
     Methods: each baseline in `baselines` (normally "P(True)", "Logits-mean", "Logits-min": a per-sample
     score, higher = more likely correct, AUC over its finite scores; it does not depend on the seed, but one
     row per seed keeps the table uniform, so its sd over seeds is 0), then "Probing" (a probe on x),
     "MoP", "MoP-RandomGate", "MoP-VanillaExperts" (mop_predict) and "PR" (pr_select_and_predict; `factor`
     lists the factor chosen in each fold, e.g. "2,2,4,2,2"). Per seed one stratified K-fold split over y
-    (K = n_folds(test_size)) serves every learned method; fold i of seed s seeds the random draws with
-    (s, i). The AUC of a seed is over all N out-of-fold predictions. Fallbacks taken in some fold (a gate or
-    expert trained on one class) are listed in the status ("ok (fallback: ...)"); rows that cannot be
-    estimated have a null auc and a status "undefined: ...".
+    serves every learned method; fold i of seed s seeds the random draws with (s, i). The AUC of a seed is
+    over all N out-of-fold predictions. Fallbacks taken in some fold are listed in the status ("ok
+    (fallback: ...)"); rows that cannot be estimated have a null auc and a status "undefined: ...".
     """
-    x = np.asarray(x, dtype=np.float32)
-    y = _labels(y)
-    g = as_groups(groups)
-    n = len(y)
+    x, y, g = np.asarray(x, dtype=np.float32), _labels(y), np.asarray(groups, dtype=bool)
+    n, C, max_iter = len(y), probe["C"], probe["max_iter"]
     if x.shape[0] != n or len(g) != n:
         raise ValueError(f"x has {x.shape[0]} rows, y {n}, groups {len(g)}")
-    k = n_folds(test_size)
-    reason = probe_undefined_reason(y, test_size) or _split_reason(y, k, "correct", "wrong")
+    k = n_folds(probe["test_size"])
+    reason = split_reason(y, k)
     try:
-        pr_reason = None
-        cands = _pr_candidates(states, factors)
-        if any(pair is not None and pair[0].shape != x.shape for _, pair in cands):
+        pr_reason, cands = None, _pr_candidates(states, factors)
+        if any(pair is not None and pair[0].shape != x.shape for pair in cands.values()):
             pr_reason = f"reweighted states must have the shape of x {x.shape}"
     except ValueError as err:
         pr_reason = str(err)
     rows = []
-    for seed in seeds:
+    for seed in probe["seeds"]:
         rows += [_baseline_row(name, seed, score, y) for name, score in baselines.items()]
         if reason:
-            rows += [
-                {
-                    "method": m,
-                    "seed": seed,
-                    "auc": None,
-                    "n": n,
-                    "factor": None,
-                    "status": f"undefined: {reason}",
-                }
-                for m in LEARNED
-            ]
+            rows += [{"method": m, "seed": seed, "n": n, "status": f"undefined: {reason}"} for m in LEARNED]
             continue
         oof = {m: np.zeros(n) for m in LEARNED}
+        oof["Probing"] = crossfit(x, y, seed, k, C, max_iter)[0]
         notes: dict[str, list[str]] = {m: [] for m in LEARNED}
         chosen = []
-        for i, (train, test) in enumerate(_folds(y, k, seed)):
-            oof["Probing"][test] = _fit_predict(x[train], y[train], [x[test]], C, max_iter)[0]
+        for i, (train, test) in enumerate(folds(y, k, seed)):
             for m, (gate, experts) in MOP_VARIANTS.items():
-                p, nts = _mop(x, y, g, train, test, gate, experts, (seed, i), C, max_iter)
-                oof[m][test] = p
+                oof[m][test], nts = mop_predict(x, y, g, train, test, gate, experts, (seed, i), C, max_iter)
                 notes[m] += [f"fold {i + 1}: {t}" for t in nts]
             if pr_reason is None:
-                p, f, nts = _pr(dict(cands), x, y, g, train, test, factors, (seed, i), C, max_iter, 0.25)
-                oof["PR"][test] = p
+                oof["PR"][test], f, nts = pr_select_and_predict(
+                    cands, x, y, g, train, test, factors, (seed, i), C, max_iter
+                )
                 notes["PR"] += [f"fold {i + 1}: {t}" for t in nts]
-                chosen.append(_fmt(f))
+                chosen.append(f"{f:g}")
         for m in LEARNED:
-            row = {"method": m, "seed": seed, "n": n, "factor": None}
+            row = {"method": m, "seed": seed, "n": n, "factor": ",".join(chosen) if m == "PR" else None}
             if m == "PR" and pr_reason is not None:
-                rows.append({**row, "auc": None, "status": f"undefined: {pr_reason}"})
+                rows.append({**row, "factor": None, "status": f"undefined: {pr_reason}"})
                 continue
-            if m == "PR":
-                row["factor"] = ",".join(chosen)
-            rows.append({**row, "auc": float(roc_auc_score(y, oof[m])), "status": _status(notes[m])})
+            uniq = list(dict.fromkeys(notes[m]))
+            status = "ok" if not uniq else "ok (fallback: " + "; ".join(uniq) + ")"
+            rows.append({**row, "auc": float(roc_auc_score(y, oof[m])), "status": status})
     return pl.DataFrame(rows, schema=DETECTION_SCHEMA)
 
 
-def detection_summary(table: pl.DataFrame) -> pl.DataFrame:
-    """Per method (in table order): mean and sd (ddof=1) of the AUC over the seeds whose status is ok,
+def detection_summary(table: pl.DataFrame, keys: Sequence[str] = ()) -> pl.DataFrame:
+    """Per (keys, method) in table order: mean and sd (ddof=1) of the AUC over the seeds whose status is ok,
     n_seeds (how many), n (samples per seed). sd is exactly 0 where every seed gives the same AUC (the
     baselines) and null with fewer than two seeds; mean is null when no seed is ok."""
-    rows = []
-    for method in table["method"].unique(maintain_order=True):
-        t = table.filter(pl.col("method") == method)
-        v = t.filter(pl.col("status").str.starts_with("ok"))["auc"].to_numpy().astype(float)
-        if len(v) >= 2:
-            sd = 0.0 if np.all(v == v[0]) else float(np.std(v, ddof=1))
-        else:
-            sd = None
-        rows.append(
-            {
-                "method": method,
-                "mean": float(v.mean()) if len(v) else None,
-                "sd": sd,
-                "n_seeds": len(v),
-                "n": int(t["n"].max()),
-            }
-        )
-    return pl.DataFrame(rows, schema=DETECTION_SUMMARY_SCHEMA)
+    auc = pl.col("auc").filter(pl.col("status").str.starts_with("ok"))
+    sd = pl.when(auc.len() < 2).then(None).when(auc.n_unique() == 1).then(0.0).otherwise(auc.std())
+    return table.group_by([*keys, "method"], maintain_order=True).agg(
+        auc.mean().alias("mean"), sd.alias("sd"), auc.len().cast(pl.Int64).alias("n_seeds"), pl.col("n").max()
+    )
+
+
+def _cell(r: dict) -> str:
+    if r["mean"] is None:
+        return "–"
+    return f"{100 * r['mean']:.2f}" + ("" if r["sd"] is None else f" ± {100 * r['sd']:.2f}")
+
+
+def table3(detection: pl.DataFrame, display: Mapping[str, str]) -> pl.DataFrame:
+    """The paper's Table 3 layout: one row per (model, method), one column per dataset, 'mean ± sd' of the
+    test AUC (%) over the probe seeds; '–' where undefined. display: dataset -> column title, in column
+    order; other datasets follow, sorted, under their own names."""
+    if detection.height == 0:
+        return pl.DataFrame(schema={"model": pl.String, "method": pl.String})
+    present = set(detection["dataset"])
+    datasets = [d for d in display if d in present] + sorted(present - set(display))
+    cells = detection_summary(detection, ("model", "dataset")).select(
+        "model",
+        "method",
+        "dataset",
+        pl.struct("mean", "sd").map_elements(_cell, return_dtype=pl.String).alias("cell"),
+    )
+    wide = cells.pivot(on="dataset", index=["model", "method"], values="cell")
+    grid = (
+        detection.select("model")
+        .unique(maintain_order=True)
+        .join(detection.select("method").unique(maintain_order=True), how="cross")
+    )
+    return grid.join(wide, on=["model", "method"], how="left", maintain_order="left").select(
+        "model", "method", *(pl.col(d).fill_null("–").alias(display.get(d, d)) for d in datasets)
+    )

@@ -2,7 +2,7 @@
 knowledge boundary, saliency and pathway-awareness summaries, each per Q-/A-Anchored group with n as distinct
 samples and seeded bootstrap 95% CIs. The groups are the ΔP stage's: the target knockout's anchor at the
 experiment layer K. Probabilities on new states come from the same cross-fitted probes as the ΔP stage
-(probes.crossfit_probs at layer K): every sample is scored by probes that never saw it.
+(probes.crossfit at layer K): every sample is scored by probes that never saw it.
 """
 
 from __future__ import annotations
@@ -11,10 +11,13 @@ import numpy as np
 import polars as pl
 
 from ..errors import TruthflowError
-from ..stats import wilson_ci
-from .probes import A_ANCHORED, Q_ANCHORED, TARGET, bootstrap_ci, crossfit_probs, knockout_effect
+from ..stats import bootstrap_ci, wilson_ci
+from .detection import AWARENESS_SCHEMA, DETECTION_SCHEMA, awareness_auc, detection_table
+from .probes import A_ANCHORED, Q_ANCHORED, TARGET, crossfit_seeds, knockout_effect, n_folds
 
 GROUPS = (Q_ANCHORED, A_ANCHORED)
+# the columns in front of every table of the experiments (k_layer: the layer K of the pair's experiments)
+TABLE_KEYS = {"model": pl.String, "dataset": pl.String, "k_layer": pl.Int64}
 ROW_SCHEMA = {
     "experiment": pl.String,
     "condition": pl.String,
@@ -26,6 +29,20 @@ ROW_SCHEMA = {
     "ci_high": pl.Float64,
     "note": pl.String,
 }
+# exp_scores.parquet, extract.experiment_states' per-sample scores at layer K
+SCORES_SCHEMA = {
+    "id": pl.String,
+    "layer": pl.Int64,
+    "donor": pl.String,
+    "donor_length_matched": pl.Boolean,
+    "patch_control_matched": pl.Boolean,
+    "p_true": pl.Float64,
+    "logit_mean": pl.Float64,
+    "logit_min": pl.Float64,
+    "s_eq_ea": pl.List(pl.Float64),
+    "s_eq_all": pl.List(pl.Float64),
+}
+PER_SAMPLE_SCHEMA = {"id": pl.String, "group": pl.String, "correct": pl.Boolean}
 
 
 def experiment_layer(setting, auc: pl.DataFrame, n_layers: int, model: str = "the model") -> tuple[int, str]:
@@ -59,17 +76,14 @@ def groups_at(deltap: pl.DataFrame, ids: list[str], layer: int) -> np.ndarray:
     return np.array([anchor[i] == Q_ANCHORED for i in ids])
 
 
-def probe_at_layer(
-    resid_clean: np.ndarray, layer: int, states: list[np.ndarray], labels: np.ndarray, probe: dict
-) -> tuple[np.ndarray, list[np.ndarray]]:
+def probe_at_layer(resid_clean, layer: int, states: list, labels: np.ndarray, probe: dict):
     """Out-of-fold probabilities of 'correct' at `layer` on the clean states [S, N] and on each new [N, D]
     state array [S, N], from the ΔP stage's cross-fitted probes (same seeds, folds and settings)."""
-    clean = resid_clean[:, layer - 1 : layer]
-    kos = [np.asarray(s, dtype=np.float32)[:, None, :] for s in states]
-    prob, prob_new, _ = crossfit_probs(
-        clean, kos, labels, probe["seeds"], probe["test_size"], probe["C"], probe["max_iter"]
-    )
-    return prob[:, :, 0], [prob_new[c, :, :, 0] for c in range(len(states))]
+    x = np.asarray(resid_clean[:, layer - 1], dtype=np.float32)
+    states = [np.asarray(s, dtype=np.float32) for s in states]
+    k = n_folds(probe["test_size"])
+    prob = crossfit_seeds(x, states, labels, probe["seeds"], k, probe["C"], probe["max_iter"])
+    return prob[0], list(prob[1:])
 
 
 def _group_rows(
@@ -185,5 +199,53 @@ def saliency_rows(
     )
 
 
-def rows_frame(rows: list[dict]) -> pl.DataFrame:
-    return pl.DataFrame(rows, schema=ROW_SCHEMA)
+def run(samples, scores, deltap, data, clean, states, probe: dict, boot: dict, factors: list, keys: dict):
+    """Every experiment of one (model, dataset) at the layer K of `scores` (extract_experiments' per-sample
+    scores): returns the tables (rows, awareness, detection, per_sample), each with the columns of `keys`
+    and k_layer = K in front. states: the patched [2, N, D], answer-only [N, D] and PR [2·F, N, D] arrays.
+    No samples, or no ΔP rows (the probe is undefined), give empty tables."""
+    k_layer, name = (int(scores["layer"][0]) if scores.height else None), "/".join(map(str, keys.values()))
+    front = [*(pl.lit(v).alias(c) for c, v in keys.items()), pl.lit(k_layer, pl.Int64).alias("k_layer")]
+    schemas = (ROW_SCHEMA, AWARENESS_SCHEMA, DETECTION_SCHEMA, PER_SAMPLE_SCHEMA)
+    if samples.height == 0 or deltap.height == 0:
+        print(
+            f"experiments skipped: {'no samples' if samples.height == 0 else 'probe undefined'}", flush=True
+        )
+        return [pl.DataFrame(schema=s).select(*front, pl.all()) for s in schemas]
+    ids, layer, nb, seed = samples["id"].to_list(), k_layer, boot["n"], boot["seed"]
+    labels = samples["correct"].to_numpy().astype(int)
+    groups = groups_at(deltap, ids, layer)
+    print(
+        f"{name}: layer {layer}: {int(groups.sum())} Q-Anchored, {int((~groups).sum())} A-Anchored",
+        flush=True,
+    )
+    patch, answer_only, pr = states
+    prob, new = probe_at_layer(clean, layer, [patch[0], patch[1], answer_only], labels, probe)
+    control_ok = scores["patch_control_matched"].to_numpy()
+    rows = patching_rows(prob, new[0], new[1], labels, groups, control_ok, layer, nb, seed)
+    rows += answer_only_rows(prob, new[2], groups, layer, nb, seed)
+    pop = None
+    if "s_pop" in data.columns:
+        pop = dict(zip(data["id"].to_list(), data["s_pop"].cast(pl.Float64).to_list(), strict=True))
+    correct, refusal = (dict(zip(ids, samples[c].to_list(), strict=True)) for c in ("correct", "refusal"))
+    rows += boundary_rows(deltap, correct, refusal, pop, layer, nb, seed)
+    s_ea, s_all = (scores[c].list.mean().to_numpy() for c in ("s_eq_ea", "s_eq_all"))
+    rows += saliency_rows(s_ea, s_all, groups, layer, nb, seed)
+    per_sample = pl.DataFrame(
+        {"id": ids, "group": np.where(groups, Q_ANCHORED, A_ANCHORED), "correct": labels.astype(bool)}
+    ).with_columns(pl.Series("s_eq_ea", s_ea), pl.Series("s_eq_all", s_all))
+    if "s_pop" in data.columns:
+        per_sample = per_sample.join(data.select("id", pl.col("s_pop").cast(pl.Float64)), on="id", how="left")
+    aware = awareness_auc(clean, groups, [i for i in range(1, clean.shape[1] + 1) if i != layer], probe)
+    pr_states = {f: (pr[2 * i], pr[2 * i + 1]) for i, f in enumerate(factors)}
+    baselines = {"P(True)": "p_true", "Logits-mean": "logit_mean", "Logits-min": "logit_min"}
+    baselines = {name: scores[c].to_numpy() for name, c in baselines.items()}
+    det = detection_table(clean[:, layer - 1], labels, groups, pr_states, baselines, factors, probe)
+    rows = pl.DataFrame(rows, schema=ROW_SCHEMA)
+    for r in rows.filter(pl.col("experiment") != "boundary").iter_rows(named=True):
+        print(
+            f"{name}: {r['experiment']} {r['condition']} {r['group']}: {r['value']:.3g} "
+            f"[{r['ci_low']:.3g}, {r['ci_high']:.3g}] n={r['n']}",
+            flush=True,
+        )
+    return [t.select(*front, pl.all()) for t in (rows, aware, det, per_sample)]

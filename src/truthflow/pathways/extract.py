@@ -1,18 +1,48 @@
-"""The extraction job of one (model, dataset): exact tokens, clean + knocked-out residual streams at the last
-E_A token, and the drop table (METHOD A3-A7)."""
+"""The extraction jobs of one (model, dataset): exact tokens, clean + knocked-out residual streams at the last
+E_A token and the drop table (METHOD A3-A7); the new states and scores of the Section 3.2-5 experiments at
+layer K (A12-A17)."""
 
 from __future__ import annotations
 
+import contextlib
 import random
+import time
 import zlib
 
-import numpy as np
 import polars as pl
 
-from ..generation import build_prompt, generate_answers
+from ..generation import build_prompt, encode_prompt, generate_answers
 from ..models import LoadedModel
+from . import interventions as iv
 from . import tokens as et
+from .experiments import SCORES_SCHEMA
 from .knockout import resid_sweep_multi
+from .saliency import saliency
+
+_POS = pl.List(pl.Int64)
+# samples.parquet, the kept samples with their token positions and knockout blocks
+SAMPLES_SCHEMA = {"id": pl.String, "correct": pl.Boolean, "refusal": pl.Boolean, "eq_positions": _POS,
+                  "ea_positions": _POS, "probe_position": pl.Int64, "question_positions": _POS,
+                  "eq_text": pl.String, "ea_text": pl.String, "blocked_positions": _POS,
+                  "control_positions": pl.List(_POS), "control_matched": pl.Boolean, "n_eq": pl.Int64,
+                  "n_ea": pl.Int64}  # fmt: skip
+DROPPED_SCHEMA = {
+    "model": pl.String,
+    "dataset": pl.String,
+    "reason": pl.String,
+    "n": pl.UInt32,
+    "detail": pl.String,
+}
+
+
+@contextlib.contextmanager
+def timed(what: str, n: int):
+    """Logs how long the block took for n samples."""
+    t0 = time.perf_counter()
+    yield
+    dt = time.perf_counter() - t0
+    print(f"{what}: {n} samples in {dt:.1f} s ({n / max(dt, 1e-9):.1f} samples/s)", flush=True)
+
 
 EA_PROMPT = (
     "Copy, word for word, the short answer (a name, number or short phrase) that this response gives "
@@ -125,21 +155,19 @@ def locate_all(
                 ).strip(),
             }
         )
-    kept_df = (
-        pl.DataFrame(
-            kept,
-            schema_overrides={
-                "seq": pl.List(pl.Int64),
-                "eq_positions": pl.List(pl.Int64),
-                "ea_positions": pl.List(pl.Int64),
-                "question_positions": pl.List(pl.Int64),
-            },
-        )
-        if kept
-        else None
+    columns = (
+        "id",
+        "correct",
+        "refusal",
+        "eq_positions",
+        "ea_positions",
+        "probe_position",
+        "question_positions",
     )
-    dropped_df = pl.DataFrame(dropped, schema={"id": pl.String, "reason": pl.String})
-    return kept_df, dropped_df
+    schema = {"seq": _POS, **{c: SAMPLES_SCHEMA[c] for c in (*columns, "eq_text", "ea_text")}}
+    return pl.DataFrame(kept, schema=schema), pl.DataFrame(
+        dropped, schema={"id": pl.String, "reason": pl.String}
+    )
 
 
 def control_positions(
@@ -192,23 +220,115 @@ def knockout_blocks(
 
 
 def extract(
+    lm: LoadedModel, kept: pl.DataFrame, batch_size: int, cfg: dict, desc: str, out=None
+) -> pl.DataFrame:
+    """Clean pass + the target knockout + each control draw (cfg: pathways.knockout), written into
+    out = (resid_clean, [resid_ko target, resid_ko control draw 0, ...]). Returns the samples table
+    (SAMPLES_SCHEMA): kept with its target blocks, control blocks per draw, matched, |E_Q| and |E_A|."""
+    draws = cfg["control_draws"]
+    target_blocks, controls, matched = knockout_blocks(kept, cfg["target"], draws, cfg["control_seed"])
+    if kept.height:
+        with timed(f"{desc}: clean + {1 + draws} knockout passes", kept.height):
+            resid_sweep_multi(
+                lm,
+                kept["seq"].to_list(),
+                kept["probe_position"].to_list(),
+                [target_blocks, *controls],
+                batch_size,
+                mode=cfg["mode"],
+                window=cfg["window"],
+                desc=desc,
+                out=out,
+            )
+    n_unmatched = len(matched) - sum(matched)
+    if n_unmatched:
+        print(
+            f"{desc}: {n_unmatched} samples have fewer non-E_Q question tokens than |E_Q|: no matched random"
+            " control; they are left out of the E_Q-vs-control check (counted there)",
+            flush=True,
+        )
+    return kept.with_columns(
+        pl.Series("blocked_positions", target_blocks, dtype=_POS),
+        pl.Series(
+            "control_positions",
+            [list(c) for c in zip(*controls, strict=True)] if draws else [[]] * len(matched),
+            dtype=pl.List(_POS),
+        ),
+        pl.Series("control_matched", matched, dtype=pl.Boolean),
+        pl.col("eq_positions").list.len().cast(pl.Int64).alias("n_eq"),
+        pl.col("ea_positions").list.len().cast(pl.Int64).alias("n_ea"),
+    ).select(list(SAMPLES_SCHEMA))
+
+
+def experiment_states(
     lm: LoadedModel,
-    kept: pl.DataFrame,
+    table: pl.DataFrame,
+    layer: int,
+    cfg: dict,
     batch_size: int,
-    mode: str,
-    window: int,
-    target: str,
-    control_draws: int,
-    control_seed: int,
-    desc: str,
-    out: tuple[np.ndarray, list[np.ndarray]] | None = None,
-) -> tuple[np.ndarray, list[np.ndarray], list[list[int]], list[list[list[int]]], list[bool]]:
-    """Clean pass + the target knockout + each control draw. Returns (resid_clean, [resid_ko target,
-    resid_ko control draw 0, ...], target blocks, control blocks per draw, matched)."""
-    seqs = kept["seq"].to_list()
-    probe = kept["probe_position"].to_list()
-    target_blocks, controls, matched = knockout_blocks(kept, target, control_draws, control_seed)
-    clean, kos = resid_sweep_multi(
-        lm, seqs, probe, [target_blocks, *controls], batch_size, mode=mode, window=window, desc=desc, out=out
+    prompt: dict,
+    outs,
+    name: str,
+) -> pl.DataFrame:
+    """The new states at layer K of the experiments (cfg: pathways.experiments) for the samples of `table`
+    (samples.parquet joined with their labels and question), written into outs = (patch [2, N, D]: E_Q
+    and control patched; answer-only [N, D]; PR [2·F, N, D]: ×f and ×1/f per factor f). Returns the
+    per-sample scores (SCORES_SCHEMA): donors, P(True), answer log-probabilities, saliency per layer.
+    prompt: chat, template_kwargs (P(True)'s prompt is built like the answers')."""
+    patch, answer_only, pr = outs
+    n, ids = table.height, table["id"].to_list()
+    scores = {"id": ids, "layer": [layer] * n}
+    if n == 0:
+        return pl.DataFrame(scores, schema=SCORES_SCHEMA)
+    seqs = [list(p) + list(a) for p, a in zip(table["prompt_ids"], table["answer_ids"], strict=True)]
+    prompt_lens = table["prompt_ids"].list.len().to_list()
+    eq, ea, probe = (table[c].to_list() for c in ("eq_positions", "ea_positions", "probe_position"))
+    ctrl0 = [
+        c[0] if m and c else None
+        for c, m in zip(table["control_positions"], table["control_matched"], strict=True)
+    ]
+    inputs = iv.patched_inputs(ids, seqs, eq, ctrl0, cfg["patch_seed"])
+    patched = [{"seqs": inputs["target"]}, {"seqs": inputs["control"]}]
+    with timed(f"{name}: patching (E_Q, control)", n):
+        iv.resid_conditions(
+            lm, seqs, probe, layer, patched, batch_size, desc=f"patching {name}", outs=list(patch)
+        )
+    bos = lm.tokenizer.bos_token_id
+    bos = bos if bos is not None and seqs[0][:1] == [bos] else None
+    ao_seqs, ao_pos = iv.answer_only_inputs(seqs, prompt_lens, probe, bos)
+    with timed(f"{name}: answer only", n):
+        iv.resid_at_layer(lm, ao_seqs, ao_pos, layer, batch_size, desc=f"answer only {name}", out=answer_only)
+    # PR edges: every answer token (query) attending an E_Q token (key)
+    answer_pos = [list(range(start, p + 1)) for start, p in zip(prompt_lens, probe, strict=True)]
+    factors = [float(f) for f in cfg["pr_factors"]]
+    conds = [{"edges": (answer_pos, eq), "factor": fac} for f in factors for fac in (f, 1.0 / f)]
+    with timed(f"{name}: PR ({len(conds)} reweightings)", n):
+        iv.resid_conditions(lm, seqs, probe, layer, conds, batch_size, desc=f"PR {name}", outs=list(pr))
+    with timed(f"{name}: logits", n):
+        mean, low = iv.answer_logprobs(lm, seqs, ea, batch_size, desc=f"logits {name}")
+    chat, kwargs = prompt["chat"], prompt["template_kwargs"]
+    texts = [
+        iv.P_TRUE_TEMPLATE.format(question=q, answer=a.strip())
+        for q, a in zip(table["question"], table["answer"], strict=True)
+    ]
+    prompts = [
+        encode_prompt(
+            lm.tokenizer, build_prompt(lm.tokenizer, t, chat, instruction="", template_kwargs=kwargs), chat
+        )
+        for t in texts
+    ]
+    with timed(f"{name}: P(True)", n):
+        p_true = iv.p_true(lm, prompts, batch_size, desc=f"P(True) {name}")
+    with timed(f"{name}: saliency", n):
+        sal = saliency(lm, seqs, prompt_lens, eq, ea, cfg["saliency_batch_size"], desc=f"saliency {name}")
+    scores.update(
+        donor=inputs["donor"],
+        donor_length_matched=inputs["length_matched"],
+        patch_control_matched=[c is not None for c in ctrl0],
+        p_true=p_true,
+        logit_mean=mean,
+        logit_min=low,
+        s_eq_ea=sal[:, :, 0].tolist(),
+        s_eq_all=sal[:, :, 1].tolist(),
     )
-    return clean, kos, target_blocks, controls, matched
+    return pl.DataFrame(scores, schema=SCORES_SCHEMA)

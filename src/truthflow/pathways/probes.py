@@ -4,7 +4,8 @@ seeded bootstrap summary over distinct samples (A10).
 Probes are cross-fitted: for each seed, a stratified K-fold split with K = round(1 / test_size) (0.2 -> five
 80/20 splits) gives every sample exactly one out-of-fold prediction per seed, from a probe that never saw
 it. Per sample and layer, the seeds are then averaged (ΔP: mean; flip: the fraction of seeds in which the
-prediction flips), so every table counts n as distinct samples, not (seed, sample) rows.
+prediction flips), so every table counts n as distinct samples, not (seed, sample) rows. `crossfit` is the
+one cross-fitted probe of the package: the ΔP stage, the experiments, awareness and Table 3 all use it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import StratifiedKFold
 from sklearn.preprocessing import StandardScaler
 
-from ..stats import MIN_CI_N, bootstrap_ci  # noqa: F401 (re-exported: check, experiments)
+from ..stats import bootstrap_ci
 
 Q_ANCHORED, A_ANCHORED, ALL = "Q-Anchored", "A-Anchored", "all"
 TARGET, CONTROL = "target", "control"
@@ -58,15 +59,47 @@ def n_folds(test_size: float) -> int:
     return max(2, round(1 / test_size))
 
 
-def probe_undefined_reason(labels: np.ndarray, test_size: float) -> str | None:
-    """Why the cross-fitted probe cannot be made (one class, too few of a class), or None."""
+def split_reason(labels: np.ndarray, k: int, pos: str = "correct", neg: str = "wrong") -> str | None:
+    """Why a stratified K-fold split over these binary labels cannot be made, or None."""
     n_pos = int(np.sum(labels))
     n_neg = len(labels) - n_pos
+    counts = f"({n_pos} {pos}, {n_neg} {neg})"
     if n_pos == 0 or n_neg == 0:
-        return f"one class only ({n_pos} correct, {n_neg} wrong)"
+        return f"one class only {counts}"
     if min(n_pos, n_neg) < 2:
-        return f"too few samples per class for a stratified split ({n_pos} correct, {n_neg} wrong)"
+        return f"too few samples per class for a stratified split {counts}"
+    if max(n_pos, n_neg) < k:
+        return f"fewer samples per class than the {k} folds {counts}"
     return None
+
+
+def fit_predict(x_train, y_train, tests: list[np.ndarray], C: float, max_iter: int) -> list[np.ndarray]:
+    """The probe: StandardScaler + LogisticRegression(C, max_iter); P(class 1) for each array in tests."""
+    scaler = StandardScaler().fit(x_train)
+    clf = LogisticRegression(C=C, max_iter=max_iter)
+    clf.fit(scaler.transform(x_train), y_train)
+    return [clf.predict_proba(scaler.transform(x))[:, 1] for x in tests]
+
+
+def folds(y, k: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The seeded stratified K-fold split over y that every cross-fitted estimate uses."""
+    return list(StratifiedKFold(n_splits=k, shuffle=True, random_state=seed).split(np.zeros(len(y)), y))
+
+
+def crossfit(x, y, seed: int, k: int, C: float, max_iter: int, extra=()) -> list[np.ndarray]:
+    """Out-of-fold P(y = 1) for every row of x, and for the same rows of each array in `extra` (other
+    states of the same samples), from the seeded stratified K-fold split over y."""
+    outs = [np.zeros(len(y)) for _ in range(1 + len(extra))]
+    for train, test in folds(y, k, seed):
+        preds = fit_predict(x[train], y[train], [x[test], *(e[test] for e in extra)], C, max_iter)
+        for out, p in zip(outs, preds, strict=True):
+            out[test] = p
+    return outs
+
+
+def crossfit_seeds(x, extra: list, y, seeds, k: int, C: float, max_iter: int) -> np.ndarray:
+    """crossfit over the seeds: [1 + len(extra), S, N] (x first, then each array of extra)."""
+    return np.array([crossfit(x, y, seed, k, C, max_iter, extra) for seed in seeds]).swapaxes(0, 1)
 
 
 def delta_p(p_clean: np.ndarray, p_ko_same_class: np.ndarray) -> np.ndarray:
@@ -89,54 +122,6 @@ def anchors(flip_rate: np.ndarray, split: str = "per_layer", fixed_layer: int | 
     else:
         raise ValueError(f"unknown anchor_split '{split}'")
     return np.where(q, Q_ANCHORED, A_ANCHORED)
-
-
-def _fit_predict(x_train, y_train, tests: list[np.ndarray], C: float, max_iter: int) -> list[np.ndarray]:
-    scaler = StandardScaler().fit(x_train)
-    clf = LogisticRegression(C=C, max_iter=max_iter)
-    clf.fit(scaler.transform(x_train), y_train)
-    return [clf.predict_proba(scaler.transform(x))[:, 1] for x in tests]
-
-
-def crossfit_probs(
-    resid_clean: np.ndarray,
-    resid_kos: list[np.ndarray],
-    labels: np.ndarray,
-    seeds: list[int],
-    test_size: float = 0.2,
-    C: float = 1.0,
-    max_iter: int = 2000,
-) -> tuple[np.ndarray, np.ndarray, list[dict]]:
-    """Out-of-fold probe probabilities of 'correct'. Returns (prob_clean [S, N, L], prob_ko [C, S, N, L],
-    auc rows), S = seeds, C = knockout conditions."""
-    n, n_layers, _ = resid_clean.shape
-    k = n_folds(test_size)
-    prob = np.zeros((len(seeds), n, n_layers))
-    prob_ko = np.zeros((len(resid_kos), len(seeds), n, n_layers))
-    auc_rows = []
-    for s, seed in enumerate(seeds):
-        folds = list(StratifiedKFold(n_splits=k, shuffle=True, random_state=seed).split(np.zeros(n), labels))
-        for layer in range(n_layers):
-            # read one layer of each (memory-mapped) array at a time: memory stays bounded in n and L
-            x = np.asarray(resid_clean[:, layer], dtype=np.float32)
-            x_ko = [np.asarray(r[:, layer], dtype=np.float32) for r in resid_kos]
-            for train, test in folds:
-                out = _fit_predict(x[train], labels[train], [x[test]] + [r[test] for r in x_ko], C, max_iter)
-                prob[s, test, layer] = out[0]
-                for c in range(len(resid_kos)):
-                    prob_ko[c, s, test, layer] = out[1 + c]
-            auc_rows.append(
-                {
-                    "seed": seed,
-                    "layer": layer + 1,
-                    "auc": float(roc_auc_score(labels, prob[s, :, layer])),
-                    "n_train": n - n // k,
-                    "n_test": n,
-                    "n_folds": k,
-                    "status": "ok",
-                }
-            )
-    return prob, prob_ko, auc_rows
 
 
 def knockout_effect(prob: np.ndarray, prob_ko: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -162,42 +147,47 @@ def run_probes(
     matched: np.ndarray | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Probe every layer for every seed, cross-fitted. resid_kos[0] is the target knockout, resid_kos[1:]
-    the random-control draws. Returns (auc table: seed, layer, auc, n_train, n_test, n_folds, status;
-    per sample × layer × knockout table, seeds (and control draws) averaged per sample: id, layer,
-    knockout ('target' | 'control'), label, matched, n_seeds, p, delta_p, flip_rate, anchor)."""
+    the random-control draws. Returns (auc table: AUC_SCHEMA; per sample × layer × knockout table,
+    SAMPLES_SCHEMA, seeds (and control draws) averaged per sample)."""
     n, n_layers, _ = resid_clean.shape
-    reason = probe_undefined_reason(labels, test_size)
+    k = n_folds(test_size)
+    reason = split_reason(labels, k)
     if reason:
-        auc = pl.DataFrame(
-            [{"n_train": 0, "n_test": 0, "n_folds": 0, "status": f"probe undefined: {reason}"}],
-            schema=AUC_SCHEMA,
-        )
+        status = f"probe undefined: {reason}"
+        auc = pl.DataFrame([{"n_train": 0, "n_test": 0, "n_folds": 0, "status": status}], schema=AUC_SCHEMA)
         return auc, pl.DataFrame(schema=SAMPLES_SCHEMA)
     matched = np.ones(n, dtype=bool) if matched is None else np.asarray(matched, dtype=bool)
-    prob, prob_ko, auc_rows = crossfit_probs(resid_clean, resid_kos, labels, seeds, test_size, C, max_iter)
+    prob = np.zeros((len(resid_kos) + 1, len(seeds), n, n_layers))  # clean, then each knockout
+    auc = np.zeros((len(seeds), n_layers))
+    for layer in range(n_layers):
+        # one layer of each (memory-mapped) array at a time: memory stays bounded in n and L
+        x, *x_ko = (np.asarray(r[:, layer], dtype=np.float32) for r in [resid_clean, *resid_kos])
+        prob[..., layer] = crossfit_seeds(x, x_ko, labels, seeds, k, C, max_iter)
+        auc[:, layer] = [roc_auc_score(labels, prob[0, s, :, layer]) for s in range(len(seeds))]
     frames = []
-    groups = [(TARGET, prob_ko[:1])] + ([(CONTROL, prob_ko[1:])] if len(resid_kos) > 1 else [])
+    groups = [(TARGET, prob[1:2])] + ([(CONTROL, prob[2:])] if len(resid_kos) > 1 else [])
     for name, pk in groups:
-        p, dp, flipped = knockout_effect(prob[None], pk)  # [draws, S, N, L]
+        p, dp, flipped = knockout_effect(prob[None, 0], pk)  # [draws, S, N, L]
         flip_rate = flipped.mean(axis=(0, 1))
-        frames.append(
-            pl.DataFrame(
-                {
-                    "id": np.repeat(np.asarray(ids, dtype=object), n_layers).tolist(),
-                    "layer": np.tile(np.arange(1, n_layers + 1), n),
-                    "knockout": [name] * (n * n_layers),
-                    "label": np.repeat(labels.astype(bool), n_layers),
-                    "matched": np.repeat(matched, n_layers),
-                    "n_seeds": np.full(n * n_layers, len(seeds)),
-                    "p": p.mean(axis=(0, 1)).ravel(),
-                    "delta_p": dp.mean(axis=(0, 1)).ravel(),
-                    "flip_rate": flip_rate.ravel(),
-                    "anchor": anchors(flip_rate, anchor_split, fixed_layer).ravel(),
-                },
-                schema=SAMPLES_SCHEMA,
-            )
-        )
-    return pl.DataFrame(auc_rows, schema=AUC_SCHEMA), pl.concat(frames)
+        frame = {
+            "id": np.repeat(np.asarray(ids, dtype=object), n_layers).tolist(),
+            "layer": np.tile(np.arange(1, n_layers + 1), n),
+            "knockout": [name] * (n * n_layers),
+            "label": np.repeat(labels.astype(bool), n_layers),
+            "matched": np.repeat(matched, n_layers),
+            "n_seeds": np.full(n * n_layers, len(seeds)),
+            "p": p.mean(axis=(0, 1)).ravel(),
+            "delta_p": dp.mean(axis=(0, 1)).ravel(),
+            "flip_rate": flip_rate.ravel(),
+            "anchor": anchors(flip_rate, anchor_split, fixed_layer).ravel(),
+        }
+        frames.append(pl.DataFrame(frame, schema=SAMPLES_SCHEMA))
+    auc_rows = [
+        [seed, lay + 1, float(auc[s, lay]), n - n // k, n, k, "ok"]
+        for s, seed in enumerate(seeds)
+        for lay in range(n_layers)
+    ]
+    return pl.DataFrame(auc_rows, schema=AUC_SCHEMA, orient="row"), pl.concat(frames)
 
 
 def summarize(samples: pl.DataFrame, n_boot: int = 1000, seed: int = 0) -> pl.DataFrame:
@@ -211,16 +201,23 @@ def summarize(samples: pl.DataFrame, n_boot: int = 1000, seed: int = 0) -> pl.Da
         for (knockout, anchor, layer), grp in frame.group_by(["knockout", "anchor", "layer"]):
             vals = grp["delta_p"].to_numpy()
             lo, hi = bootstrap_ci(vals, n_boot, seed + int(layer))
+            n = grp["id"].n_unique()
             rows.append(
-                {
-                    "knockout": knockout,
-                    "anchor": anchor,
-                    "layer": int(layer),
-                    "n": grp["id"].n_unique(),
-                    "mean_delta_p": float(vals.mean()),
-                    "ci_low": lo,
-                    "ci_high": hi,
-                    "flip_rate": grp["flip_rate"].mean(),
-                }
+                [knockout, anchor, int(layer), n, float(vals.mean()), lo, hi, grp["flip_rate"].mean()]
             )
-    return pl.DataFrame(rows, schema=SUMMARY_SCHEMA).sort(["knockout", "anchor", "layer"])
+    return pl.DataFrame(rows, schema=SUMMARY_SCHEMA, orient="row").sort(["knockout", "anchor", "layer"])
+
+
+def auc_by_layer(auc: pl.DataFrame) -> pl.DataFrame:
+    """The probe AUC per (model, dataset, layer, status) over the seeds: mean, min, max (3 decimals)."""
+    return (
+        auc.group_by(["model", "dataset", "layer", "status"], maintain_order=True)
+        .agg(
+            pl.col("auc").mean().round(3).alias("mean_auc"),
+            pl.col("auc").min().round(3).alias("min_auc"),
+            pl.col("auc").max().round(3).alias("max_auc"),
+            pl.col("seed").n_unique().alias("n_seeds"),
+            pl.col("n_test").first(),
+        )
+        .sort(["model", "dataset", "layer"], nulls_last=True)
+    )
