@@ -128,8 +128,12 @@ def pw_dir(*parts):
     return res("pathways", "{model}", "{dataset}", *parts)
 
 
-def pw_inputs(name):
-    return [res("pathways", m, d, name) for m, d in pw_pairs()]
+def per_pair(path, pairs=None):
+    """A {model}/{dataset} path for each pair of the pathways analysis (or of `pairs`), in their order."""
+    return [
+        path.format(model=m, dataset=d)
+        for m, d in (pw_pairs() if pairs is None else pairs)
+    ]
 
 
 def depth_dir(*parts):
@@ -220,10 +224,6 @@ def table_caption(name):
         workflow.basedir, "workflow", "report", REPORT_TABLES[name][1]
     ).read_text()
     return " ".join(text.replace("``", "").split())
-
-
-# the experiment figures of rule plot_experiments, one of each per model pair: figures/experiment_<name>_<pair>
-EXPERIMENT_FIGURES = ("patching", "answer_only", "boundary", "saliency", "awareness")
 
 
 def pair_name(pair):

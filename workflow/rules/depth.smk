@@ -1,6 +1,6 @@
 rule score_mink:
     input:
-        data=res("data", "depthqa.parquet"),
+        data=rules.download_depthqa.output.questions,
         model=model_dir,
         code=code(),
     output:
@@ -24,7 +24,7 @@ rule score_mink:
 
 rule answer_depthqa:
     input:
-        data=res("data", "depthqa.parquet"),
+        data=rules.download_depthqa.output.questions,
         model=model_dir,
         code=code(),
     output:
@@ -52,8 +52,8 @@ rule answer_depthqa:
 
 rule judge_answers:
     input:
-        answers=depth_dir("answers.parquet"),
-        data=res("data", "depthqa.parquet"),
+        answers=rules.answer_depthqa.output[0],
+        data=rules.download_depthqa.output.questions,
         # an hf judge named as a configured model's dir (resources/models/<name>) is prepared first
         judge_model=judge_model_input(),
         code=code(),
@@ -77,14 +77,10 @@ rule judge_answers:
 
 rule depth_tables:
     input:
-        mink=expand(
-            res("depth", "{model}", "mink.parquet"), model=config["depth"]["models"]
-        ),
-        scores=expand(
-            res("depth", "{model}", "scores.parquet"), model=config["depth"]["models"]
-        ),
-        questions=res("data", "depthqa.parquet"),
-        nodes=res("data", "depthqa_nodes.parquet"),
+        mink=expand(rules.score_mink.output[0], model=config["depth"]["models"]),
+        scores=expand(rules.judge_answers.output[0], model=config["depth"]["models"]),
+        questions=rules.download_depthqa.output.questions,
+        nodes=rules.download_depthqa.output.nodes,
         code=code(),
     output:
         per_question=res("tables", "depth_per_question.parquet"),

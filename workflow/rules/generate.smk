@@ -1,6 +1,6 @@
 rule generate_answers:
     input:
-        data=res("data", "{dataset}.parquet"),
+        data=rules.download_dataset.output.data,
         model=model_dir,
         code=code(),
     output:
@@ -31,8 +31,8 @@ rule generate_answers:
 
 rule label_answers:
     input:
-        answers=res("answers", "{model}", "{dataset}.parquet"),
-        data=res("data", "{dataset}.parquet"),
+        answers=rules.generate_answers.output[0],
+        data=rules.download_dataset.output.data,
         code=code(),
     output:
         labels=res("labels", "{model}", "{dataset}.parquet"),
@@ -47,7 +47,7 @@ rule label_answers:
 
 rule accuracy_table:
     input:
-        tables=[res("labels", m, f"{d}.accuracy.tsv") for m, d in qa_pairs()],
+        tables=per_pair(rules.label_answers.output.accuracy, qa_pairs()),
         code=code(),
     output:
         res("tables", "accuracy.tsv"),

@@ -1,7 +1,7 @@
 rule extract_pathways:
     input:
-        labels=res("labels", "{model}", "{dataset}.parquet"),
-        data=res("data", "{dataset}.parquet"),
+        labels=rules.label_answers.output.labels,
+        data=rules.download_dataset.output.data,
         model=model_dir,
         code=code(),
     output:
@@ -14,14 +14,14 @@ rule extract_pathways:
         res("logs", "extract_pathways", "{model}", "{dataset}.log"),
     benchmark:
         res("benchmarks", "extract_pathways", "{model}", "{dataset}.tsv")
-    conda:
-        "../../envs/truthflow.yaml"
     # a chain's later model stages first; the DepthQA model jobs (priority 0) fill the slots it leaves idle
     priority: 2
+    conda:
+        "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
     resources:
-        gpu=model_gpus,
         **MODEL_RESOURCES,
+        gpu=model_gpus,
     params:
         chat=lambda w: model_spec(w.model)["chat"],
         dtype=lambda w: model_spec(w.model)["dtype"],
@@ -39,10 +39,10 @@ rule extract_pathways:
 
 rule probe_deltap:
     input:
-        samples=pw_dir("samples.parquet"),
-        resid_clean=pw_dir("resid_clean.npy"),
-        resid_ko=pw_dir("resid_ko.npy"),
-        resid_control=pw_dir("resid_control.npy"),
+        samples=rules.extract_pathways.output.samples,
+        resid_clean=rules.extract_pathways.output.resid_clean,
+        resid_ko=rules.extract_pathways.output.resid_ko,
+        resid_control=rules.extract_pathways.output.resid_control,
         code=code(),
     output:
         auc=pw_dir("probe_auc.parquet"),
@@ -64,14 +64,15 @@ rule probe_deltap:
 
 rule pathways_tables:
     input:
-        summary=pw_inputs("summary.parquet"),
-        auc=pw_inputs("probe_auc.parquet"),
-        dropped=pw_inputs("dropped.parquet"),
-        samples=pw_inputs("samples.parquet"),
-        check=pw_inputs("check.parquet"),
-        data_dropped=[
-            res("data", f"{d}.dropped.parquet") for d in config["pathways"]["datasets"]
-        ],
+        summary=per_pair(rules.probe_deltap.output.summary),
+        auc=per_pair(rules.probe_deltap.output.auc),
+        dropped=per_pair(rules.extract_pathways.output.dropped),
+        samples=per_pair(rules.extract_pathways.output.samples),
+        check=per_pair(rules.probe_deltap.output.check),
+        data_dropped=expand(
+            rules.download_dataset.output.dropped,
+            dataset=config["pathways"]["datasets"],
+        ),
         code=code(),
     output:
         summary=res("tables", "pathways_summary.parquet"),
@@ -147,10 +148,10 @@ rule plot_pathways:
 # ---------------------------------------------------------------- Section 3.2-5 experiments (A12-A17)
 rule extract_experiments:
     input:
-        samples=pw_dir("samples.parquet"),
-        labels=res("labels", "{model}", "{dataset}.parquet"),
-        data=res("data", "{dataset}.parquet"),
-        auc=pw_dir("probe_auc.parquet"),
+        samples=rules.extract_pathways.output.samples,
+        labels=rules.label_answers.output.labels,
+        data=rules.download_dataset.output.data,
+        auc=rules.probe_deltap.output.auc,
         model=model_dir,
         code=code(),
     output:
@@ -162,14 +163,14 @@ rule extract_experiments:
         res("logs", "extract_experiments", "{model}", "{dataset}.log"),
     benchmark:
         res("benchmarks", "extract_experiments", "{model}", "{dataset}.tsv")
-    conda:
-        "../../envs/truthflow.yaml"
     # a chain's later model stages first; the DepthQA model jobs (priority 0) fill the slots it leaves idle
     priority: 3
+    conda:
+        "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
     resources:
-        gpu=model_gpus,
         **MODEL_RESOURCES,
+        gpu=model_gpus,
     params:
         chat=lambda w: model_spec(w.model)["chat"],
         dtype=lambda w: model_spec(w.model)["dtype"],
@@ -181,14 +182,11 @@ rule extract_experiments:
 
 rule pathway_experiments:
     input:
-        samples=pw_dir("samples.parquet"),
-        deltap=pw_dir("deltap.parquet"),
-        resid_clean=pw_dir("resid_clean.npy"),
-        data=res("data", "{dataset}.parquet"),
-        patch=pw_dir("exp_patch.npy"),
-        answer_only=pw_dir("exp_answer_only.npy"),
-        pr=pw_dir("exp_pr.npy"),
-        scores=pw_dir("exp_scores.parquet"),
+        **dict(rules.extract_experiments.output.items()),
+        samples=rules.extract_pathways.output.samples,
+        deltap=rules.probe_deltap.output.deltap,
+        resid_clean=rules.extract_pathways.output.resid_clean,
+        data=rules.download_dataset.output.data,
         code=code(),
     output:
         rows=pw_dir("exp_rows.parquet"),
@@ -209,10 +207,7 @@ rule pathway_experiments:
 
 rule experiment_tables:
     input:
-        rows=pw_inputs("exp_rows.parquet"),
-        awareness=pw_inputs("exp_awareness.parquet"),
-        detection=pw_inputs("exp_detection.parquet"),
-        per_sample=pw_inputs("exp_samples.parquet"),
+        **{k: per_pair(path) for k, path in rules.pathway_experiments.output.items()},
         code=code(),
     output:
         rows=res("tables", "pathways_experiments.parquet"),
