@@ -189,6 +189,12 @@ def _node_without_question(d):
     return f"{d / 'nodes.jsonl'}: node '1_d3' has no question in {d / 'node_to_q.jsonl'}"
 
 
+def _depthqa_config(d) -> dict:
+    cfg = small_config()
+    cfg["datasets"]["depthqa"]["source"]["local"] = str(d)
+    return cfg
+
+
 def _two_d3_nodes_in_a_group(d):
     with (d / "nodes.jsonl").open("a") as fh:
         fh.write(json.dumps({"nodeid": "1_d3_b", "group": "1", "depth": 3, "direct_predecessors": []}) + "\n")
@@ -213,14 +219,29 @@ def _depth_disagrees_with_the_question(d):
         _depth_disagrees_with_the_question,
     ],
 )
-def test_broken_depthqa_graph_fails_naming_file_and_node(tmp_path, breaks):
-    """The graph is checked once, where it is loaded (data.depthqa_nodes): one line naming file and node."""
+def test_broken_depthqa_graph_fails_at_parse_time(tmp_path, breaks):
+    """One check (data.depthqa_nodes, as load_depthqa builds the nodes table), one line naming file and node:
+    the workflow refuses a local graph before any job, and the loader refuses it (hub sources)."""
     d = _depthqa_copy(tmp_path)
     message = breaks(d)
-    with pytest.raises(TruthflowError) as err:
+    refusal = _refusal(_depthqa_config(d))
+    assert refusal.startswith(
+        "dataset 'depthqa' (config key 'datasets.depthqa.source.local'): DepthQA graph: "
+    )
+    assert message in refusal, refusal
+    with pytest.raises(TruthflowError, match="DepthQA graph"):
         load_depthqa(local(d))
-    assert str(err.value).startswith("DepthQA graph: ") and message in str(err.value), str(err.value)
-    assert "\n" not in str(err.value)
+
+
+@pytest.mark.workflow
+def test_broken_depthqa_graph_stops_a_dry_run(tmp_path):
+    """The DepthQA-graph family in a real dry run."""
+    d = _depthqa_copy(tmp_path)
+    message = _unknown_predecessor(d)
+    cfg = _depthqa_config(d)
+    refusal = _refusal(copy.deepcopy(cfg))
+    assert message in refusal
+    _refused_by_dry_run(tmp_path, cfg, refusal)
 
 
 # ------------------------------------------------------------ repeats, no gold, n too large (issue 12 #5)

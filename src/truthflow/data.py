@@ -1,10 +1,7 @@
-"""Dataset loading: hub (datasets.load_dataset) or local files in each set's published layout,
-normalized to one schema (id, dataset, question, answers) plus the set's own useful fields.
-
-Ids are the source's own (PopQA `id`, TriviaQA `question_id`, HotpotQA `_id`) or, where it has none, a
-short hash of the normalized question text: a question keeps its id whatever `n` and `seed` pick. Rows
-that cannot be used (a repeated id, no question, no gold answer) are dropped before sampling and listed
-in a dropped table (dataset, id, reason, detail), as is a requested `n` larger than what is left."""
+"""Dataset loading (hub or local files in each set's published layout) into one schema: id, dataset,
+question, answers, plus the set's own useful fields. Ids are the source's own or a hash of the normalized
+question, so a question keeps its id whatever `n` and `seed` pick. Unusable rows (a repeated id, no question,
+no gold answer) are dropped before sampling and listed in a dropped table, as is too large an `n`."""
 
 from __future__ import annotations
 
@@ -152,12 +149,12 @@ def load_hub_records(
     anything else (unknown id/config/split, bad files) fails at once with one line."""
     import datasets
 
-    what = f"'{hub}' (config {config!r}, split {split!r}, revision {revision!r})"
     try:
         retry = hub_retrying(f"dataset '{label}'", hub)
         ds = retry(datasets.load_dataset, hub, config, split=split, revision=revision)
     except Exception as exc:  # noqa: BLE001 - DatasetNotFoundError, ValueError(bad split/config), ...
         tried = f"failed {HUB_ATTEMPTS} times (transient)" if is_transient(exc) else "failed"
+        what = f"'{hub}' (config {config!r}, split {split!r}, revision {revision!r})"
         raise TruthflowError(
             f"dataset '{label}': hub load of {what} {tried}: {type(exc).__name__}: {str(exc)[:300]}"
         ) from None
@@ -191,13 +188,8 @@ def normalize(name: str, records: list[dict]) -> tuple[list[dict], list[dict]]:
     rows, dropped, seen = [], [], set()
     for i, rec in enumerate(records):
         row = registry.get(name).normalize(rec, i)  # `answers` may be empty: dropped below
-        reason = None
-        if not row["question"]:
-            reason = "no_question"
-        elif not row["answers"]:
-            reason = "no_gold_answer"
-        elif row["id"] in seen:
-            reason = "duplicate_id"
+        problems = {"no_question": not row["question"], "no_gold_answer": not row["answers"]}
+        reason = next((r for r, bad in {**problems, "duplicate_id": row["id"] in seen}.items() if bad), None)
         if reason:
             dropped.append({"id": row["id"], "reason": reason, "detail": None})
             continue
@@ -427,9 +419,9 @@ def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
 
 # ---------------------------------------------------------------- parse-time checks
 def check_local_sources(config: dict) -> None:
-    """Before any job: each local dataset file exists and is not empty; DepthQA takes no `columns` or hub
-    `config` (its layout and hub configs are fixed). Messages name the config key and the file. (A DepthQA
-    graph is checked once, where it is loaded: load_depthqa.)"""
+    """Before any job: each local dataset file exists and is not empty, a local DepthQA graph is closed
+    (load_depthqa); DepthQA takes no `columns` or hub `config` (its layout and hub configs are fixed).
+    Messages name the config key and the file."""
     for name, spec in (config.get("datasets") or {}).items():
         src = spec.get("source") or {}
         for unused in ("columns", "config"):
@@ -448,3 +440,8 @@ def check_local_sources(config: dict) -> None:
             raise TruthflowError(f"{key}: '{path}' is a directory; give the data file")
         if path.is_file() and _blank(path):
             raise TruthflowError(f"{key}: '{path}' is empty")
+        if name == "depthqa":  # a broken graph is refused before hours of model jobs (README, bad input 17)
+            try:
+                load_depthqa({"source": src})
+            except TruthflowError as exc:
+                raise TruthflowError(f"{key}: {exc}") from None
