@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import polars as pl
 import pytest
+from matplotlib.text import Text
 
 from truthflow.pathways import plots_experiments as pe
 from truthflow.pathways.plots import MIN_LINE_N
@@ -37,6 +38,7 @@ def _row(model, ds, experiment, condition, group, layer, n, value, half=5.0):
         "ci_low": ci[0],
         "ci_high": ci[1],
         "note": "",
+        "k_layer": K[model],
     }
 
 
@@ -74,6 +76,7 @@ def make_awareness(undefined: tuple | None = None) -> pl.DataFrame:
                         {
                             "model": m,
                             "dataset": ds,
+                            "k_layer": K[m],
                             "layer": layer,
                             "seed": seed,
                             "auc": None if bad else 0.6 + 0.03 * layer + 0.01 * seed,
@@ -149,7 +152,7 @@ def _draw_all(tmp_path, rows, awareness, samples, models=MODELS, **kw) -> list[P
 
 
 def _texts(fig) -> str:
-    return "\n".join(t.get_text() for ax in fig.axes for t in ax.texts)
+    return "\n".join(t.get_text() for ax in fig.axes for t in ax.findobj(Text))
 
 
 @pytest.mark.parametrize("models", [MODELS, ["m1"], []])
@@ -175,16 +178,18 @@ def test_patching_legend_lists_only_what_is_drawn(tmp_path, spy):
         TITLES,
         tmp_path / "b.png",
         tmp_path / "b.pdf",
-        published=pe.PUBLISHED_PATCHING,
-        published_on={"m2"},
+        published=pl.read_csv(REPO / "workflow" / "report" / "published.tsv", separator="\t").with_columns(
+            model=pl.when(pl.col("model") == "llama-3-8b").then(pl.lit("m2")).otherwise("model")
+        ),
     )
     labels = spy[-1].labels
     assert sum("random" in x for x in labels) == 2
-    assert "published, Llama-3-8B" in labels and not any("point" in x for x in labels)
+    assert "published value" in labels and not any("point" in x for x in labels)
     # the published markers are on m2's panel only, and only for the datasets drawn there
     m1, m2 = spy[-1].fig.axes[:2]
     diamonds = [ln for ax in (m1, m2) for ln in ax.lines if ln.get_marker() == "D"]
-    assert all(ln.axes is m2 for ln in diamonds) and len(diamonds) == 2 * len(DATASETS)
+    assert all(ln.axes is m2 for ln in diamonds)
+    assert sum(np.isfinite(ln.get_ydata()).sum() for ln in diamonds) == 2 * len(DATASETS)
 
 
 def test_small_groups_are_points_not_bars(tmp_path, spy):
@@ -247,10 +252,11 @@ def test_saliency_with_few_samples_is_a_rug_of_points(tmp_path, spy):
     assert f"point: fewer than {MIN_LINE_N} samples, no density" in spy[-1].labels
 
 
-def test_experiment_layer_from_rows_or_the_missing_layer():
+def test_experiment_layer_is_the_k_layer_column():
     rows, aw = make_rows(), make_awareness()
     assert pe.experiment_layers(rows, aw) == {(m, ds): K[m] for m in MODELS for ds in DATASETS}
     assert pe.experiment_layers(pl.DataFrame(), aw) == {(m, ds): K[m] for m in MODELS for ds in DATASETS}
+    assert pe.experiment_layers(pl.DataFrame(), aw.drop("k_layer")) == {}
     assert pe.experiment_layers(pl.DataFrame(), pl.DataFrame()) == {}
 
 
@@ -267,7 +273,7 @@ def test_awareness_breaks_at_k_marks_it_and_notes_undefined(tmp_path, spy):
     assert np.isclose(y[0], 0.64)  # mean over seeds
     verticals = [ln for ln in ax.lines if ln.get_linestyle() == ":" and list(ln.get_xdata()) == [3, 3]]
     assert len(verticals) == len(DATASETS)
-    assert "NQ: undefined: one group only" in "\n".join(t.get_text() for t in call.fig.axes[1].texts)
+    assert "NQ: undefined: one group only" in "\n".join(t.get_text() for t in call.fig.axes[1].findobj(Text))
     assert call.labels == [
         "PopQA",
         "TriviaQA",
@@ -291,6 +297,7 @@ def _pdf_font_subtypes(path: Path) -> set[str]:
 
 def _fake_snakemake(tmp_path, tables: dict[str, pl.DataFrame], show_caption: bool):
     inputs = {}
+    inputs["published"] = str(REPO / "workflow" / "report" / "published.tsv")
     for name, df in tables.items():
         inputs[name] = str(tmp_path / f"{name}.parquet")
         df.write_parquet(inputs[name])
@@ -309,7 +316,9 @@ def _fake_snakemake(tmp_path, tables: dict[str, pl.DataFrame], show_caption: boo
     return SimpleNamespace(
         input=SimpleNamespace(**inputs),
         output=out,
-        params=SimpleNamespace(models=MODELS, titles=TITLES, show_caption=show_caption),
+        params=SimpleNamespace(
+            models=MODELS, titles=TITLES, show_caption=show_caption, report=REPO / "workflow" / "report"
+        ),
         log=[str(tmp_path / "logs" / "plot.log")],
         rule="plot_experiments",
     )

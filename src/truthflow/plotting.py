@@ -1,20 +1,26 @@
-"""Plot helpers shared by every figure: TrueType fonts in PDFs, the registry's dataset names and colours, a
-panel grid, and a finish that places legend and caption after measuring what is drawn (nothing overlaps,
-nothing is clipped)."""
+"""The plotting layer every figure shares: TrueType fonts in PDFs, the registry's dataset names and colours,
+a constrained-layout panel grid with one legend outside below the panels, the caption (the report's .rst
+text) below it, and the honest-drawing helpers: a group with fewer than MIN_LINE_N distinct samples is a point
+without a band, a line never crosses a layer without rows, a panel with nothing drawn says why."""
 
 from __future__ import annotations
 
+import re
 import textwrap
+from collections.abc import Mapping
 from pathlib import Path
 
 import matplotlib
 import numpy as np
 import polars as pl
 import seaborn as sns
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.offsetbox import AnchoredOffsetbox, TextArea, VPacker
+from matplotlib.ticker import MaxNLocator
 
 from . import registry
+from .stats import MIN_CI_N
 
 # TrueType (Type 42) fonts in PDFs: many venues reject Type 3
 matplotlib.rcParams["pdf.fonttype"] = 42
@@ -24,6 +30,8 @@ matplotlib.rcParams["ps.fonttype"] = 42
 DATASETS = {s.name: s.display for s in registry.QA_SETS}
 COLOURS = {s.name: s.colour for s in registry.QA_SETS}
 DPI = 200
+MIN_LINE_N = MIN_CI_N  # a group with fewer samples has no CI: drawn as points
+NOTE_COLOUR = "firebrick"
 
 
 def label(ds: str) -> str:
@@ -37,52 +45,156 @@ def colour(ds: str) -> str:
     return COLOURS[ds]
 
 
-def datasets_in(table: pl.DataFrame) -> list[str]:
-    present = set(table["dataset"].unique().to_list()) if table.height else set()
+def ordered(datasets) -> list[str]:
+    """Datasets in registry order, unregistered ones after them, sorted."""
+    present = set(datasets)
     return [d for d in DATASETS if d in present] + sorted(present - set(DATASETS))
 
 
-def figure(n_cols: int, n_rows: int = 1, height: float = 3.2) -> tuple[Figure, np.ndarray]:
-    width = 4.6 * max(1, n_cols)
-    fig = Figure(figsize=(width, height * n_rows), dpi=DPI)
-    axes = fig.subplots(n_rows, max(1, n_cols), squeeze=False)
-    fig.subplots_adjust(
-        left=0.75 / width,
-        right=1 - 0.15 / width,
-        top=1 - 0.35 / (height * n_rows),
-        bottom=0.5 / (height * n_rows),
-        wspace=0.22,
-        hspace=0.35,
-    )
-    return fig, axes
+def datasets_in(table: pl.DataFrame) -> list[str]:
+    return ordered(table["dataset"].unique().to_list()) if table.height else []
 
 
-def finish(fig: Figure, handles, labels, caption: str, png, pdf, ncol: int = 4) -> None:
-    """One legend below all panels, the caption below the legend, both placed after measuring what is
-    drawn (nothing overlaps), and a 'tight' bounding box on save (nothing is clipped)."""
-    canvas = FigureCanvasAgg(fig)
-    canvas.draw()
-    to_fig = fig.transFigure.inverted()
-    axes_bottom = min(
-        ax.get_tightbbox(canvas.get_renderer()).transformed(to_fig).y0 for ax in fig.axes if ax.get_visible()
-    )
-    bottom = axes_bottom - 0.01
+def table(df: pl.DataFrame | None, schema: Mapping[str, pl.DataType], optional=()) -> pl.DataFrame:
+    """The table, or an empty one of `schema` when it is missing, empty or lacks a required column (an empty
+    parquet written without columns reads back as a frame without any); `optional` columns it lacks are
+    added as null."""
+    optional = [c for c in ("k_layer", *optional) if c in schema]
+    if df is None or df.height == 0 or any(c not in df.columns for c in schema if c not in optional):
+        return pl.DataFrame(schema=dict(schema))
+    return df.with_columns(pl.lit(None, dtype=schema[c]).alias(c) for c in optional if c not in df.columns)
+
+
+def ylabel(axes_row, text: str) -> None:
+    """The y label on the first panel with a scale (a blank panel has no y ticks)."""
+    for ax in axes_row:
+        if len(ax.get_yticks()):
+            return ax.set_ylabel(text)
+
+
+def dataset_legend(drawn) -> tuple[list, list[str]]:
+    order = ordered(drawn)
+    return [line(colour(d)) for d in order], [label(d) for d in order]
+
+
+def figure(n_cols: int, n_rows: int = 1, height: float = 3.2, width: float = 4.6, **kw):
+    """The panels (a subfigure, constrained layout) above an empty strip for finish()'s caption."""
+    fig = Figure(figsize=(width * max(1, n_cols), height * n_rows), dpi=DPI, layout="constrained")
+    grid = fig.add_gridspec(2, 1, height_ratios=[1, 1e-6])
+    panels = fig.add_subfigure(grid[0])
+    fig.add_subfigure(grid[1])
+    return panels, panels.subplots(n_rows, max(1, n_cols), squeeze=False, **kw)
+
+
+def finish(panels, handles, labels, caption: str, png, pdf, ncol: int = 4) -> None:
+    """One legend outside below all panels, the caption in the strip below; constrained layout places both."""
+    fig = panels.figure
     if handles:
-        legend = fig.legend(
+        panels.legend(
             handles,
             labels,
-            loc="upper center",
-            bbox_to_anchor=(0.5, bottom),
+            loc="outside lower center",
             ncol=min(ncol, len(handles)),
             frameon=False,
             fontsize=8,
         )
-        canvas.draw()
-        bottom = legend.get_window_extent().transformed(to_fig).y0 - 0.01
     if caption:
-        width_chars = int(fig.get_figwidth() * 15)
-        text = "\n".join(textwrap.wrap(caption, width=width_chars))
-        fig.text(0.01, bottom, text, ha="left", va="top", fontsize=7, color="0.3")
+        lines = textwrap.wrap(caption, width=int(fig.get_figwidth() * 15))
+        width, height = fig.get_size_inches()
+        fig.set_size_inches(width, height + 0.13 * len(lines) + 0.1)
+        panels._subplotspec.get_gridspec().set_height_ratios([height, 0.13 * len(lines) + 0.1])
+        fig.subfigs[1].text(0.01, 1, "\n".join(lines), va="top", fontsize=7, color="0.3")
     for out in (png, pdf):
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(out, dpi=DPI, bbox_inches="tight", pad_inches=0.08)
+
+
+def caption(rst, options: str = "", extra: str = "") -> str:
+    """A figure's caption is its report caption (workflow/report/<figure>.rst): the same text in both, with
+    the config options filled in for the template's placeholder, and `extra` (what the tables say) after."""
+    text = re.sub(r"\{\{\s*snakemake\.params\.caption\s*\}\}", options, Path(rst).read_text())
+    return " ".join(f"{text.replace('``', '')} {extra}".split())
+
+
+def line(col: str, ls: str = "-", **kw) -> Line2D:
+    """A legend handle."""
+    return Line2D([], [], color=col, ls=ls, lw=kw.pop("lw", 1.6), **kw)
+
+
+def point_handle(text: str) -> tuple[Line2D, str]:
+    return Line2D([], [], color="0.3", marker="o", ls="none", ms=3.5), text
+
+
+def note(ax, lines: list[tuple[str, str]] | list[str], loc: str = "lower left") -> None:
+    """Small coloured lines of text in one box in the panel (why a dataset is missing, n per dataset),
+    wrapped to the panel's width; a plain string is a note in NOTE_COLOUR."""
+    chars = max(24, int(ax.get_position().width * ax.figure.figure.get_figwidth() * 15))
+    rows = [
+        TextArea("\n".join(textwrap.wrap(text, chars)), textprops={"fontsize": 6.5, "color": col})
+        for text, col in ((x, NOTE_COLOUR) if isinstance(x, str) else x for x in lines)
+    ]
+    if rows:
+        align = "right" if loc.endswith("right") else "left"
+        box = AnchoredOffsetbox(loc, child=VPacker(children=rows, align=align, pad=0, sep=2), borderpad=0.4)
+        box.patch.set(facecolor="white", alpha=0.75, lw=0)
+        box.set_zorder(6)
+        ax.add_artist(box)
+
+
+def blank(ax, why: str = "") -> None:
+    """A panel with nothing drawn: no ticks (an empty scale would suggest values), only the reason."""
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.set_xlabel("")
+    ax.grid(False)
+    if why:
+        note(ax, [why])
+
+
+def layer_axis(ax) -> None:
+    ax.set_xlabel("Layer")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+
+
+def titles(axes_row, models: list[str], names: dict[str, str]) -> None:
+    for ax, model in zip(axes_row, models, strict=False):
+        ax.set_title(names.get(model, model), fontsize=11)
+    if not models:  # a figure for zero models still gets one panel: say so in it
+        blank(axes_row[0], "no models in this figure")
+
+
+def draw_series(ax, rows: pl.DataFrame, n_layers: int, col: str, style: str, y: str = "mean_delta_p") -> bool:
+    """One series over layers 1..n_layers: a line with its CI band where n >= MIN_LINE_N, points where
+    0 < n < MIN_LINE_N, nothing (a break) where a layer has no rows. Returns whether anything was drawn."""
+    if rows.height == 0:
+        return False
+    x = np.arange(1, n_layers + 1)
+    full = pl.DataFrame({"layer": x}).join(rows, on="layer", how="left")
+    n = full["n"].fill_null(0).to_numpy()
+    mean = full[y].cast(pl.Float64).to_numpy()
+    big, small = n >= MIN_LINE_N, (n > 0) & (n < MIN_LINE_N)
+    ax.plot(x, np.where(big, mean, np.nan), style, color=col, lw=1.6)
+    if "ci_low" in full.columns and y == "mean_delta_p":
+        lo = full["ci_low"].cast(pl.Float64).to_numpy()
+        hi = full["ci_high"].cast(pl.Float64).to_numpy()
+        ok = big & np.isfinite(lo) & np.isfinite(hi)
+        ax.fill_between(x, np.where(ok, lo, np.nan), np.where(ok, hi, np.nan), color=col, alpha=0.13, lw=0)
+    if small.any():
+        ax.plot(x[small], mean[small], "o", color=col, ms=3.5, mfc="none" if style != "-" else col, ls="none")
+    return True
+
+
+def band_by_layer(ax, sub: pl.DataFrame, col: str, n_layers: int = 0) -> pl.DataFrame:
+    """Mean AUC per layer over seeds as a line, min..max over seeds as a band, over layers 1..n_layers (a
+    layer without rows breaks the line). Returns the per-layer frame."""
+    agg = sub.group_by("layer").agg(
+        m=pl.col("auc").mean(), lo=pl.col("auc").min(), hi=pl.col("auc").max(), seeds=pl.len()
+    )
+    x = np.arange(1, max(n_layers, int(agg["layer"].max())) + 1)
+    full = pl.DataFrame({"layer": x}).join(agg, on="layer", how="left")
+    m, lo, hi = (full[c].cast(pl.Float64).to_numpy() for c in ("m", "lo", "hi"))
+    multi = full["seeds"].fill_null(0).to_numpy() > 1
+    ax.plot(x, m, color=col, lw=1.6)
+    ax.fill_between(x, np.where(multi, lo, np.nan), np.where(multi, hi, np.nan), color=col, alpha=0.15, lw=0)
+    return full

@@ -1,24 +1,22 @@
-from truthflow import runlog, validate
+from pathlib import Path
+
+from truthflow import plotting, runlog, validate
 from truthflow.depth.plots import plot_depth_boxes, plot_score_gap_density
 
 
 def main(sm):
     p = sm.params
+
+    def caption(fig: str) -> str:
+        return plotting.caption(Path(p.report, f"{fig}.rst"), p.caption) if p.show_caption else ""
+
+    depthwise = validate.read_parquet(sm.input.depthwise, ["model", "group", "depth", "mink"])
     plot_depth_boxes(
-        validate.read_parquet(sm.input.depthwise, ["model", "group", "depth", "mink"]),
-        p.models,
-        p.titles,
-        sm.output.boxes_png,
-        sm.output.boxes_pdf,
-        caption=p.caption if p.show_caption else "",
+        depthwise, p.models, p.titles, sm.output.boxes_png, sm.output.boxes_pdf, caption("depth_boxes")
     )
+    subsets = validate.read_parquet(sm.input.subsets, ["model", "group", "subset", "side", "gap"])
     plot_score_gap_density(
-        validate.read_parquet(sm.input.subsets, ["model", "group", "subset", "side", "gap"]),
-        p.models,
-        p.titles,
-        sm.output.gap_png,
-        sm.output.gap_pdf,
-        caption=p.caption if p.show_caption else "",
+        subsets, p.models, p.titles, sm.output.gap_png, sm.output.gap_pdf, caption("depth_gap")
     )
 
 

@@ -1,4 +1,6 @@
-from truthflow import runlog, validate
+from pathlib import Path
+
+from truthflow import plotting, runlog, validate
 from truthflow.pathways.check import caption as check_caption
 from truthflow.pathways.plots import plot_anchored, plot_check, plot_pathways, plot_probe_auc
 
@@ -12,51 +14,19 @@ def main(sm):
         sm.input.check, ["model", "dataset", "measure", "layers", "verdict", "diff", "diff_low", "diff_high"]
     )
     p = sm.params
-    cap = p.caption if p.show_caption else ""
 
-    def caption(text: str) -> str:
-        return f"{text} {cap}" if p.show_caption else ""
+    def out(name: str, fig: str, extra: str = ""):
+        cap = plotting.caption(Path(p.report, f"{fig}.rst"), p.caption, extra) if p.show_caption else ""
+        return sm.output[f"{name}png"], sm.output[f"{name}pdf"], cap
 
-    plot_pathways(summary, auc, p.models, p.titles, sm.output.png, sm.output.pdf, caption=cap)
-    plot_anchored(
-        summary,
-        auc,
-        p.models,
-        p.titles,
-        sm.output.control_png,
-        sm.output.control_pdf,
-        caption=caption(
-            "Random-token control: |E_Q| random non-E_Q question tokens knocked out instead of E_Q."
-        ),
-        knockout="control",
-    )
+    plot_pathways(summary, auc, p.models, p.titles, *out("", "pathways"))
+    plot_anchored(summary, auc, p.models, p.titles, *out("control_", "pathways_control"), knockout="control")
+    target = "E_Q knockout" if p.target == "exact_question" else "random-token target (negative control)"
+    cap = check_caption(check, p.check)
     plot_check(
-        summary,
-        check,
-        auc,
-        p.models,
-        p.titles,
-        sm.output.check_png,
-        sm.output.check_pdf,
-        caption=caption(
-            "Falsification test: unsplit mean ΔP and flip rate over the same matched samples, E_Q knockout"
-            f" vs random-token control. {check_caption(check, p.check)}"
-        ),
-        target_label="E_Q knockout"
-        if p.target == "exact_question"
-        else "random-token target (negative control)",
+        summary, check, auc, p.models, p.titles, *out("check_", "pathways_check", cap), target_label=target
     )
-    plot_probe_auc(
-        auc,
-        p.models,
-        p.titles,
-        sm.output.auc_png,
-        sm.output.auc_pdf,
-        caption=caption(
-            "Probe: logistic regression on the standardized residual stream at the last exact answer token, "
-            "cross-fitted; line = mean out-of-fold AUC over seeds, band = min..max."
-        ),
-    )
+    plot_probe_auc(auc, p.models, p.titles, *out("auc_", "probe_auc"))
 
 
 runlog.run(snakemake, main)  # noqa: F821
