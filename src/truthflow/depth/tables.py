@@ -179,10 +179,6 @@ def score_gaps(per_question_df: pl.DataFrame, nodes_df: pl.DataFrame) -> tuple[p
     return gaps, int(gaps["excluded"].is_not_null().sum())
 
 
-def subset_label(q: float) -> str:
-    return f"{q * 100:g}%"
-
-
 def memorization_split(
     gaps_df: pl.DataFrame, d3_mink_by_group: pl.DataFrame, lower_q: float = 0.25, upper_q: float = 0.75
 ) -> pl.DataFrame:
@@ -208,7 +204,7 @@ def memorization_split(
         parts.append(
             joined.with_columns(threshold.alias("threshold"))
             .filter(keep)
-            .with_columns(pl.lit(subset_label(q)).alias("subset"), pl.lit(side).alias("side"))
+            .with_columns(pl.lit(f"{q * 100:g}%").alias("subset"), pl.lit(side).alias("side"))
         )
     return pl.concat(parts).select(list(SPLIT_SCHEMA)).cast(SPLIT_SCHEMA).sort("model", "side", "group")
 
