@@ -196,20 +196,11 @@ def check_names(config: dict) -> None:
 
 
 def check_config(config: dict, configfiles: Iterable = (), environ: Mapping[str, str] | None = None) -> dict:
-    """Every check the workflow makes before any job (the Snakefile calls this, with the config files
-    Snakemake loaded and os.environ), in this order, raising TruthflowError with one line naming the key or
-    file; fills the defaults into `config` in place and returns it:
-
-    1. a key given twice in a config file (check_config_files);
-    2. `run` and the model and dataset names, which become paths (check_path_names);
-    3. the schema (check_schema); the memory plan (memplan.plan_memory: a model that cannot fit its declared
-       GPUs is refused; batch_size and token_budget, where not given, come from the plan); the defaults
-       (fill_defaults);
-    4. names given elsewhere in the config are defined, once (check_names);
-    5. local dataset files exist and are not empty, a local DepthQA graph is closed (check_local_sources);
-    6. with depth models configured, the judge can run (depth.judge: backend, model, the API key in
-       `environ`), so a dry run already stops before model jobs spend hours on answers nobody can score.
-    """
+    """Every check the workflow makes before any job (the Snakefile calls this with the config files Snakemake
+    loaded and os.environ), in order, each raising TruthflowError with one line naming the key or file; fills
+    the defaults into `config` in place and returns it. The memory plan runs before the defaults are filled
+    (it derives batch_size and token_budget where not given); the judge is checked with depth models
+    configured, so a dry run already stops before model jobs spend hours on answers nobody can score."""
     from .data import check_local_sources
     from .depth.judge import check_judge_config
     from .memplan import plan_memory

@@ -55,12 +55,7 @@ def answer_list(value) -> list[str]:
 
 def unwrap_question(q: str) -> str:
     """lm-eval style copies wrap the question: "Question: ...\\nAnswer:"."""
-    q = q.strip()
-    if q.startswith("Question:"):
-        q = q[len("Question:") :]
-    if q.endswith("Answer:"):
-        q = q[: -len("Answer:")]
-    return q.strip()
+    return q.strip().removeprefix("Question:").removesuffix("Answer:").strip()
 
 
 def question_id(name: str, question: str) -> str:
@@ -121,11 +116,11 @@ class QASet:
 
 
 # ---------------------------------------------------------------- PopQA
-# PopQA property words as they appear in its question templates (METHOD A4): the property itself, except
-# where its template says it otherwise
-POPQA_PROPS = "occupation genre father country producer director screenwriter composer religion sport author"
+# PopQA property words as they appear in its question templates (METHOD A4): the property's own name, but
+# for the templates that word it otherwise
+POPQA_PROPS = "occupation genre father mother country capital producer director screenwriter composer"
 POPQA_PROP_WORDS = {
-    **{prop: [prop] for prop in (*POPQA_PROPS.split(), "mother", "capital")},
+    **{prop: [prop] for prop in (*POPQA_PROPS.split(), "religion", "sport", "author")},
     "place of birth": ["born"],
     "capital of": ["capital"],
     "color": ["color", "colour"],
