@@ -1,6 +1,6 @@
 """DepthQA tables (METHOD B2, B4, B5): depthwise MIN-K%, score gaps and the memorization split.
 
-Inputs are long tables. `per_question_df`: one row per (model, question) with columns model, qid (or id),
+Inputs are long tables. `per_question_df`: one row per (model, question) with columns model, qid,
 depth, mink_{k} / minkpp_{k} and score (the judge's 1–5, null when missing). `nodes_df`: the DepthQA graph,
 one row per node: nodeid, group, depth, direct_predecessors, direct_successors, qid. A group is one D3 node
 with all its ancestors through direct_predecessors (D3 → D2 → D1); its label is the D3 node's `group`.
@@ -65,8 +65,6 @@ def _require(df: pl.DataFrame, columns: list[str] | tuple[str, ...], what: str) 
 
 
 def _per_question(df: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
-    if "qid" not in df.columns and "id" in df.columns:
-        df = df.rename({"id": "qid"})
     _require(df, ["model", "qid", *columns], "per-question table")
     return df.with_columns(pl.col("qid").cast(pl.Utf8), pl.col("model").cast(pl.Utf8))
 
@@ -92,19 +90,9 @@ def group_members(nodes_df: pl.DataFrame) -> pl.DataFrame:
                 if parent not in seen:
                     seen.add(parent)
                     stack.append(parent)
-        for nodeid in sorted(seen):
-            member = nodes[nodeid]
-            rows.append(
-                {
-                    "group": rec["group"],
-                    "d3_node": d3,
-                    "nodeid": nodeid,
-                    "depth": member["depth"],
-                    "qid": member["qid"],
-                }
-            )
+        rows += [(rec["group"], d3, n, nodes[n]["depth"], nodes[n]["qid"]) for n in sorted(seen)]
     schema = {"group": pl.Utf8, "d3_node": pl.Utf8, "nodeid": pl.Utf8, "depth": pl.Int64, "qid": pl.Utf8}
-    return pl.DataFrame(rows, schema=schema)
+    return pl.DataFrame(rows, schema=schema, orient="row")
 
 
 def depthwise_average(per_question_df: pl.DataFrame, nodes_df: pl.DataFrame, k: float) -> pl.DataFrame:
