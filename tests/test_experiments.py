@@ -391,3 +391,44 @@ def test_run_gives_every_table_with_k_layer():
         samples, scores, deltap.clear(), data, clean, states, probe, {"n": 50, "seed": 0}, [2.0], keys
     )
     assert [t.height for t in empty] == [0, 0, 0, 0] and empty[0].columns == rows.columns
+
+
+def test_extract_writes_the_passes_and_the_samples_table(tiny):
+    from truthflow.pathways.extract import SAMPLES_SCHEMA, extract
+
+    seqs = _seqs()
+    kept = pl.DataFrame(
+        {
+            "id": ["a", "b", "c"],
+            "correct": [True, False, True],
+            "refusal": [False] * 3,
+            "seq": seqs,
+            "eq_positions": [[1, 2], [3], [2, 3, 4]],
+            "ea_positions": [[9, 10], [8], [13]],
+            "probe_position": [10, 8, 13],
+            "question_positions": [[1, 2, 3, 4, 5], [1, 2, 3, 4], [2, 3, 4, 5]],
+            "eq_text": ["x"] * 3,
+            "ea_text": ["y"] * 3,
+        }
+    )
+    cfg = {
+        "target": "exact_question",
+        "control_draws": 2,
+        "control_seed": 0,
+        "mode": "cumulative",
+        "window": 9,
+    }
+    out = (np.zeros((3, 3, 32), np.float32), [np.zeros((3, 3, 32), np.float32) for _ in range(3)])
+    samples = extract(tiny, kept, 2, cfg, "test", out)
+    assert samples.schema == pl.Schema(SAMPLES_SCHEMA)
+    assert samples["blocked_positions"].to_list() == kept["eq_positions"].to_list()
+    assert samples["control_matched"].to_list() == [True, True, False] and samples["n_eq"].to_list() == [
+        2,
+        1,
+        3,
+    ]
+    assert [len(c) for c in samples["control_positions"].to_list()] == [2, 2, 2]
+    clean, ko = resid_sweep(tiny, seqs, [10, 8, 13], kept["eq_positions"].to_list(), 2, out_dtype=np.float32)
+    assert np.allclose(out[0], clean, atol=1e-5) and np.allclose(out[1][0], ko, atol=1e-5)
+    empty = extract(tiny, kept.clear(), 2, cfg, "test", (np.zeros((0, 3, 32)), [np.zeros((0, 3, 32))] * 3))
+    assert empty.height == 0 and empty.schema == pl.Schema(SAMPLES_SCHEMA)

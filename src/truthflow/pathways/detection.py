@@ -50,13 +50,6 @@ DETECTION_SCHEMA = {
     "factor": pl.String,
     "status": pl.String,
 }
-DETECTION_SUMMARY_SCHEMA = {
-    "method": pl.String,
-    "mean": pl.Float64,
-    "sd": pl.Float64,
-    "n_seeds": pl.Int64,
-    "n": pl.Int64,
-}
 
 
 def _labels(y) -> np.ndarray:
@@ -158,16 +151,11 @@ def vanilla_split(train, n_q: int, seed: Seed) -> tuple[np.ndarray, np.ndarray]:
 def mop_predict(
     x, y, g, train, test, gate="pathway", experts="pathway", seed: Seed = 0, C=1.0, max_iter=2000
 ) -> tuple[np.ndarray, list[str]]:
-    """Mixture of Pathways (§5): probabilities of y = 1 for x[test], and the fallbacks taken.
-
-    Gate: "pathway": w = gate_probs (a probe of the groups); "random" (RandomGate ablation): w ~ U(0, 1),
-    random_gate(len(test), seed). Experts: "pathway": expert_Q trained on the train samples with g = True,
-    expert_A on those with g = False; "vanilla" (VanillaExperts ablation): the same two sizes, but a seeded
-    random split of the train samples. Prediction = w·expert_Q(x) + (1 − w)·expert_A(x).
-
-    Honest fallbacks, never a crash: an expert whose training subset has one class only predicts that
-    subset's rate of y = 1 (so 1.0 or 0.0) for every row; an expert with no training samples at all predicts
-    the rate of y = 1 over the whole train fold.
+    """Mixture of Pathways (§5): P(y = 1) for x[test] = w·expert_Q(x) + (1 − w)·expert_A(x), and the fallbacks
+    taken. gate "pathway": w = gate_probs; "random" (RandomGate ablation): random_gate. experts "pathway":
+    probes trained on the train samples of each group; "vanilla" (VanillaExperts ablation): on a seeded
+    random split of the same sizes. Never a crash: an expert whose subset has one class predicts its rate
+    (1.0 or 0.0), one without samples the rate of y = 1 over the whole train fold.
     """
     if gate not in ("pathway", "random") or experts not in ("pathway", "vanilla"):
         raise ValueError(
@@ -256,21 +244,15 @@ def _inner_split(y, train, val_size: float, seed: Seed) -> tuple[np.ndarray, np.
 def pr_select_and_predict(
     states, x_clean, y, g, train, test, factors, seed: Seed = 0, C=1.0, max_iter=2000, val_size=PR_VAL_SIZE
 ) -> tuple[np.ndarray, float, list[str]]:
-    """Pathway Reweighting (§5). Returns (probabilities of y = 1 for the test samples, chosen factor, notes).
+    """Pathway Reweighting (§5): (P(y = 1) for the test samples, the chosen factor, notes). states[f] =
+    (up, down) [N, D]: hidden states with the attention on the E_Q -> answer edges multiplied by f (up) or
+    1/f (down); a correctness probe is trained on the routed (pr_states) train states.
 
-    states[f] = (up, down), [N, D] each: hidden states recomputed with the attention on the E_Q -> answer
-    edges multiplied by f (up) or by 1/f (down), f > 1. Routing: pr_states. A correctness probe is trained on
-    the routed train states and applied to the routed held-out states.
-
-    Factor selection uses validation data only: a stratified inner split of `train` (val_size of each
-    class, stream 2 of the seed); for each candidate the whole procedure (gate included) is fit on the
-    inner-train part and scored by AUC on the inner-validation part; the best AUC wins, ties going to the
-    smallest factor. The chosen factor is then refit on the whole train fold and applied to `test`. Of the
-    test samples only their states (x_clean for the gate, up / down) are read, never their label or group.
-
-    Candidates are 1.0 plus `factors`; factor 1.0 means x_clean itself (plain probing), so by construction
-    PR is never worse than plain probing on the validation data (it can be on test data). If the inner split
-    cannot be made (fewer than two samples of a class in train), factor 1.0 is used.
+    The factor is chosen on validation data only: a stratified inner split of `train` (val_size per class,
+    stream 2 of the seed); each candidate (1.0 = x_clean itself, plain probing, plus `factors`) is fit on
+    the inner-train part, gate included, and scored by AUC on the rest; the best wins, ties to the smallest.
+    It is then refit on the whole train fold. Test samples give only their states, never label or group. No
+    inner split (fewer than two samples of a class in train): factor 1.0.
     """
     cands = _pr_candidates(states, factors)
     inner = _inner_split(y, train, val_size, seed)
@@ -306,16 +288,12 @@ def _baseline_row(name: str, seed: int, score, y: np.ndarray) -> dict:
 
 
 def detection_table(x, y, groups, states, baselines: Mapping, factors: Sequence[float], probe: Mapping):
-    """The paper's Table 3 for one (model, dataset): rows (DETECTION_SCHEMA: method, seed, auc, n, factor,
-    status); probe: seeds, test_size, C, max_iter.
-
-    Methods: each baseline in `baselines` (normally "P(True)", "Logits-mean", "Logits-min": a per-sample
-    score, higher = more likely correct, AUC over its finite scores; it does not depend on the seed, but one
-    row per seed keeps the table uniform, so its sd over seeds is 0), then "Probing" (a probe on x),
-    "MoP", "MoP-RandomGate", "MoP-VanillaExperts" (mop_predict) and "PR" (pr_select_and_predict; `factor`
-    lists the factor chosen in each fold, e.g. "2,2,4,2,2"). Per seed one stratified K-fold split over y
-    serves every learned method; fold i of seed s seeds the random draws with (s, i). The AUC of a seed is
-    over all N out-of-fold predictions. Fallbacks taken in some fold are listed in the status ("ok
+    """The paper's Table 3 for one (model, dataset): rows of DETECTION_SCHEMA; probe: seeds, test_size, C,
+    max_iter. Methods: each baseline score (higher = more likely correct; AUC over its finite scores, one
+    row per seed so its sd over seeds is 0), then Probing, the MoP variants (mop_predict) and PR
+    (pr_select_and_predict; `factor` lists the factor chosen per fold, e.g. "2,2,4,2,2"). Per seed one
+    stratified K-fold split serves every learned method; fold i of seed s seeds the random draws with
+    (s, i); the AUC is over all N out-of-fold predictions. Fallbacks taken are listed in the status ("ok
     (fallback: ...)"); rows that cannot be estimated have a null auc and a status "undefined: ...".
     """
     x, y, g = np.asarray(x, dtype=np.float32), _labels(y), np.asarray(groups, dtype=bool)
