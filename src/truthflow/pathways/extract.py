@@ -26,13 +26,6 @@ SAMPLES_SCHEMA = {"id": pl.String, "correct": pl.Boolean, "refusal": pl.Boolean,
                   "eq_text": pl.String, "ea_text": pl.String, "blocked_positions": _POS,
                   "control_positions": pl.List(_POS), "control_matched": pl.Boolean, "n_eq": pl.Int64,
                   "n_ea": pl.Int64}  # fmt: skip
-DROPPED_SCHEMA = {
-    "model": pl.String,
-    "dataset": pl.String,
-    "reason": pl.String,
-    "n": pl.UInt32,
-    "detail": pl.String,
-}
 
 
 @contextlib.contextmanager
