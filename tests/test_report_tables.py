@@ -25,3 +25,13 @@ def test_html_table_has_no_literal_quotes_and_marks_verdicts():
     assert '""' not in page and "10.1<" in page and "10.123" not in page
     assert '<td class="not">does not hold</td>' in page and '<td class="holds">within range</td>' in page
     assert "&lt;b&gt;" in page and "<td>–</td>" in page
+
+
+def test_every_report_table_has_a_one_line_caption():
+    from conftest import REPO
+
+    from truthflow.report_tables import TABLES, caption
+
+    for name in TABLES:
+        text = caption(name, REPO / "workflow" / "report")
+        assert text and "\n" not in text and "``" not in text, name

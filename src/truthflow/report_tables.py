@@ -6,8 +6,35 @@ from __future__ import annotations
 import html
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import polars as pl
+if TYPE_CHECKING:  # the Snakefile reads TABLES: no polars import at parse time
+    import polars as pl
+
+# the report's tables (rule table_html): name -> (title, caption file in workflow/report)
+TABLES = {
+    "accuracy": ("Accuracy", "accuracy.rst"),
+    "pathways_check": ("Falsification test: E_Q knockout vs random control", "pathways_check_table.rst"),
+    "pathways_check_layers": ("Falsification test under each layer range", "pathways_check_layers.rst"),
+    "exact_tokens": ("Exact tokens per answer class", "exact_tokens.rst"),
+    "pathways_experiments": (
+        "Patching, answer-only, knowledge boundary, saliency per group",
+        "pathways_experiments_table.rst",
+    ),
+    "pathways_awareness": ("Pathway awareness AUC by layer", "pathways_awareness_table.rst"),
+    "pathways_table3": ("Hallucination detection (the paper's Table 3)", "pathways_table3.rst"),
+    "probe_auc": ("Probe AUC by layer", "probe_auc_table.rst"),
+    "dropped_samples": ("Kept and dropped samples", "dropped.rst"),
+    "published_vs_reproduced": ("Published vs reproduced", "compare.rst"),
+    "benchmarks": ("Benchmarks", "benchmarks.rst"),
+}
+
+
+def caption(name: str, report_dir: str | Path) -> str:
+    """A table's caption: its caption file as one line of plain text (no rst literals)."""
+    text = Path(report_dir, TABLES[name][1]).read_text()
+    return " ".join(text.replace("``", "").split())
+
 
 STYLE = """
 body { font-family: system-ui, sans-serif; font-size: 13px; margin: 12px; color: #222; }
@@ -74,6 +101,8 @@ def to_html(table: pl.DataFrame, title: str, caption: str = "") -> str:
 
 
 def tsv_to_html(tsv: str | Path, out: str | Path, title: str, caption: str = "") -> None:
+    import polars as pl
+
     table = pl.read_csv(tsv, separator="\t", infer_schema_length=None)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(to_html(table, title, caption), encoding="utf-8")

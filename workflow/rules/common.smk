@@ -12,6 +12,10 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 )
 
 from truthflow import registry  # noqa: E402
+from truthflow.report_tables import (
+    TABLES as REPORT_TABLES,
+    caption as table_caption,
+)  # noqa: E402
 from truthflow.scheduling import model_slots, model_threads, torch_threads  # noqa: E402
 
 # the config is checked and its defaults filled by the Snakefile (truthflow.config.check_config)
@@ -186,44 +190,6 @@ def all_targets():
         )
     tables = [t for t in REPORT_TABLES if res("tables", f"{t}.tsv") in targets]
     return targets + expand(rules.table_html.output[0], table=tables)
-
-
-# report tables, shown inline as HTML (rule table_html): name -> (title, caption file in workflow/report)
-REPORT_TABLES = {
-    "accuracy": ("Accuracy", "accuracy.rst"),
-    "pathways_check": (
-        "Falsification test: E_Q knockout vs random control",
-        "pathways_check_table.rst",
-    ),
-    "pathways_check_layers": (
-        "Falsification test under each layer range",
-        "pathways_check_layers.rst",
-    ),
-    "exact_tokens": ("Exact tokens per answer class", "exact_tokens.rst"),
-    "pathways_experiments": (
-        "Patching, answer-only, knowledge boundary, saliency per group",
-        "pathways_experiments_table.rst",
-    ),
-    "pathways_awareness": (
-        "Pathway awareness AUC by layer",
-        "pathways_awareness_table.rst",
-    ),
-    "pathways_table3": (
-        "Hallucination detection (the paper's Table 3)",
-        "pathways_table3.rst",
-    ),
-    "probe_auc": ("Probe AUC by layer", "probe_auc_table.rst"),
-    "dropped_samples": ("Kept and dropped samples", "dropped.rst"),
-    "published_vs_reproduced": ("Published vs reproduced", "compare.rst"),
-    "benchmarks": ("Benchmarks", "benchmarks.rst"),
-}
-
-
-def table_caption(name):
-    text = Path(
-        workflow.basedir, "workflow", "report", REPORT_TABLES[name][1]
-    ).read_text()
-    return " ".join(text.replace("``", "").split())
 
 
 def pair_name(pair):

@@ -62,6 +62,6 @@ rule table_html:
         "../../envs/truthflow.yaml"
     params:
         title=lambda w: REPORT_TABLES[w.table][0],
-        caption=lambda w: table_caption(w.table),
+        caption=lambda w: table_caption(w.table, checkout_path("workflow", "report")),
     script:
         "../scripts/table_html.py"
