@@ -179,6 +179,15 @@ def _unknown_predecessor(d):
     return f"{d / 'nodes.jsonl'}: node '1_d3' names predecessor '1_d2_n9', which is not a node"
 
 
+def _unknown_successor(d):
+    def edit(recs):
+        recs[1]["direct_successors"] = [*recs[1]["direct_successors"], "1_d3_n9"]
+        return recs
+
+    _rewrite_jsonl(d / "nodes.jsonl", edit)
+    return f"{d / 'nodes.jsonl'}: node '1_d2_n1' names successor '1_d3_n9', which is not a node"
+
+
 def _unknown_question(d):
     _rewrite_jsonl(d / "node_to_q.jsonl", lambda recs: [{**recs[0], "qid": "d3_q999"}, *recs[1:]])
     return f"node '1_d3' maps to question 'd3_q999', which is not in {d / 'questions.jsonl'}"
@@ -213,6 +222,7 @@ def _depth_disagrees_with_the_question(d):
     [
         _unknown_node_in_node_to_q,
         _unknown_predecessor,
+        _unknown_successor,
         _unknown_question,
         _node_without_question,
         _two_d3_nodes_in_a_group,
