@@ -1,4 +1,3 @@
-import numpy as np
 import polars as pl
 
 from truthflow import runlog, validate
@@ -7,30 +6,24 @@ from truthflow.pathways.probes import run_probes, summarize
 
 
 def main(sm):
-    samples = validate.read_parquet(sm.input.samples, ["id", "correct"])
+    samples = validate.read_parquet(sm.input.samples, ["id", "correct", "control_matched"])
     # memory-mapped: layer slices are read as needed; shapes and sizes checked against samples.parquet
     rows = f", one row per sample of {sm.input.samples}"
     clean = validate.load_npy(sm.input.resid_clean, (samples.height, None, None), "float16", why=rows)
     ko = validate.load_npy(sm.input.resid_ko, clean.shape, "float16", why=rows)
     control = validate.load_npy(sm.input.resid_control, (None, *clean.shape), "float16", why=rows)
     cfg = sm.params.cfg
-    labels = samples["correct"].to_numpy().astype(int) if samples.height else np.zeros(0, dtype=int)
-    matched = samples["control_matched"].to_numpy() if "control_matched" in samples.columns else None
     auc, per_sample = run_probes(
         clean,
-        [ko, *(control[d] for d in range(control.shape[0]))],
-        labels,
+        [ko, *control],
+        samples["correct"].to_numpy().astype(int),
         samples["id"].to_list(),
-        cfg["probe"]["seeds"],
-        cfg["probe"]["test_size"],
-        cfg["probe"]["C"],
-        cfg["probe"]["max_iter"],
-        cfg["anchor_split"],
-        cfg["fixed_layer"],
-        matched=matched,
+        **cfg["probe"],
+        anchor_split=cfg["anchor_split"],
+        fixed_layer=cfg["fixed_layer"],
+        matched=samples["control_matched"].to_numpy(),
     )
-    boot = cfg["bootstrap"]
-    summary = summarize(per_sample, boot["n"], boot["seed"])
+    summary = summarize(per_sample, cfg["bootstrap"]["n"], cfg["bootstrap"]["seed"])
     status = auc["status"][0] if auc.height and auc["status"][0] != "ok" else None
     # the check's per-cell statistics; the verdicts need every cell (Holm): rule pathways_tables
     cells = check(per_sample, auc, cfg["check"]["layers"], probe_status=status)
