@@ -110,7 +110,7 @@ def test_repeated_list_entry_is_refused(key, mutate, name):
 
 @pytest.mark.workflow
 def test_names_refusal_reaches_the_user_in_one_line(tmp_path):
-    """The family of the cross-key name checks (check_names, registry.check_names), in a real dry run."""
+    """The family of the cross-key name checks (config.check_names), in a real dry run."""
     cfg = small_config()
     cfg["pathways"]["models"] = ["smollm2-135m", "smollm2-135m"]
     write_config(tmp_path, cfg)

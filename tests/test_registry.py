@@ -141,7 +141,7 @@ def test_eq_rule_popqa_own_else_generic():
 
 # ------------------------------------------------------------ everything else reads the registry
 def test_schema_lists_no_dataset_names():
-    """The schema takes any safe name under `datasets`; the config check (registry.check_names) keeps the
+    """The schema takes any safe name under `datasets`; the config check (config.check_names) keeps the
     registered ones, so a new entry needs no schema edit."""
     schema = yaml.safe_load(SCHEMA.read_text())
     ds = schema["properties"]["datasets"]

@@ -132,7 +132,12 @@ def check_config_files(paths) -> None:
 def check_names(config: dict) -> None:
     """Every dataset is registered (registry.py); every model/dataset named elsewhere in the config must be
     defined (once); the message names the key."""
-    registry.check_names(config)
+    for name in config["datasets"]:
+        if name not in registry.names():
+            raise TruthflowError(
+                f"config key 'datasets.{name}': '{name}' is not a registered dataset (registered: "
+                f"{', '.join(registry.names())}); a new QA set is an entry in src/truthflow/registry.py"
+            )
     pw, depth, figures = config["pathways"], config["depth"], config["figures"]
     models, datasets = set(config["models"]), set(config["datasets"])
     lists = {

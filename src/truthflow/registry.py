@@ -253,23 +253,10 @@ def fill_source(name: str, spec: dict) -> None:
     the registered hub set; `source: {hub: <the registered id>}` gets its `config` and `split` where not
     given."""
     hub = DEPTHQA_HUB if name == DEPTHQA else _BY_NAME[name].hub if name in _BY_NAME else None
-    if hub is None or not isinstance(spec, dict):
+    if hub is None:
         return
     if spec.get("source") is None:
         spec["source"] = {"hub": hub.id, "config": hub.config, "split": hub.split}
     elif isinstance(spec["source"], dict) and spec["source"].get("hub") == hub.id:
         spec["source"].setdefault("config", hub.config)
         spec["source"].setdefault("split", hub.split)
-
-
-def check_names(config: dict) -> None:
-    """Every name under `datasets` is registered here; the message names the key and the registered ones."""
-    datasets = config.get("datasets")
-    if not isinstance(datasets, dict):
-        return
-    for name in datasets:
-        if name not in names():
-            raise TruthflowError(
-                f"config key 'datasets.{name}': '{name}' is not a registered dataset "
-                f"(registered: {', '.join(names())}); a new QA set is an entry in src/truthflow/registry.py"
-            )
