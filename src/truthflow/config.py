@@ -33,6 +33,7 @@ def _schema_error(errors: list) -> TruthflowError:
     return TruthflowError(f"{key}: {err.message}{hint}{more}; every key is documented in {SCHEMA_DOC}")
 
 
+# Snakemake's validate dumps the schema: test_hostile_config::test_schema_error_is_one_line_naming_the_key
 def check_schema(config: dict, schema_path: Path = SCHEMA) -> None:
     """The config against the schema, with one line naming the key (Snakemake's own validation prints the
     whole schema). The most relevant error comes first (jsonschema's best_match); the count of the others
@@ -72,6 +73,7 @@ def _bad_name(name) -> str | None:
     return None
 
 
+# before the schema, whose pattern error shows a regex: test_hostile_config::test_unsafe_run_name_is_refused
 def check_path_names(config: dict) -> None:
     """`run` and every model and dataset name end up in file paths: no '/', no '..', no leading dot."""
     named = [("run", config.get("run", "demo"))]
@@ -107,6 +109,7 @@ def _duplicate_keys(node, path: str, found: list) -> None:
             _duplicate_keys(item, f"{path}[{i}]", found)
 
 
+# PyYAML keeps a repeated key silently: test_hostile_config::test_duplicate_yaml_key_in_configfile_is_refused
 def check_config_files(paths) -> None:
     """A key given twice in a YAML config file is an error (YAML loaders keep the last one silently).
     `paths`: the files Snakemake loaded (workflow.configfiles)."""

@@ -35,6 +35,7 @@ def offline() -> bool:
     )
 
 
+# hub clients do not tell: test_hostile_models::test_hub_download_fails_at_once_on_deterministic_errors
 def is_transient(exc: BaseException) -> bool:
     """A network error or an HTTP 429/5xx (anywhere in the exception chain); never in offline mode."""
     if offline():

@@ -85,6 +85,8 @@ def _cell(col: str, value) -> str:
     return f"<td>{text}</td>"
 
 
+# polars writes no HTML (and pandas' to_html neither rounds for reading nor marks verdicts):
+# tests/test_report_tables.py::test_html_table_has_no_literal_quotes_and_marks_verdicts
 def to_html(table: pl.DataFrame, title: str, caption: str = "") -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
     body = "\n".join(
