@@ -13,14 +13,18 @@ def main(sm):
     ko = validate.load_npy(sm.input.resid_ko, clean.shape, "float16", why=rows)
     control = validate.load_npy(sm.input.resid_control, (None, *clean.shape), "float16", why=rows)
     cfg = sm.params.cfg
+    probe = cfg["probe"]
     auc, per_sample = run_probes(
         clean,
         [ko, *control],
         samples["correct"].to_numpy().astype(int),
         samples["id"].to_list(),
-        **cfg["probe"],
-        anchor_split=cfg["anchor_split"],
-        fixed_layer=cfg["fixed_layer"],
+        probe["seeds"],
+        probe["test_size"],
+        probe["C"],
+        probe["max_iter"],
+        cfg["anchor_split"],
+        cfg["fixed_layer"],
         matched=samples["control_matched"].to_numpy(),
     )
     summary = summarize(per_sample, cfg["bootstrap"]["n"], cfg["bootstrap"]["seed"])
