@@ -1,13 +1,7 @@
-"""Length-sorted batching with out-of-memory back-off: a CUDA OOM halves the batch and retries it.
-Batches hold at most `batch_size` items and, when a token budget is given, at most `token_budget` tokens
-counted as rows x the longest row's cost (what a padded batch really holds).
-
-The back-off splits only the batch that ran out of memory: once its items are done, the next batch has the
-full size again, so every other batch is the one a run without the OOM makes (bit-identical results); the
-split batch's rows differ from that run by float rounding only (a matmul over other rows; tested to 1e-5
-relative in float32 on the twins). The cache is emptied after the failed step's tensors are freed (they live
-as long as its traceback). A lasting shortage costs one failed attempt per batch: lower batch_size or
-token_budget then."""
+"""Length-sorted batching with out-of-memory back-off: a CUDA OOM halves the batch and retries it. Batches
+hold at most `batch_size` items and, with a token budget, at most `token_budget` tokens (rows x the longest
+row's cost). Only the batch that ran out of memory is split: every other batch is the one a run without the
+OOM makes (bit-identical); the split rows differ by float rounding only (tested to 1e-5 on the twins)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
-"""Which GPUs a model job runs on.
+"""Which GPUs a model job runs on. A job that sees exactly the GPUs it asked for (SLURM sets
+CUDA_VISIBLE_DEVICES) uses them as they are. A job that sees more (a local run with --resources gpu=K: every
+job sees every device; without locks all would load onto cuda:0) claims its own with an exclusive flock per
+device, held until the process exits, so a SIGKILLed job frees its GPUs too; it waits while all are taken.
 
-A job that sees exactly the GPUs it asked for (a cluster job per rule: SLURM sets CUDA_VISIBLE_DEVICES)
-uses them as they are. A job that sees more (a local run, `snakemake --cores 16 --resources gpu=K`, on a
-machine or inside a SLURM allocation of several GPUs: every job sees every device) claims its own with an
-exclusive file lock per device (one lock file per visible device under a lock directory), held until the
-process exits: a finished, failed or SIGKILLed job frees its GPUs with it; without the locks every job would
-load onto cuda:0. A job that finds every device taken waits for one. Inside a scheduler's job the default
-lock directory is that job's own (its devices are its own; another allocation's "0" may be another GPU).
-
-Environment: TRUTHFLOW_GPU_ASSIGN = auto (default: lock when more devices are visible than the job asked for)
-| lock (always) | off (as is); TRUTHFLOW_GPU_LOCK_DIR = the lock directory (default: a per-user folder in the
-temp directory, per scheduler job inside one).
+TRUTHFLOW_GPU_ASSIGN = auto (lock when more devices are visible than asked for) | lock | off;
+TRUTHFLOW_GPU_LOCK_DIR = the lock directory (default: per user in the temp directory, per scheduler job).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""Memory plan: each model job's peak GPU memory predicted from the model's config.json alone (arithmetic, no
-torch), checked against the GPUs the config declares before any job runs (config.check_config calls
-`plan_memory`), and the batch sizes that fill them.
-
-Dimensions: a `local:` source's config.json; else the public dimensions of the hub ids in
-schemas/model_dims.yaml (the paper configs' models: planned before any download); else the prepared
-resources/models/<name>/config.json, checked only (a value derived from it would change once the model is
-prepared and rerun its jobs). Nothing else is planned (embedded demo models and twins: tiny; other hub ids).
+"""Memory plan: each model job's peak GPU memory predicted from the model's config.json alone (no torch),
+checked against the GPUs the config declares before any job runs (config.check_config), and the batch sizes
+that fill them. Dimensions: a `local:` source's config.json; else schemas/model_dims.yaml (the paper
+configs' hub ids, planned before any download); else the prepared resources/models/<name>/config.json,
+checked only (a value derived from it would change once the model is prepared and rerun its jobs).
 
 Per GPU, in bytes (b: bytes per element of the dtype; a model split over g GPUs holds 1/g of its layers):
 
@@ -20,16 +17,10 @@ Per GPU, in bytes (b: bytes per element of the dtype; a model split over g GPUs 
                conversion chunk (logits.HEAD_CHUNK_ELEMENTS)
   overhead     1.5 GiB: CUDA context, cuBLAS/cuDNN workspaces
 
-Jobs: `generation` (generate_answers, answer_depthqa) at token_budget tokens: weights + (KV + activations) per
-token + head; `passes` (extract_pathways' knockout sweep, extract_experiments' passes, score_mink) at
-batch_size rows of ROW_TOKENS tokens: weights + (KV + activations) per token + mask + head; `saliency`
-(pathways models with experiments.saliency) at saliency_batch_size rows of ROW_TOKENS. A longer batch than
-planned backs off at run time (batching.run_batched halves it on an out-of-memory error).
-
-A model whose smallest jobs (one row; a token budget of one row) exceed gpu_mem_gb is refused with one line.
-Otherwise batch_size and token_budget, where the config leaves them out, become the largest powers of two
-whose jobs' working memory fills at most HEADROOM of what the weights leave of a GPU (capped at MAX_BATCH and
-MAX_BUDGET).
+Jobs: `generation` at token_budget tokens; `passes` (knockout sweep, experiment passes, score_mink) and
+`saliency` at batch_size / saliency_batch_size rows of ROW_TOKENS tokens (a longer batch backs off at run
+time). A model whose one-row jobs exceed gpu_mem_gb is refused; else batch_size and token_budget, where the
+config leaves them out, become the largest powers of two filling at most HEADROOM of what the weights leave.
 """
 
 from __future__ import annotations
@@ -199,9 +190,7 @@ def plan_memory(config: dict) -> dict[str, dict]:
         if found is None:
             continue
         dims, derive = found
-        jobs = {"generation", "passes"} | (
-            {"saliency"} if name in pw["models"] and exp["saliency"] else set()
-        )
+        jobs = {"generation", "passes"} | ({"saliency"} if name in pw["models"] else set())
         plans[name] = plan = plan_model(name, spec, dims, jobs, exp["saliency_batch_size"])
         if derive:
             for key in DERIVED:

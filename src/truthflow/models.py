@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,14 +19,6 @@ from .errors import TruthflowError
 INFO_FILE = "truthflow_model.json"
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "model*.bin")
 HUB_PATTERNS = ["*.json", "*.safetensors", "tokenizer*", "*.model", "*.tiktoken", "*.txt", "*.jinja"]
-DTYPES = {
-    "float32": "float32",
-    "fp32": "float32",
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-    "float16": "float16",
-    "fp16": "float16",
-}
 
 
 @dataclass
@@ -37,14 +30,12 @@ class LoadedModel:
 
 
 def torch_dtype(name: str):
+    """A config's dtype (the schema's auto, float32, bfloat16, float16); auto: bf16 on a GPU, else fp32."""
     import torch
 
     if name == "auto":
         return torch.bfloat16 if torch.cuda.is_available() else torch.float32
-    try:
-        return getattr(torch, DTYPES[name])
-    except KeyError:
-        raise TruthflowError(f"dtype '{name}' is not one of {sorted(DTYPES)} or 'auto'") from None
+    return getattr(torch, name)
 
 
 def _gguf_from_embedded(package: str, workdir: Path) -> Path:
@@ -66,10 +57,6 @@ def _gguf_from_embedded(package: str, workdir: Path) -> Path:
     return Path(module.assemble(workdir / getattr(module, "MODEL_NAME", "model.gguf")))
 
 
-def _has_weights(directory: Path) -> bool:
-    return any(any(directory.glob(p)) for p in WEIGHT_PATTERNS)
-
-
 def _convert_gguf(gguf_path: Path, out_dir: Path, dtype: str) -> None:
     """De-quantize a GGUF once into a plain transformers snapshot (GGUF models can't save_pretrained)."""
     import torch
@@ -89,7 +76,7 @@ def _convert_gguf(gguf_path: Path, out_dir: Path, dtype: str) -> None:
             f"GGUF {gguf_path.name}: weights missing after conversion: {result.missing_keys[:5]}"
         )
     plain.tie_weights()
-    plain.to(torch_dtype(dtype) if dtype != "auto" else torch.float32)
+    plain.to(getattr(torch, dtype))
     plain.save_pretrained(out_dir)
     tok.save_pretrained(out_dir)
 
@@ -124,16 +111,13 @@ def _hub_snapshot(repo_id: str, revision: str | None, out_dir: Path, name: str) 
 
 def check_gated_token(name: str, source: dict) -> None:
     """Fail fast with the variable to set when a hub model needs a token and none is configured."""
-    if "hub" in source and source.get("gated") and not (os.environ.get("HF_TOKEN") or _hf_token_file()):
+    from huggingface_hub import get_token
+
+    if "hub" in source and source.get("gated") and not get_token():
         raise TruthflowError(
             f"model '{name}': '{source['hub']}' is gated and no token is set; export HF_TOKEN=<a read token> "
             f"(after accepting the model's licence on the hub)"
         )
-
-
-def _hf_token_file() -> bool:
-    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
-    return (home / "token").exists()
 
 
 # ---------------------------------------------------------------- preparation, keyed on the weights only
@@ -155,7 +139,7 @@ def weights_key(spec: dict) -> dict:
         key["twins_py"] = hashlib.sha256(Path(__file__).with_name("twins.py").read_bytes()).hexdigest()[:12]
     if _converts(spec["source"]):
         dtype = spec.get("dtype") or "auto"
-        key["dtype"] = "float32" if dtype == "auto" else DTYPES.get(dtype, dtype)
+        key["dtype"] = "float32" if dtype == "auto" else dtype
     return key
 
 
@@ -194,11 +178,12 @@ def prepare_model(name: str, spec: dict, out_dir: str | Path) -> dict:
 
 def _build(name: str, key: dict, store: Path) -> None:
     store.parent.mkdir(parents=True, exist_ok=True)
-    tmp = store.with_name(f"{store.name}.partial-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
     source = key["source"]
-    try:
+    # removed on failure (a killed build's leftover: _drop_other_stores); renamed to `store` on success
+    with tempfile.TemporaryDirectory(
+        prefix=f"{store.name}.partial-", dir=store.parent, ignore_cleanup_errors=True
+    ) as tmp_name:
+        tmp = Path(tmp_name)
         if "embedded" in source:
             _convert_gguf(_gguf_from_embedded(source["embedded"], tmp), tmp, key["dtype"])
             for leftover in tmp.glob("*.gguf"):
@@ -221,10 +206,8 @@ def _build(name: str, key: dict, store: Path) -> None:
         (tmp / INFO_FILE).unlink(missing_ok=True)  # never write through a link
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=2))
         shutil.rmtree(store, ignore_errors=True)  # an incomplete snapshot of the same key
+        tmp.chmod(0o755)  # a temporary directory is private (0o700); a prepared snapshot is not
         tmp.rename(store)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def _from_local(name: str, source: dict, tmp: Path, dtype: str) -> None:
@@ -237,7 +220,7 @@ def _from_local(name: str, source: dict, tmp: Path, dtype: str) -> None:
             raise TruthflowError(f"model '{name}': GGUF file '{local / gguf}' does not exist")
         _convert_gguf(local / gguf, tmp, dtype)
         return
-    if not (local / "config.json").exists() or not _has_weights(local):
+    if not (local / "config.json").exists() or not any(any(local.glob(p)) for p in WEIGHT_PATTERNS):
         raise TruthflowError(
             f"model '{name}': local directory '{local}' has no config.json or no weights "
             f"({', '.join(WEIGHT_PATTERNS)})"
@@ -318,12 +301,6 @@ def read_info(model_dir: str | Path) -> dict:
     return json.loads(path.read_text())
 
 
-def pick_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def load_model(
     model_dir: str | Path,
     dtype: str = "auto",
@@ -334,13 +311,12 @@ def load_model(
     """Load a prepared snapshot once per job (`load_pretrained`; threads: torch's CPU threads)."""
     import torch
 
-    model_dir = Path(model_dir)
     if threads:
         torch.set_num_threads(max(1, min(int(threads), os.cpu_count() or 1)))
     info = read_info(model_dir)
-    if not (model_dir / "config.json").exists():
+    if not Path(model_dir, "config.json").exists():
         raise TruthflowError(
-            f"model '{info.get('name', model_dir.name)}': model directory '{model_dir}' has no config.json; "
+            f"model '{info['name']}': model directory '{model_dir}' has no config.json; "
             f"delete it and rerun to prepare it again"
         )
     model, tokenizer, device = load_pretrained(model_dir, dtype, gpus, attn_implementation)
@@ -355,13 +331,12 @@ def load_pretrained(source, dtype: str = "auto", gpus: int = 1, attn_implementat
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    device = pick_device()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     kwargs: dict = {"dtype": torch_dtype(dtype)}  # auto: bf16 on a GPU, fp32 on a CPU
-    if device == "cpu" and kwargs["dtype"] == torch.float16:
-        kwargs["dtype"] = torch.float32  # fp16 matmuls are slow or missing on CPUs
+    # on a CPU, fp16 matmuls are slow or missing, and bf16 is emulated unless the CPU has it (AVX512-BF16)
     bf16_cpu = torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    if device == "cpu" and kwargs["dtype"] == torch.bfloat16 and not bf16_cpu:
-        kwargs["dtype"] = torch.float32  # bf16 only where the CPU has it (AVX512-BF16, AMX), else emulated
+    if device == "cpu" and kwargs["dtype"] in (torch.float16, *([] if bf16_cpu else [torch.bfloat16])):
+        kwargs["dtype"] = torch.float32
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     if device == "cuda":

@@ -1,17 +1,10 @@
-"""Tiny random-weight twins of the real architectures (Llama-3, Mistral, Qwen3, Gemma-3) for exactness tests.
-
-Each twin is built in-process from its transformers config class in well under a second, with the traits
-that change the forward-pass math: Llama-3's rope scaling, Mistral's sliding window over every layer, Qwen3's
-q/k norms and tied head, Gemma-3's sliding/full layer mix (a window shorter than any test sequence), its
-scaled embeddings and soft-caps (transformers' Gemma-3 attention ignores attn_logit_softcapping; the final
-cap bites: |logits| reach it). The default tokenizer is a stand-in (a byte-level `tokenizers` BPE without
-merges, one token per byte, wrapped in PreTrainedTokenizerFast) with a chat template in each family's layout,
-so prompts are tens of tokens: longer than the window. `save_twin` writes a directory `load_model` reads.
-
-Given a real tokenizer (a demo model's: models.prepare_model's `twin` source, configs/rehearsal.yaml), the
-twin takes it in its family's layout instead (`adapt_tokenizer`: the family's turn tokens added where it lacks
-them, its BOS/EOS, the chat template above), its vocabulary the tokenizer's; Qwen3's twin then writes
-`</think>` often (its tied row scaled up), so that answers go through the reasoning-block strip.
+"""Tiny random-weight twins of the real architectures (Llama-3, Mistral, Qwen3, Gemma-3) for exactness tests,
+with the traits that change the forward-pass math: Llama-3's rope scaling, Mistral's sliding window, Qwen3's
+q/k norms and tied head, Gemma-3's sliding/full layer mix (a window shorter than any test sequence), scaled
+embeddings and final soft-cap. The default tokenizer is a byte-level stand-in (one token per byte) with a chat
+template in each family's layout; a real tokenizer (the `twin` model source, configs/rehearsal.yaml) is
+adapted to the family's layout instead, and Qwen3's twin then writes `</think>` often (its tied row scaled
+up), so that answers go through the reasoning-block strip.
 """
 
 from __future__ import annotations

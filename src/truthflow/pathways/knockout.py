@@ -2,16 +2,12 @@
 
 The block stops every position *after* an E_Q token from attending to it (E_Q->E_Q stays open). The
 residual stream after layer k depends on layers 1..k only, so ONE pass with the block in every layer gives,
-at each layer k, exactly the cumulative knockout of layers 1..k. The block is an additive float 4D mask
-(0 allowed, finfo.min blocked) with causality and padding folded in; boolean 4D masks are silently wrong
-under eager attention in transformers 5.x. A 4D mask bypasses transformers' own masks, sliding windows
-included: `model_mask` folds each layer type's window in (Gemma-3, Mistral), and caches hold every position
-(`DynamicCache()`: a sliding-window cache keeps only the window, which a full-width mask cannot address).
-
-The clean pass and every knockout pass of a batch share the tokens before the first blocked position (the
-chat header, the instruction, the start of the question): their keys and values are computed once per batch
-and each pass runs only the rest of the sequence from a copy of that cache (exact: the mask differs only in
-query rows after a blocked key). Tested against full passes on both demo models.
+at each layer k, exactly the cumulative knockout of layers 1..k. The block is an additive float 4D mask;
+boolean 4D masks are silently wrong under eager attention in transformers 5.x. A 4D mask bypasses
+transformers' own masks: `model_mask` folds each layer type's sliding window in, and caches hold every
+position (`DynamicCache()`; a sliding-window cache keeps only the window, which a full-width mask cannot
+address). The tokens every pass of a batch shares (before the first blocked position) run once per batch
+(`condition_passes`).
 """
 
 from __future__ import annotations
@@ -98,10 +94,8 @@ class _Stop(Exception):
 
 
 class ResidCapture:
-    """Forward hooks that keep the residual stream after each decoder layer (hook_resid_post) at one
-    position per row only, so a batch never holds all positions of all layers. The rows stay on the model's
-    device: `stacked()` copies them to the host once per pass, never once per layer (a per-layer `.cpu()`
-    synchronises the GPU at every layer)."""
+    """Forward hooks that keep the residual stream after each decoder layer at one position per row, on the
+    device: `stacked()` copies them to the host once per pass (a per-layer `.cpu()` syncs every layer)."""
 
     def __init__(self, layers: Sequence[torch.nn.Module], stop_after: int | None = None):
         self.layers = layers

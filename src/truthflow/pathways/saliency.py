@@ -1,48 +1,25 @@
 """Attention saliency ("Two Pathways to Truthfulness", Fig. 1): how much the loss on the model's own answer
 flows through attention edges leaving the exact question tokens E_Q.
 
-Definition. One sequence x_0..x_{n-1} is the prompt ids followed by the model's own answer ids; the answer
-starts at position s = answer_start (1 <= s < n). The loss is the mean negative log-likelihood of the answer
-tokens, teacher-forced,
-
-    L = -1/(n - s) * sum_{t = s}^{n-1} log p(x_t | x_0..x_{t-1})
-
-(position t is predicted from the logits at position t - 1). For decoder layer l and head h, A^l_h is the
-attention-probability matrix [n, n] (query i, key j; zero above the diagonal) exactly as the model's eager
-attention multiplies it with the values, and the saliency of the edge j -> i is
+One sequence x_0..x_{n-1} is the prompt ids then the model's own answer ids, the answer starting at s. The
+loss is the mean NLL of the answer tokens, teacher-forced, L = -1/(n - s) * sum_{t=s}^{n-1} log p(x_t | x_<t).
+With A^l_h the attention probabilities [n, n] of layer l, head h (query i, key j), exactly as the model's
+eager attention multiplies them with the values, the saliency of edge j -> i is
 
     S^l(i, j) = sum_h | A^l_h(i, j) * dL/dA^l_h(i, j) |.
 
-Per sample and layer two numbers are reported (pooled means over sets of cells, E_Q and E_A are 0-based
-token positions into the sequence):
+Per sample and layer: S(E_Q->E_A) = mean of S^l over {(i, j) : i in E_A, j in E_Q}; S(E_Q->*) = mean over
+{(i, j) : j in E_Q, j < i < n} (every later position, padding never counted). An empty set gives NaN;
+duplicate positions count once. Cells the loss cannot see have S = 0 exactly (the last query row; in the
+last layer, query rows before s - 1).
 
-    S(E_Q->E_A) = mean of S^l(i, j) over the cells {(i, j) : i in E_A, j in E_Q};
-    S(E_Q->*)   = mean of S^l(i, j) over the cells {(i, j) : j in E_Q, j < i < n}, i.e. every later
-                  position of the sequence (later E_Q tokens, the rest of the prompt, the answer);
-                  padding positions are never counted.
-
-An empty cell set gives NaN. Duplicate positions in E_Q or E_A count once. Cells the loss cannot see
-have S = 0 exactly: the last position's query row in every layer (its logits predict nothing) and, in the
-last layer, the query rows before s - 1 (their logits are not scored); so an E_A holding only the final
-token of the sequence gets S(E_Q->E_A) = 0.
-
-Computation. dL/dA needs the attention probabilities inside the autograd graph, so the stage runs under
-`eager` attention: a model loaded with another implementation (sdpa, flash) is switched with
-`model.set_attn_implementation("eager")` for the call and switched back afterwards. With
-`output_attentions=True` eager attention returns the very probability tensors it multiplies with the values
-(dropout is the identity in eval mode), and `torch.autograd.grad` of the loss with respect to them gives
-dL/dA; a returned tensor outside the graph makes autograd fail loudly. The graph is rooted at the input
-embeddings (detached, requires_grad), and the parameters are frozen for the call, so no parameter gradient
-is ever computed, stored or accumulated, and a model whose parameters are already frozen works too.
-
-Batches are right-padded (`pad_batch(side="right")`): a real row never attends to a later (padding) key, so
-each sample's probabilities and loss are those of its own unpadded pass. The batch loss is the SUM of the
-per-sample mean losses, so the gradient at sample b's attention is dL_b/dA_b: batched equals one at a time.
-S is reduced layer by layer in float32 and the gradients of a layer are dropped once reduced.
-The tokens every row of a batch shares before its first E_Q token and its first scored position (a chat
-template's header) run once, for one row and without a graph, and their keys and values are repeated for
-the batch (`knockout.head_cache`): dL/dA at a later query flows back from later positions only, so S is
-unchanged (tested against full passes); the pass then costs only the rest of each row.
+dL/dA needs the probabilities in the autograd graph, so the stage runs under `eager` attention (a model
+loaded otherwise is switched for the call and back), with `output_attentions=True`; the graph is rooted at
+the (detached) input embeddings and the parameters are frozen, so no parameter gradient is ever computed.
+Batches are right-padded and the batch loss is the SUM of per-sample mean losses, so batched equals one at
+a time. The head every row shares before its first E_Q token and first scored position runs once, without a
+graph (`knockout.head_cache`): dL/dA at a later query flows back from later positions only (tested against
+full passes).
 """
 
 from __future__ import annotations
@@ -101,11 +78,6 @@ def eager_attention(model):
     if before == "eager":
         yield
         return
-    if not hasattr(model, "set_attn_implementation"):
-        raise TruthflowError(
-            f"saliency needs eager attention; the model uses '{before}' and this transformers version "
-            f"cannot switch it: load the model with attn_implementation='eager'"
-        )
     model.set_attn_implementation("eager")
     if getattr(model.config, "_attn_implementation", None) != "eager":
         raise TruthflowError(
