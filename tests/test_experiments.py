@@ -432,3 +432,53 @@ def test_extract_writes_the_passes_and_the_samples_table(tiny):
     assert np.allclose(out[0], clean, atol=1e-5) and np.allclose(out[1][0], ko, atol=1e-5)
     empty = extract(tiny, kept.clear(), 2, cfg, "test", (np.zeros((0, 3, 32)), [np.zeros((0, 3, 32))] * 3))
     assert empty.height == 0 and empty.schema == pl.Schema(SAMPLES_SCHEMA)
+
+
+@pytest.mark.model
+def test_experiment_states_on_a_real_model(smollm):
+    """extract.experiment_states writes the patched, answer-only and reweighted states at K and the scores
+    table; the patched states are the stopped passes over the donor-patched sequences."""
+    from truthflow.generation import build_prompt, encode_prompt
+    from truthflow.pathways.extract import experiment_states
+
+    tok = smollm.tokenizer
+    qa = [("What is the capital of France?", "Paris"), ("Who wrote Hamlet?", "Shakespeare"), ("2 + 2?", "4")]
+    prompts = [encode_prompt(tok, build_prompt(tok, q, True), True) for q, _ in qa]
+    answers = [tok(a, add_special_tokens=False)["input_ids"] for _, a in qa]
+    ends = [len(p) + len(a) - 1 for p, a in zip(prompts, answers, strict=True)]
+    table = pl.DataFrame(
+        {
+            "id": ["a", "b", "c"],
+            "prompt_ids": prompts,
+            "answer_ids": answers,
+            "answer": [a for _, a in qa],
+            "question": [q for q, _ in qa],
+            "eq_positions": [[len(p) - 4, len(p) - 3] for p in prompts],
+            "ea_positions": [list(range(len(p), e + 1)) for p, e in zip(prompts, ends, strict=True)],
+            "probe_position": ends,
+            "control_positions": [[[len(p) - 6, len(p) - 5]] for p in prompts],
+            "control_matched": [True, True, False],
+        }
+    )
+    hidden = smollm.info["hidden_size"]
+    outs = (
+        np.zeros((2, 3, hidden), np.float32),
+        np.zeros((3, hidden), np.float32),
+        np.zeros((4, 3, hidden), np.float32),
+    )
+    prompt = {"chat": True, "template_kwargs": {}}
+    scores = experiment_states(smollm, table, 3, [2.0, 4.0], 0, 2, 3, prompt, outs, "t")
+    assert scores.schema == pl.Schema(ex.SCORES_SCHEMA) and scores["layer"].to_list() == [3] * 3
+    assert scores["patch_control_matched"].to_list() == [True, True, False]
+    assert ((scores["p_true"] > 0) & (scores["p_true"] < 1)).all() and scores["s_eq_ea"].list.len().min() > 0
+    seqs = [p + a for p, a in zip(prompts, answers, strict=True)]
+    inputs = iv.patched_inputs(
+        ["a", "b", "c"],
+        seqs,
+        table["eq_positions"].to_list(),
+        [[len(p) - 6, len(p) - 5] for p in prompts[:2]] + [None],
+        0,
+    )
+    ref = iv.resid_at_layer(smollm, inputs["target"], ends, 3, 3, out=np.zeros((3, hidden), np.float32))
+    assert np.allclose(outs[0][0], ref, atol=2e-3 * np.abs(ref).max())
+    assert all(np.abs(o).sum() > 0 for o in (outs[1], outs[2][3]))

@@ -280,7 +280,7 @@ def experiment_states(
     eq, ea, probe = (table[c].to_list() for c in ("eq_positions", "ea_positions", "probe_position"))
     ctrl0 = [
         c[0] if m and c else None
-        for c, m in zip(table["control_positions"], table["control_matched"], strict=True)
+        for c, m in zip(table["control_positions"].to_list(), table["control_matched"], strict=True)
     ]
     inputs = iv.patched_inputs(ids, seqs, eq, ctrl0, patch_seed)
     patched = [{"seqs": inputs["target"]}, {"seqs": inputs["control"]}]
