@@ -482,3 +482,11 @@ def test_experiment_states_on_a_real_model(smollm):
     ref = iv.resid_at_layer(smollm, inputs["target"], ends, 3, 3, out=np.zeros((3, hidden), np.float32))
     assert np.allclose(outs[0][0], ref, atol=2e-3 * np.abs(ref).max())
     assert all(np.abs(o).sum() > 0 for o in (outs[1], outs[2][3]))
+
+
+def test_experiment_states_of_no_samples_is_an_empty_scores_table():
+    from truthflow.pathways.extract import experiment_states
+
+    empty = pl.DataFrame(schema={"id": pl.String})
+    scores = experiment_states(None, empty, 3, [2.0], 0, 2, 3, {}, None, "t")
+    assert scores.height == 0 and scores.schema == pl.Schema(ex.SCORES_SCHEMA)

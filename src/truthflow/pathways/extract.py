@@ -270,11 +270,11 @@ def experiment_states(
     and control patched; answer-only [N, D]; PR [2·F, N, D]: ×f and ×1/f per factor f). Returns the
     per-sample scores (SCORES_SCHEMA): donors, P(True), answer log-probabilities, saliency per layer.
     factors: the PR factors; prompt: chat, template_kwargs (P(True)'s prompt is built like the answers')."""
+    if table.height == 0:
+        return pl.DataFrame(schema=SCORES_SCHEMA)
     patch, answer_only, pr = outs
     n, ids = table.height, table["id"].to_list()
     scores = {"id": ids, "layer": [layer] * n}
-    if n == 0:
-        return pl.DataFrame(scores, schema=SCORES_SCHEMA)
     seqs = [list(p) + list(a) for p, a in zip(table["prompt_ids"], table["answer_ids"], strict=True)]
     prompt_lens = table["prompt_ids"].list.len().to_list()
     eq, ea, probe = (table[c].to_list() for c in ("eq_positions", "ea_positions", "probe_position"))
