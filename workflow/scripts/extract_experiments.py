@@ -1,7 +1,7 @@
 import numpy as np
 
 from truthflow import runlog, validate
-from truthflow.models import load_model
+from truthflow.jobs import load_job_model
 from truthflow.pathways.experiments import experiment_layer
 from truthflow.pathways.extract import experiment_states
 
@@ -17,8 +17,7 @@ def main(sm):
     table = samples.join(labels, on="id", how="left").join(
         questions.select("id", "question"), on="id", how="left"
     )
-    threads = sm.resources.get("torch_threads") or sm.threads
-    lm = load_model(sm.input.model, sm.params.dtype, gpus=sm.resources.gpu, threads=threads)
+    lm = load_job_model(sm)
     n, hidden = table.height, lm.info["hidden_size"]
     layer, why = experiment_layer(cfg["layer"], auc, lm.info["n_layers"], model)
     print(f"{model}/{dataset}: experiments at layer {layer} ({why})", flush=True)

@@ -2,7 +2,7 @@ import numpy as np
 import polars as pl
 
 from truthflow import runlog, validate
-from truthflow.models import load_model
+from truthflow.jobs import load_job_model
 from truthflow.pathways.extract import extract, locate_all
 
 
@@ -12,8 +12,7 @@ def main(sm):
     questions = validate.read_parquet(sm.input.data, ["id", "dataset", "question"]).drop("dataset")
     validate.check_ids(labelled, sm.input.labels, "id", questions["id"], sm.input.data)
     table = labelled.join(questions, on="id", how="left")
-    threads = sm.resources.get("torch_threads") or sm.threads
-    lm = load_model(sm.input.model, sm.params.dtype, gpus=sm.resources.gpu, threads=threads)
+    lm = load_job_model(sm)
     model, dataset = sm.wildcards.model, sm.wildcards.dataset
     kwargs = sm.params.extractor_template_kwargs
     bs = sm.resources.batch_size
