@@ -14,10 +14,9 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from contextlib import ExitStack, contextmanager, redirect_stderr, redirect_stdout, suppress
+from contextlib import ExitStack, redirect_stderr, redirect_stdout, suppress
 from pathlib import Path
 
-import polars as pl
 import psutil
 
 from .errors import TruthflowError
@@ -191,17 +190,3 @@ def stop_jobs_on_sigterm() -> None:
             raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, handler)
-
-
-@contextmanager
-def atomic(path: str | Path):
-    """Yields `path` itself (see the module doc): table_html.py could use its output path directly."""
-    yield Path(path)
-
-
-def write_parquet(df: pl.DataFrame, path: str | Path) -> None:
-    df.write_parquet(path)
-
-
-def write_tsv(df: pl.DataFrame, path: str | Path) -> None:
-    df.write_csv(path, separator="\t")

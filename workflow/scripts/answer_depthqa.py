@@ -11,7 +11,7 @@ def main(sm):
         "prompt_ids", "answer_ids"
     )
     out = pl.concat([questions.select(pl.col("id").alias("qid"), "depth"), answers], how="horizontal")
-    runlog.write_parquet(out, sm.output[0])
+    out.write_parquet(sm.output[0])
 
 
 runlog.run(snakemake, main)  # noqa: F821

@@ -14,7 +14,7 @@ def main(sm):
         )
         for path, job in zip(sm.input.tables, sm.params.jobs, strict=True)
     ]
-    runlog.write_tsv(pl.concat(frames) if frames else pl.DataFrame(), sm.output[0])
+    (pl.concat(frames) if frames else pl.DataFrame()).write_csv(sm.output[0], separator="\t")
 
 
 runlog.run(snakemake, main)  # noqa: F821

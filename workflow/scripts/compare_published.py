@@ -25,7 +25,7 @@ def main(sm):
     table = compare(published, pathways, depthwise, pooled, check, experiments)
     with pl.Config(tbl_rows=100, tbl_width_chars=200, fmt_str_lengths=80):
         print(table.select("check", "model", "dataset", "reproduced", "verdict"), flush=True)
-    runlog.write_tsv(table, sm.output[0])
+    table.write_csv(sm.output[0], separator="\t")
 
 
 runlog.run(snakemake, main)  # noqa: F821

@@ -25,11 +25,11 @@ def main(sm):
     if excluded:
         print(gaps.filter(pl.col("excluded").is_not_null()).group_by("excluded").len(), flush=True)
     print(pooled, flush=True)
-    runlog.write_parquet(per_question, sm.output.per_question)
-    runlog.write_parquet(depthwise, sm.output.depthwise)
-    runlog.write_parquet(gaps, sm.output.gaps)
-    runlog.write_parquet(subsets, sm.output.subsets)
-    runlog.write_tsv(pooled, sm.output.pooled)
+    per_question.write_parquet(sm.output.per_question)
+    depthwise.write_parquet(sm.output.depthwise)
+    gaps.write_parquet(sm.output.gaps)
+    subsets.write_parquet(sm.output.subsets)
+    pooled.write_csv(sm.output.pooled, separator="\t")
 
 
 runlog.run(snakemake, main)  # noqa: F821

@@ -6,9 +6,9 @@ def main(sm):
     questions, nodes, report = load_depthqa(sm.params.spec)
     dropped = report.pop("dropped")
     print(f"depthqa: {report}", flush=True)
-    runlog.write_parquet(questions, sm.output.questions)
-    runlog.write_parquet(nodes, sm.output.nodes)
-    runlog.write_parquet(dropped, sm.output.dropped)
+    questions.write_parquet(sm.output.questions)
+    nodes.write_parquet(sm.output.nodes)
+    dropped.write_parquet(sm.output.dropped)
 
 
 runlog.run(snakemake, main)  # noqa: F821

@@ -37,7 +37,7 @@ def main(sm):
     scores = experiment_states(lm, table, layer, factors, seed, saliency_bs, bs, prompt, outs, name)
     for arr in outs:
         arr.flush()
-    runlog.write_parquet(scores, sm.output.scores)
+    scores.write_parquet(sm.output.scores)
 
 
 runlog.run(snakemake, main)  # noqa: F821

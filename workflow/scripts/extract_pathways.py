@@ -32,10 +32,8 @@ def main(sm):
     samples = extract(lm, kept, bs, sm.params.knockout, f"knockout {model}/{dataset}", out)
     for arr in (clean, ko, ctrl):
         arr.flush()
-    runlog.write_parquet(samples, sm.output.samples)
-    runlog.write_parquet(
-        dropped.with_columns(model=pl.lit(model), dataset=pl.lit(dataset)), sm.output.dropped
-    )
+    samples.write_parquet(sm.output.samples)
+    dropped.with_columns(model=pl.lit(model), dataset=pl.lit(dataset)).write_parquet(sm.output.dropped)
 
 
 runlog.run(snakemake, main)  # noqa: F821

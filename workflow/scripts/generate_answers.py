@@ -7,7 +7,7 @@ def main(sm):
     questions = validate.read_parquet(sm.input.data, ["id", "question"])
     desc = f"generate {sm.wildcards.model}/{sm.wildcards.dataset}"
     answers = jobs.answer_table(sm, questions["question"].to_list(), sm.params.instruction, desc)
-    runlog.write_parquet(pl.concat([questions.select("id"), answers], how="horizontal"), sm.output[0])
+    pl.concat([questions.select("id"), answers], how="horizontal").write_parquet(sm.output[0])
 
 
 runlog.run(snakemake, main)  # noqa: F821

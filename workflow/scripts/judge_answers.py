@@ -24,7 +24,7 @@ def main(sm):
         print(missing.group_by("reason").len(), flush=True)
         print("missing verdicts are not cached: --forcerun judge_answers asks for them again", flush=True)
     out = scores.join(answers.select("qid", "depth"), on="qid", how="left")
-    runlog.write_parquet(out.with_columns(pl.lit(sm.wildcards.model).alias("model")), sm.output[0])
+    out.with_columns(pl.lit(sm.wildcards.model).alias("model")).write_parquet(sm.output[0])
 
 
 runlog.run(snakemake, main)  # noqa: F821

@@ -14,8 +14,8 @@ def main(sm):
     echoes = labelled.filter(pl.col("echo_rejected")).join(questions.select("id", "question"), on="id")
     for r in echoes.head(5).iter_rows(named=True):  # the log shows what the echo rule rejected
         print(f"echo rejected: {r['question']!r} -> {r['answer']!r}", flush=True)
-    runlog.write_parquet(labelled, sm.output.labels)
-    runlog.write_tsv(acc, sm.output.accuracy)
+    labelled.write_parquet(sm.output.labels)
+    acc.write_csv(sm.output.accuracy, separator="\t")
 
 
 runlog.run(snakemake, main)  # noqa: F821

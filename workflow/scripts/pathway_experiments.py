@@ -23,7 +23,7 @@ def main(sm):
         samples, scores, deltap, data, clean, states, sm.params.probe, sm.params.bootstrap, factors, keys
     )
     for table, name in zip(tables, ("rows", "awareness", "detection", "per_sample"), strict=True):
-        runlog.write_parquet(table, sm.output[name])
+        table.write_parquet(sm.output[name])
 
 
 runlog.run(snakemake, main)  # noqa: F821

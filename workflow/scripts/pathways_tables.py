@@ -30,14 +30,14 @@ def main(sm):
         if classes
         else pl.DataFrame(schema=CLASS_TABLE_SCHEMA)
     )
-    runlog.write_parquet(summary, sm.output.summary)
-    runlog.write_parquet(auc, sm.output.auc)
-    runlog.write_parquet(check, sm.output.check)
-    runlog.write_tsv(auc_by_layer(auc), sm.output.auc_tsv)
-    runlog.write_tsv(dropped, sm.output.dropped)
-    runlog.write_tsv(rounded(check), sm.output.check_tsv)
-    runlog.write_tsv(rounded(by_layers), sm.output.check_layers)
-    runlog.write_tsv(classes, sm.output.exact_tokens)
+    summary.write_parquet(sm.output.summary)
+    auc.write_parquet(sm.output.auc)
+    check.write_parquet(sm.output.check)
+    auc_by_layer(auc).write_csv(sm.output.auc_tsv, separator="\t")
+    dropped.write_csv(sm.output.dropped, separator="\t")
+    rounded(check).write_csv(sm.output.check_tsv, separator="\t")
+    rounded(by_layers).write_csv(sm.output.check_layers, separator="\t")
+    classes.write_csv(sm.output.exact_tokens, separator="\t")
     for r in check.iter_rows(named=True):
         print(f"{r['model']}/{r['dataset']}: {r['verdict']} ({r['reason']})", flush=True)
 

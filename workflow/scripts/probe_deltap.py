@@ -36,10 +36,10 @@ def main(sm):
     stats = cells.select("layers", "measure", "n_samples", "n_minority", "probe_auc", "diff", "sd", "status")
     print(f"{model}/{dataset}: E_Q − control, per-cell statistics", stats, sep="\n", flush=True)
     keys = [pl.lit(model).alias("model"), pl.lit(dataset).alias("dataset")]
-    runlog.write_parquet(auc.select(*keys, pl.all()), sm.output.auc)
-    runlog.write_parquet(per_sample.select(*keys, pl.all()), sm.output.deltap)
-    runlog.write_parquet(summary.select(*keys, pl.all()), sm.output.summary)
-    runlog.write_parquet(cell_frame(cells, model, dataset), sm.output.check)
+    auc.select(*keys, pl.all()).write_parquet(sm.output.auc)
+    per_sample.select(*keys, pl.all()).write_parquet(sm.output.deltap)
+    summary.select(*keys, pl.all()).write_parquet(sm.output.summary)
+    cell_frame(cells, model, dataset).write_parquet(sm.output.check)
 
 
 runlog.run(snakemake, main)  # noqa: F821

@@ -22,7 +22,7 @@ def main(sm):
     out = pl.concat(
         [questions.select(pl.col("id").alias("qid"), "depth"), scores.drop("index")], how="horizontal"
     )
-    runlog.write_parquet(out.with_columns(pl.lit(sm.wildcards.model).alias("model")), sm.output[0])
+    out.with_columns(pl.lit(sm.wildcards.model).alias("model")).write_parquet(sm.output[0])
 
 
 runlog.run(snakemake, main)  # noqa: F821
