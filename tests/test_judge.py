@@ -114,7 +114,9 @@ class FakeEndpoint:
                     status, content = (
                         endpoint.replies.pop(0) if len(endpoint.replies) > 1 else endpoint.replies[0]
                     )
-                if status == 200:
+                if status == 200 and content == "{no choices}":  # a proxy's reply of another shape
+                    payload = {"id": "chatcmpl-test", "object": "chat.completion", "choices": []}
+                elif status == 200:
                     payload = {
                         "id": "chatcmpl-test", "object": "chat.completion", "model": body["model"],
                         "choices": [{"index": 0, "finish_reason": "stop",
@@ -210,6 +212,13 @@ def test_failed_verdicts_in_an_old_cache_are_asked_again(endpoint, key, tmp_path
     endpoint.replies = [(200, "[RESULT] 2")]
     table = judge_all([ROW], openai_cfg(endpoint.base_url), cache, progress=False)
     assert len(endpoint.requests) == 1 and table["score"].to_list() == [2]
+
+
+def test_openai_reply_without_content_is_one_line_naming_the_judge_model(endpoint, key, tmp_path) -> None:
+    endpoint.replies = [(200, "{no choices}")]
+    with pytest.raises(TruthflowError, match="judge model 'judge-model' .* without choices") as err:
+        judge_all([ROW], openai_cfg(endpoint.base_url), tmp_path / "c.jsonl", progress=False)
+    assert "\n" not in str(err.value) and err.value.__cause__ is None
 
 
 def test_openai_rate_limit_is_retried(endpoint, key, tmp_path) -> None:

@@ -246,7 +246,14 @@ class OpenAIJudge:
         except self.openai.OpenAIError as exc:
             self.failed = self._error(exc)
             raise self.failed from None
-        return read_verdict(reply.choices[0].message.content)
+        try:
+            return read_verdict(reply.choices[0].message.content)
+        except (AttributeError, IndexError, TypeError):  # the SDK does not check a reply's shape
+            self.failed = TruthflowError(
+                f"judge model '{self.model}' at {self.url} answered without choices[0].message.content: "
+                f"{_one_line(reply)}"
+            )
+            raise self.failed from None
 
     def verdicts(self, rows: list[dict]) -> Iterator[tuple[int, Verdict]]:
         pool = ThreadPoolExecutor(max_workers=OPENAI_WORKERS)
