@@ -31,9 +31,8 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def check_columns(df: pl.DataFrame, path: str | Path, required: Columns, _rule=None) -> None:
-    """Every required column is there (and of the given dtype, where a Mapping gives one). `_rule` is ignored
-    (plot_experiments.py still passes one)."""
+def check_columns(df: pl.DataFrame, path: str | Path, required: Columns) -> None:
+    """Every required column is there (and of the given dtype, where a Mapping gives one)."""
     schema = df.schema
     wanted = required if isinstance(required, Mapping) else dict.fromkeys(required)
     missing = [c for c in wanted if c not in schema]

@@ -13,7 +13,7 @@ def _read(path, columns):
     """An empty table (a run without rows writes it without columns) is passed on: the figures say so."""
     df = validate.read_parquet(path)
     if df.height:
-        validate.check_columns(df, path, columns, "experiment_tables")
+        validate.check_columns(df, path, columns)
     return df
 
 
