@@ -51,10 +51,7 @@ report: "workflow/report/workflow.rst"
 
 onstart:
     stop_jobs_on_sigterm()  # Snakemake's own SIGTERM handler waits for the running jobs: hours, for a model
-    try:
-        check_gated_tokens()
-    except TruthflowError as exc:
-        raise WorkflowError(str(exc))
+    check_gated_tokens()
 
 
 rule all:

@@ -5,9 +5,10 @@ The code is read statically (Snakefile, workflow/rules/*.smk, src/truthflow/**/*
 read is a chain of string-literal subscripts or `.get`/`.setdefault`/`.pop` calls, or an `"key" in ...` test,
 on something that holds (part of) the config: `config` itself, a variable assigned from such a chain
 (`pw = config["pathways"]`, `for name, spec in config["datasets"].items()`), a rule's `params` in its script
-(`sm.params.knockout["mode"]`, the param's own chain read from the rule), or one of the few function
-parameters listed in HANDOFFS. A variable subscript under a fixed section (`config["pathways"][k]`) is a
-dynamic read: the keys it can take are listed, with the reason, in DYNAMIC."""
+(`sm.params.knockout["mode"]`, the param's own chain read from the rule), a rule's
+`**model_params("key", ...)` (those keys of its model's entry), or one of the few function parameters listed
+in HANDOFFS. A variable subscript under a fixed section (`config["pathways"][k]`) is a dynamic read: the keys
+it can take are listed, with the reason, in DYNAMIC."""
 
 from __future__ import annotations
 
@@ -186,6 +187,10 @@ def code_reads() -> dict[tuple[str, ...], set[str]]:
                     roots[alias.group(1)] = _norm((*base, *keys))
                 elif loop and re.match(r"\s*(?:or \{\}\s*\)\s*)?\.(items|values)\(\)", rest):
                     roots[loop.group(1)] = _norm((*base, *keys, ANY))
+        # a rule's `**model_params("chat", "dtype")`: those keys of the job's model entry (common.smk)
+        for m in re.finditer(r"model_params\(([^()]*)\)", file.read_text() if file.suffix == ".smk" else ""):
+            for key in re.findall(_STR, m.group(1)):
+                reads.setdefault(("models", ANY, key[0] or key[1]), set()).add(rel)
     assert not unused, f"HANDOFFS names no longer used: {sorted(unused)}"
     return reads
 
@@ -229,6 +234,7 @@ def test_the_scan_sees_reads():
         ("depth", "judge", "base_url"),
         ("datasets", ANY, "source", "columns"),
         ("models", ANY, "source", "embedded"),  # `"embedded" in source`
+        ("models", ANY, "chat"),  # a rule's **model_params("chat", ...)
     ]:
         assert any(_norm(r) == _norm(path) for r in READS) or path[1] == "gemma3-270m", path
     assert _lookup(("pathways", "knockot")) == "missing"

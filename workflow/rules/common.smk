@@ -54,6 +54,11 @@ def model_spec(model):
     return config["models"][model]
 
 
+def model_params(*keys):
+    """A model job's params: these keys of its model's entry (models.<name>.<key>)."""
+    return {key: lambda w, key=key: model_spec(w.model)[key] for key in keys}
+
+
 def model_gpus(wildcards):
     return model_spec(wildcards.model)["gpus"]
 
@@ -235,6 +240,9 @@ def check_gated_tokens():
     from truthflow.models import INFO_FILE, check_gated_token
 
     used = set(config["pathways"]["models"]) | set(config["depth"]["models"])
-    for name in sorted(used):
-        if not Path(model_dir(model=name), INFO_FILE).exists():
-            check_gated_token(name, model_spec(name)["source"])
+    try:
+        for name in sorted(used):
+            if not Path(model_dir(model=name), INFO_FILE).exists():
+                check_gated_token(name, model_spec(name)["source"])
+    except TruthflowError as exc:
+        raise WorkflowError(str(exc))

@@ -16,7 +16,7 @@ rule score_mink:
         **MODEL_RESOURCES,
         gpu=model_gpus,
     params:
-        dtype=lambda w: model_spec(w.model)["dtype"],
+        **model_params("dtype"),
         k_grid=config["depth"]["mink"]["k_grid"],
     script:
         "../scripts/score_mink.py"
@@ -40,11 +40,8 @@ rule answer_depthqa:
         **MODEL_RESOURCES,
         gpu=model_gpus,
     params:
-        chat=lambda w: model_spec(w.model)["chat"],
-        dtype=lambda w: model_spec(w.model)["dtype"],
+        **model_params("chat", "dtype", "token_budget", "chat_template_kwargs"),
         max_new_tokens=config["depth"]["max_new_tokens"],
-        token_budget=lambda w: model_spec(w.model)["token_budget"],
-        chat_template_kwargs=lambda w: model_spec(w.model)["chat_template_kwargs"],
         max_prompt_tokens=config["generation"]["max_prompt_tokens"],
     script:
         "../scripts/answer_depthqa.py"

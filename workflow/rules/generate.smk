@@ -18,11 +18,9 @@ rule generate_answers:
         **MODEL_RESOURCES,
         gpu=model_gpus,
     params:
-        chat=lambda w: model_spec(w.model)["chat"],
-        dtype=lambda w: model_spec(w.model)["dtype"],
-        max_new_tokens=lambda w: model_spec(w.model)["max_new_tokens"],
-        token_budget=lambda w: model_spec(w.model)["token_budget"],
-        chat_template_kwargs=lambda w: model_spec(w.model)["chat_template_kwargs"],
+        **model_params(
+            "chat", "dtype", "max_new_tokens", "token_budget", "chat_template_kwargs"
+        ),
         instruction=config["generation"]["instruction"],
         max_prompt_tokens=config["generation"]["max_prompt_tokens"],
     script:

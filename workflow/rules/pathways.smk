@@ -23,8 +23,7 @@ rule extract_pathways:
         **MODEL_RESOURCES,
         gpu=model_gpus,
     params:
-        chat=lambda w: model_spec(w.model)["chat"],
-        dtype=lambda w: model_spec(w.model)["dtype"],
+        **model_params("chat", "dtype"),
         extractor=config["pathways"]["exact_tokens"]["extractor"],
         # the chat-template variables only reach the LLM extractor's prompts: a param only when it is used
         extractor_template_kwargs=lambda w: (
@@ -172,9 +171,7 @@ rule extract_experiments:
         **MODEL_RESOURCES,
         gpu=model_gpus,
     params:
-        chat=lambda w: model_spec(w.model)["chat"],
-        dtype=lambda w: model_spec(w.model)["dtype"],
-        chat_template_kwargs=lambda w: model_spec(w.model)["chat_template_kwargs"],
+        **model_params("chat", "dtype", "chat_template_kwargs"),
         experiments=config["pathways"]["experiments"],
     script:
         "../scripts/extract_experiments.py"
