@@ -5,7 +5,6 @@ without a band, a line never crosses a layer without rows, a panel with nothing 
 
 from __future__ import annotations
 
-import re
 import textwrap
 from collections.abc import Mapping
 from pathlib import Path
@@ -78,16 +77,15 @@ def dataset_legend(drawn) -> tuple[list, list[str]]:
 
 
 def figure(n_cols: int, n_rows: int = 1, height: float = 3.2, width: float = 4.6, **kw):
-    """The panels (a subfigure, constrained layout) above an empty strip for finish()'s caption."""
+    """The panels: a subfigure (constrained layout) of the figure that holds finish()'s caption below it."""
     fig = Figure(figsize=(width * max(1, n_cols), height * n_rows), dpi=DPI, layout="constrained")
-    grid = fig.add_gridspec(2, 1, height_ratios=[1, 1e-6])
-    panels = fig.add_subfigure(grid[0])
-    fig.add_subfigure(grid[1])
+    panels = fig.subfigures(1, 1)
     return panels, panels.subplots(n_rows, max(1, n_cols), squeeze=False, **kw)
 
 
 def finish(panels, handles, labels, caption: str, png, pdf, ncol: int = 4) -> None:
-    """One legend outside below all panels, the caption in the strip below; constrained layout places both."""
+    """One legend outside below all panels; the caption is the figure's x label, below the panels'
+    subfigure (constrained layout places both); the figure grows by the caption's height."""
     fig = panels.figure
     if handles:
         panels.legend(
@@ -100,20 +98,11 @@ def finish(panels, handles, labels, caption: str, png, pdf, ncol: int = 4) -> No
         )
     if caption:
         lines = textwrap.wrap(caption, width=int(fig.get_figwidth() * 15))
-        width, height = fig.get_size_inches()
-        fig.set_size_inches(width, height + 0.13 * len(lines) + 0.1)
-        panels._subplotspec.get_gridspec().set_height_ratios([height, 0.13 * len(lines) + 0.1])
-        fig.subfigs[1].text(0.01, 1, "\n".join(lines), va="top", fontsize=7, color="0.3")
+        fig.set_size_inches(fig.get_figwidth(), fig.get_figheight() + 0.13 * len(lines) + 0.1)
+        fig.supxlabel("\n".join(lines), x=0.01, ha="left", fontsize=7, color="0.3")
     for out in (png, pdf):
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(out, dpi=DPI, bbox_inches="tight", pad_inches=0.08)
-
-
-def caption(rst, options: str = "", extra: str = "") -> str:
-    """A figure's caption is its report caption (workflow/report/<figure>.rst): the same text in both, with
-    the config options filled in for the template's placeholder, and `extra` (what the tables say) after."""
-    text = re.sub(r"\{\{\s*snakemake\.params\.caption\s*\}\}", options, Path(rst).read_text())
-    return " ".join(f"{text.replace('``', '')} {extra}".split())
 
 
 def line(col: str, ls: str = "-", **kw) -> Line2D:

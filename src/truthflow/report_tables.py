@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,10 +31,12 @@ TABLES = {
 }
 
 
-def caption(name: str, report_dir: str | Path) -> str:
-    """A table's caption: its caption file as one line of plain text (no rst literals)."""
-    text = Path(report_dir, TABLES[name][1]).read_text()
-    return " ".join(text.replace("``", "").split())
+def caption(rst, options: str = "", extra: str = "") -> str:
+    """A figure's or table's caption is its report caption (workflow/report/*.rst), the same text in both, as
+    one line of plain text (no rst literals): the config options fill the template's placeholder, `extra`
+    (what the tables say) goes after."""
+    text = re.sub(r"\{\{\s*snakemake\.params\.caption\s*\}\}", options, Path(rst).read_text())
+    return " ".join(f"{text.replace('``', '')} {extra}".split())
 
 
 STYLE = """

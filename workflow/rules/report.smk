@@ -62,6 +62,8 @@ rule table_html:
         "../../envs/truthflow.yaml"
     params:
         title=lambda w: REPORT_TABLES[w.table][0],
-        caption=lambda w: table_caption(w.table, checkout_path("workflow", "report")),
+        caption=lambda w: table_caption(
+            checkout_path("workflow", "report", REPORT_TABLES[w.table][1])
+        ),
     script:
         "../scripts/table_html.py"

@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from truthflow import plotting, runlog, validate
+from truthflow import report_tables, runlog, validate
 from truthflow.depth.plots import plot_depth_boxes, plot_score_gap_density
 
 
@@ -8,7 +8,7 @@ def main(sm):
     p = sm.params
 
     def caption(fig: str) -> str:
-        return plotting.caption(Path(p.report, f"{fig}.rst"), p.caption) if p.show_caption else ""
+        return report_tables.caption(Path(p.report, f"{fig}.rst"), p.caption) if p.show_caption else ""
 
     depthwise = validate.read_parquet(sm.input.depthwise, ["model", "group", "depth", "mink"])
     plot_depth_boxes(

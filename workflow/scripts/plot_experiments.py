@@ -1,7 +1,7 @@
 import logging
 from pathlib import Path
 
-from truthflow import plotting, runlog, validate
+from truthflow import plotting, report_tables, runlog, validate
 from truthflow.pathways import plots_experiments as pe
 
 ROWS = ["model", "dataset", "experiment", "condition", "group", "layer", "n", "value", "ci_low", "ci_high"]
@@ -35,7 +35,7 @@ def main(sm):
     def caption(fig: str) -> str:
         at_k = f"Experiment layer K: {k or 'none in the tables'}."
         return (
-            plotting.caption(Path(sm.params.report, f"pathways_{fig}.rst"), extra=at_k)
+            report_tables.caption(Path(sm.params.report, f"pathways_{fig}.rst"), extra=at_k)
             if sm.params.show_caption
             else ""
         )

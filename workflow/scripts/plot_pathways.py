@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from truthflow import plotting, runlog, validate
+from truthflow import report_tables, runlog, validate
 from truthflow.pathways.check import caption as check_caption
 from truthflow.pathways.plots import plot_anchored, plot_check, plot_pathways, plot_probe_auc
 
@@ -16,7 +16,7 @@ def main(sm):
     p = sm.params
 
     def out(name: str, fig: str, extra: str = ""):
-        cap = plotting.caption(Path(p.report, f"{fig}.rst"), p.caption, extra) if p.show_caption else ""
+        cap = report_tables.caption(Path(p.report, f"{fig}.rst"), p.caption, extra) if p.show_caption else ""
         return sm.output[f"{name}png"], sm.output[f"{name}pdf"], cap
 
     plot_pathways(summary, auc, p.models, p.titles, *out("", "pathways"))
