@@ -42,64 +42,36 @@ DEFAULTS = {key: spec["default"] for key, spec in _CHECK.items()}
 CELL_SCHEMA = {
     "range": pl.String,  # all | second_half | explicit | middle_third (the explicit stand-in)
     "layers": pl.String,  # "second_half (16-30)"
-    "layer_from": pl.Int64,
-    "layer_to": pl.Int64,
+    **dict.fromkeys(["layer_from", "layer_to"], pl.Int64),
     "measure": pl.String,
-    "n_samples": pl.Int64,
-    "n_unmatched": pl.Int64,
-    "n_minority": pl.Int64,
-    "probe_auc": pl.Float64,
-    "target": pl.Float64,
-    "control": pl.Float64,
-    "diff": pl.Float64,
-    "sd": pl.Float64,
+    **dict.fromkeys(["n_samples", "n_unmatched", "n_minority"], pl.Int64),
+    **dict.fromkeys(["probe_auc", "target", "control", "diff", "sd"], pl.Float64),
     "status": pl.String,  # why no test can be made in this cell (no probe, no control); null otherwise
 }
 TEST_COLUMNS = {
-    "diff": pl.Float64,
-    "diff_low": pl.Float64,
-    "diff_high": pl.Float64,
-    "p_value": pl.Float64,
-    "p_holm": pl.Float64,
-    "sesoi": pl.Float64,
-    "mde": pl.Float64,
+    **dict.fromkeys(["diff", "diff_low", "diff_high", "p_value", "p_holm", "sesoi", "mde"], pl.Float64),
     "n_needed": pl.Int64,
     "verdict": pl.String,
 }
 CHECK_SCHEMA = {
-    "model": pl.String,
-    "dataset": pl.String,
-    "measure": pl.String,
-    "layers": pl.String,
+    **dict.fromkeys(["model", "dataset", "measure", "layers"], pl.String),
     "n_samples": pl.Int64,
     **TEST_COLUMNS,
     "reason": pl.String,
     "verdict_cell": pl.String,  # the same cell without the family-wise correction
     "level": pl.Float64,  # the one-sided level the corrected bounds are at (Holm's, at the cell's step)
     "secondary_measure": pl.String,
-    "secondary_diff": pl.Float64,
-    "secondary_low": pl.Float64,
-    "secondary_high": pl.Float64,
-    "secondary_p": pl.Float64,
-    "flip_target": pl.Float64,
-    "flip_control": pl.Float64,
-    "delta_p_target": pl.Float64,
-    "delta_p_control": pl.Float64,
+    **dict.fromkeys(["secondary_diff", "secondary_low", "secondary_high", "secondary_p"], pl.Float64),
+    **dict.fromkeys(["flip_target", "flip_control", "delta_p_target", "delta_p_control"], pl.Float64),
     **{c: CELL_SCHEMA[c] for c in ("layer_from", "layer_to", "n_unmatched", "n_minority", "probe_auc")},
 }
 DROPPED_SCHEMA = {
-    "model": pl.String,
-    "dataset": pl.String,
-    "reason": pl.String,
+    **dict.fromkeys(["model", "dataset", "reason"], pl.String),
     "n": pl.UInt32,
     "detail": pl.String,
 }
 LAYERS_SCHEMA = {
-    "model": pl.String,
-    "dataset": pl.String,
-    "range": pl.String,
-    "layers": pl.String,
-    "measure": pl.String,
+    **dict.fromkeys(["model", "dataset", "range", "layers", "measure"], pl.String),
     "n_samples": pl.Int64,
     **TEST_COLUMNS,
     "reason": pl.String,
@@ -116,10 +88,6 @@ def layer_ranges(n_layers: int, layers) -> list[tuple[str, int, int]]:
     else:
         third = ("middle_third", n_layers // 3 + 1, max(n_layers // 3 + 1, 2 * n_layers // 3))
     return [("all", 1, n_layers), ("second_half", min(half, n_layers), n_layers), third]
-
-
-def range_name(layers) -> str:
-    return "explicit" if isinstance(layers, list | tuple) else str(layers)
 
 
 def per_sample_means(
@@ -276,18 +244,16 @@ def mde(sd: float, n: int, level: float, target: float = POWER) -> float:
     return optimize.brentq(lambda e: power(e, sd, n, level) - target, 1e-12 * sd, 100 * sd)
 
 
-def n_needed(effect: float, sd: float, level: float, target: float = POWER, n_max: int = 10**7) -> int | None:
-    """The smallest n whose one-sided test detects `effect` with probability `target` (None: sd unknown)."""
+def n_needed(effect: float, sd: float, level: float, target: float = POWER, n_max: int = 2**24) -> int | None:
+    """The smallest n whose one-sided test detects `effect` with probability `target` (None: sd unknown):
+    power grows with n, so the first integer at or above the root of power(n) = target."""
     if not (sd > 0 and effect > 0):
         return None
-    hi = 2
-    while power(effect, sd, hi, level) < target and hi < n_max:
-        hi *= 2
-    lo = hi // 2
-    while hi - lo > 1:  # power grows with n: bisect to the first n that reaches the target
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if power(effect, sd, mid, level) >= target else (mid, hi)
-    return max(hi, 2)
+    if power(effect, sd, 2, level) >= target:
+        return 2
+    if power(effect, sd, n_max, level) < target:
+        return n_max
+    return math.ceil(optimize.brentq(lambda n: power(effect, sd, n, level) - target, 2, n_max))
 
 
 # ------------------------------------------------------------ gathered: the verdicts of a run
@@ -367,7 +333,7 @@ def family(cells: pl.DataFrame, cfg: dict | None = None) -> tuple[pl.DataFrame, 
     layer range, Holm over the cells, with the secondary measure (uncorrected) and the means; the
     sensitivity table: the primary measure's verdict under each layer range, Holm within each range)."""
     cfg = {**DEFAULTS, **(cfg or {})}
-    primary, chosen = cfg["measure"], range_name(cfg["layers"])
+    primary, chosen = cfg["measure"], "explicit" if isinstance(cfg["layers"], list | tuple) else cfg["layers"]
     secondary = next(m for m in MEASURES if m != primary)
     cells = cells.sort(["model", "dataset"], maintain_order=True)
     if chosen not in set(cells["range"]):
