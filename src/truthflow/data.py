@@ -104,20 +104,22 @@ def _read_delimited(path: Path, delimiter: str) -> list[dict]:
     return records
 
 
-def _blank(path: Path) -> bool:
-    """Empty, or a small text file of whitespace only."""
+def _check_file(path: Path, directory_ok: bool = False) -> None:
+    """It exists, and is not empty (a small text file of whitespace only is empty too)."""
+    if not path.exists():
+        raise TruthflowError(f"'{path}' does not exist")
+    if path.is_dir():
+        if directory_ok:
+            return
+        raise TruthflowError(f"'{path}' is a directory, not a data file")
     size = path.stat().st_size
-    return size == 0 or (size <= 4096 and path.suffix.lower() != ".parquet" and not path.read_bytes().strip())
+    if size == 0 or (size <= 4096 and path.suffix.lower() != ".parquet" and not path.read_bytes().strip()):
+        raise TruthflowError(f"'{path}' is empty")
 
 
 def read_local_records(path: str | Path, fmt: str = "auto", field: str | None = None) -> list[dict]:
     path = Path(path)
-    if not path.exists():
-        raise TruthflowError(f"local file '{path}' does not exist")
-    if path.is_dir():
-        raise TruthflowError(f"'{path}' is a directory, not a data file")
-    if _blank(path):
-        raise TruthflowError(f"local file '{path}' is empty")
+    _check_file(path)
     if fmt == "auto":
         fmt = path.suffix.lower().lstrip(".")
         if fmt not in ("jsonl", "json", "tsv", "csv", "parquet"):
@@ -183,21 +185,6 @@ def _check_columns(name: str, records: list[dict], origin: str) -> None:
         )
 
 
-def normalize(name: str, records: list[dict]) -> tuple[list[dict], list[dict]]:
-    """(kept rows, dropped rows {id, reason}): no question, no gold answer, or an id seen before."""
-    rows, dropped, seen = [], [], set()
-    for i, rec in enumerate(records):
-        row = registry.get(name).normalize(rec, i)  # `answers` may be empty: dropped below
-        problems = {"no_question": not row["question"], "no_gold_answer": not row["answers"]}
-        reason = next((r for r, bad in {**problems, "duplicate_id": row["id"] in seen}.items() if bad), None)
-        if reason:
-            dropped.append({"id": row["id"], "reason": reason, "detail": None})
-            continue
-        seen.add(row["id"])
-        rows.append(row)
-    return rows, dropped
-
-
 def _dropped_frame(name: str, dropped: list[dict]) -> pl.DataFrame:
     return pl.DataFrame([{"dataset": name, **d} for d in dropped], schema=DROPPED_SCHEMA)
 
@@ -213,7 +200,7 @@ def load_qa(name: str, spec: dict) -> tuple[pl.DataFrame, dict]:
     """Load, normalize and subsample one QA dataset; returns the table and a report whose 'dropped' is the
     dropped table (dataset, id, reason, detail). Unusable rows are dropped before the n-sample is drawn.
     Without a source, or with the registered hub id, the set's hub defaults (registry.py) fill the source."""
-    registry.get(name)  # an unknown name fails here, naming the registered ones
+    entry = registry.get(name)  # an unknown name fails here, naming the registered ones
     spec = {**spec, "source": dict(spec["source"])} if spec.get("source") else dict(spec)
     registry.fill_source(name, spec)
     src = spec["source"]
@@ -224,17 +211,24 @@ def load_qa(name: str, spec: dict) -> tuple[pl.DataFrame, dict]:
             records = read_local_records(origin, src.get("format", "auto"), src.get("field"))
         except TruthflowError as exc:
             raise TruthflowError(f"dataset '{name}': {exc}") from None
-    elif "hub" in src:
+    else:  # the schema wants one of hub and local
         origin = src["hub"]
         records = load_hub_records(
             src["hub"], src.get("config"), src.get("split", "validation"), src.get("revision"), name
         )
-    else:
-        raise TruthflowError(f"dataset '{name}': source needs 'hub' or 'local'")
     columns = src.get("columns") or {}
     records = [{**r, **{c: _get(r, source) for c, source in columns.items()}} for r in records]
     _check_columns(name, records, origin)
-    rows, dropped = normalize(name, records)
+    rows, dropped, seen = [], [], set()  # dropped: no question, no gold answer, or an id seen before
+    for i, rec in enumerate(records):
+        row = entry.normalize(rec, i)
+        problems = {"no_question": not row["question"], "no_gold_answer": not row["answers"]}
+        reason = next((r for r, bad in {**problems, "duplicate_id": row["id"] in seen}.items() if bad), None)
+        if reason:
+            dropped.append({"id": row["id"], "reason": reason, "detail": None})
+        else:
+            seen.add(row["id"])
+            rows.append(row)
     _shortfall(name, n, len(rows), "rows", origin, dropped)
     rows = [rows[i] for i in sample_indices(len(rows), n, seed)]
     if not rows:
@@ -374,7 +368,7 @@ def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
             for c in DEPTHQA_CONFIGS
         }
         where = {c: f"{origin} ({c})" for c in DEPTHQA_CONFIGS}
-    elif "local" in src:
+    else:
         origin = str(src["local"])
         path = Path(origin)
         if path.is_dir():
@@ -390,8 +384,6 @@ def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
             parts = {"questions": read_local_records(path, src.get("format", "auto"), src.get("field"))}
             parts |= {"nodes": [], "node_to_q": []}
             where = {"questions": origin}
-    else:
-        raise TruthflowError("dataset 'depthqa': source needs 'hub' or 'local'")
     questions, dropped = _depthqa_questions(parts["questions"], where.get("questions", origin))
     depth_of = dict(zip(questions["id"], questions["depth"], strict=True))
     nodes = depthqa_nodes(parts["nodes"], parts["node_to_q"], depth_of, where)
@@ -432,16 +424,11 @@ def check_local_sources(config: dict) -> None:
                 )
         if "local" not in src:
             continue
-        key = f"dataset '{name}' (config key 'datasets.{name}.source.local')"
-        path = Path(str(src["local"]))
-        if not path.exists():
-            raise TruthflowError(f"{key}: '{path}' does not exist")
-        if path.is_dir() and name != "depthqa":
-            raise TruthflowError(f"{key}: '{path}' is a directory; give the data file")
-        if path.is_file() and _blank(path):
-            raise TruthflowError(f"{key}: '{path}' is empty")
-        if name == "depthqa":  # a broken graph is refused before hours of model jobs (README, bad input 17)
-            try:
+        try:
+            _check_file(Path(str(src["local"])), directory_ok=name == registry.DEPTHQA)
+            if name == registry.DEPTHQA:  # a broken graph is refused before hours of model jobs (README, 17)
                 load_depthqa({"source": src})
-            except TruthflowError as exc:
-                raise TruthflowError(f"{key}: {exc}") from None
+        except TruthflowError as exc:
+            raise TruthflowError(
+                f"dataset '{name}' (config key 'datasets.{name}.source.local'): {exc}"
+            ) from None
