@@ -28,10 +28,9 @@ from truthflow.models import load_model  # noqa: E402
 from truthflow.pathways.knockout import (  # noqa: E402
     LayerMasks,
     ResidCapture,
-    _block_tensor,
     decoder_layers,
     knockout_mask,
-    resid_sweep,
+    positions_tensor,
     resid_sweep_multi,
 )
 
@@ -65,7 +64,7 @@ def two_pass_reference(lm, seqs, probe, blocks, batch):
         idx = order[i : i + batch]
         ids, valid = pad_batch([seqs[j] for j in idx], 0, side="right")
         ids, valid = ids.to(device), valid.to(device)
-        block = _block_tensor([blocks[j] for j in idx], ids.shape, device)
+        block = positions_tensor([blocks[j] for j in idx], [ids.shape[1]] * len(idx), ids.shape, device)
         rows = torch.arange(len(idx), device=device)
         pos = torch.tensor([probe[j] for j in idx], device=device)
         for b in (torch.zeros_like(block), block):
@@ -90,7 +89,7 @@ def naive_loop(lm, seqs, probe, blocks, batch):
     for i in range(0, len(seqs), batch):
         ids, valid = pad_batch(seqs[i : i + batch], 0, side="right")
         ids, valid = ids.to(device), valid.to(device)
-        block = _block_tensor(blocks[i : i + batch], ids.shape, device)
+        block = positions_tensor(blocks[i : i + batch], [ids.shape[1]] * len(ids), ids.shape, device)
         clean_m = knockout_mask(valid, torch.zeros_like(block), dtype)
         ko_m = knockout_mask(valid, block, dtype)
         cap = ResidCapture(layers)
@@ -116,7 +115,7 @@ def bench(lm, label, n, length, batch, naive_n, prefix=0):
     seqs, probe, blocks = make_case(n, length, vocab, prefix=prefix)
     n_layers = len(decoder_layers(lm.model))
     # cold: the project's sweep runs first, on a model that has done nothing yet
-    t_sweep = timed(lambda: resid_sweep(lm, seqs, probe, blocks, batch, desc=label))
+    t_sweep = timed(lambda: resid_sweep_multi(lm, seqs, probe, [blocks], batch, desc=label))
     t_ref = timed(two_pass_reference, lm, seqs, probe, blocks, batch)
     controls = [blocks] * 3
     t_full = timed(lambda: resid_sweep_multi(lm, seqs, probe, [blocks, *controls], batch, desc=label))

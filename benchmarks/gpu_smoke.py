@@ -93,7 +93,7 @@ def per_layer_reference(lm, seq: list[int], probe: int, block: list[int]) -> tup
     layers = base.layers
     ids, valid = ko._batch_tensors([seq[: probe + 1]], 0, device)
     clean_mask = ko.knockout_mask(valid, None, dtype)
-    ko_mask = ko.knockout_mask(valid, ko._block_tensor([block], ids.shape, device), dtype)
+    ko_mask = ko.knockout_mask(valid, ko.positions_tensor([block], [ids.shape[1]], ids.shape, device), dtype)
     cap = ko.ResidCapture(layers)
     cap.set_positions([probe])
     per_layer = ko.LayerMasks(layers, ko.layer_windows(base.config))

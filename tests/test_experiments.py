@@ -14,7 +14,7 @@ from truthflow.errors import TruthflowError
 from truthflow.models import LoadedModel
 from truthflow.pathways import experiments as ex
 from truthflow.pathways import interventions as iv
-from truthflow.pathways.knockout import knockout_mask, resid_sweep
+from truthflow.pathways.knockout import knockout_mask, resid_sweep_multi
 
 MIN = torch.finfo(torch.float32).min
 
@@ -122,27 +122,22 @@ def _seqs():
 def test_stopped_pass_equals_the_full_sweep_at_layer_k(tiny):
     seqs = _seqs()
     probe = [10, 8, 13]
-    clean, _ = resid_sweep(tiny, seqs, probe, [[], [], []], batch_size=2, out_dtype=np.float32)
+    clean, _ = resid_sweep_multi(tiny, seqs, probe, [[[], [], []]], batch_size=2, out_dtype=np.float32)
+
+    def at_layer(layer, probe=probe, **cond):
+        out = np.zeros((3, 32), np.float32)
+        return iv.resid_conditions(tiny, seqs, probe, layer, [cond], 3, outs=[out])[0]
+
     for layer in (1, 2, 3):
-        got = iv.resid_at_layer(tiny, seqs, probe, layer, batch_size=3, out=np.zeros((3, 32), np.float32))
-        assert np.allclose(got, clean[:, layer - 1], atol=1e-5)
+        assert np.allclose(at_layer(layer), clean[:, layer - 1], atol=1e-5)
     # factor 1 on any edges is the clean pass
     edges = ([[9, 10], [7, 8], [12, 13]], [[1, 2], [3], [0, 4]])
-    same = iv.resid_at_layer(
-        tiny, seqs, probe, 3, 3, edges=edges, factor=1.0, out=np.zeros((3, 32), np.float32)
-    )
-    assert np.allclose(same, clean[:, 2], atol=1e-5)
-    up = iv.resid_at_layer(
-        tiny, seqs, probe, 3, 3, edges=edges, factor=4.0, out=np.zeros((3, 32), np.float32)
-    )
-    assert not np.allclose(up, clean[:, 2], atol=1e-3)
+    assert np.allclose(at_layer(3, edges=edges, factor=1.0), clean[:, 2], atol=1e-5)
+    assert not np.allclose(at_layer(3, edges=edges, factor=4.0), clean[:, 2], atol=1e-3)
     # edges whose queries come after the probe position change nothing at the probe
     late = ([[11], [8], [14]], [[1], [3], [0]])
-    after = iv.resid_at_layer(
-        tiny, seqs, [10, 7, 13], 3, 3, edges=late, factor=4.0, out=np.zeros((3, 32), np.float32)
-    )
-    ref = iv.resid_at_layer(tiny, seqs, [10, 7, 13], 3, 3, out=np.zeros((3, 32), np.float32))
-    assert np.allclose(after, ref, atol=1e-5)
+    after = at_layer(3, [10, 7, 13], edges=late, factor=4.0)
+    assert np.allclose(after, at_layer(3, [10, 7, 13]), atol=1e-5)
 
 
 def test_answer_logprobs_match_the_full_logits(tiny):
@@ -314,7 +309,7 @@ def test_conditions_from_a_shared_prefix_equal_full_passes(model, request, monke
     )
     monkeypatch.setattr(iv, "MIN_SHARED_PREFIX", 10**9)
     for c, g in zip(conds, got, strict=True):
-        ref = iv.resid_at_layer(lm, c.get("seqs") or seqs, probe, k, 3, c.get("edges"), c.get("factor", 1.0))
+        ref = iv.resid_conditions(lm, c.get("seqs") or seqs, probe, k, [{**c, "seqs": None}], 3)[0]
         scale = np.abs(ref.astype(np.float32)).max()
         assert np.abs(g.astype(np.float32) - ref.astype(np.float32)).max() <= 2e-3 * scale
 
@@ -428,7 +423,8 @@ def test_extract_writes_the_passes_and_the_samples_table(tiny):
         3,
     ]
     assert [len(c) for c in samples["control_positions"].to_list()] == [2, 2, 2]
-    clean, ko = resid_sweep(tiny, seqs, [10, 8, 13], kept["eq_positions"].to_list(), 2, out_dtype=np.float32)
+    eq = kept["eq_positions"].to_list()
+    clean, (ko,) = resid_sweep_multi(tiny, seqs, [10, 8, 13], [eq], 2, out_dtype=np.float32)
     assert np.allclose(out[0], clean, atol=1e-5) and np.allclose(out[1][0], ko, atol=1e-5)
     empty = extract(tiny, kept.clear(), 2, cfg, "test", (np.zeros((0, 3, 32)), [np.zeros((0, 3, 32))] * 3))
     assert empty.height == 0 and empty.schema == pl.Schema(SAMPLES_SCHEMA)
@@ -479,7 +475,8 @@ def test_experiment_states_on_a_real_model(smollm):
         [[len(p) - 6, len(p) - 5] for p in prompts[:2]] + [None],
         0,
     )
-    ref = iv.resid_at_layer(smollm, inputs["target"], ends, 3, 3, out=np.zeros((3, hidden), np.float32))
+    ref = np.zeros((3, hidden), np.float32)
+    iv.resid_conditions(smollm, inputs["target"], ends, 3, [{}], 3, outs=[ref])
     assert np.allclose(outs[0][0], ref, atol=2e-3 * np.abs(ref).max())
     assert all(np.abs(o).sum() > 0 for o in (outs[1], outs[2][3]))
 

@@ -356,7 +356,7 @@ def test_float16_storage_refuses_inf_with_one_line():
     clean, _ = ko.resid_sweep_multi(lm, seqs, probes, [[[12]] * 4], 4, out_dtype=np.float32)
     assert np.abs(clean).max() > 65504 and np.isfinite(clean).all()  # float32 storage holds them
     with pytest.raises(TruthflowError, match="PR twin/popqa: condition 0: .* overflows float16"):
-        iv.resid_at_layer(lm, seqs, probes, 3, 4, desc="PR twin/popqa")
+        iv.resid_conditions(lm, seqs, probes, 3, [{}], 4, desc="PR twin/popqa")
 
 
 def test_flash_attention_is_refused_where_a_4d_mask_is_needed():
@@ -368,7 +368,7 @@ def test_flash_attention_is_refused_where_a_4d_mask_is_needed():
     probes = [len(s) - 1 for s in seqs]
     for call in (
         lambda: ko.resid_sweep_multi(lm, seqs, probes, [[[12]] * 4], 4),
-        lambda: iv.resid_at_layer(lm, seqs, probes, 2, 4),
+        lambda: iv.resid_conditions(lm, seqs, probes, 2, [{}], 4),
         lambda: iv.answer_logprobs(lm, seqs, ea, 4),
     ):
         with pytest.raises(

@@ -86,10 +86,7 @@ def llm_spans(
 
     ea_out = ask(EA_PROMPT, [{"question": q, "answer": a} for q, a in zip(questions, answers, strict=True)])
     eq_out = ask(EQ_PROMPT, [{"question": q} for q in questions])
-    ea = []
-    for ans, copy in zip(answers, ea_out, strict=True):
-        found = _find_spans(ans, [copy])
-        ea.append(found[0] if found else None)
+    ea = [next(iter(_find_spans(ans, [copy])), None) for ans, copy in zip(answers, ea_out, strict=True)]
     eq = [_find_spans(q, copy.split("|")) for q, copy in zip(questions, eq_out, strict=True)]
     return ea, eq
 
@@ -148,16 +145,8 @@ def locate_all(
                 ).strip(),
             }
         )
-    columns = (
-        "id",
-        "correct",
-        "refusal",
-        "eq_positions",
-        "ea_positions",
-        "probe_position",
-        "question_positions",
-    )
-    schema = {"seq": _POS, **{c: SAMPLES_SCHEMA[c] for c in (*columns, "eq_text", "ea_text")}}
+    # kept: the samples table's first columns (id .. ea_text) and the token sequence
+    schema = {"seq": _POS, **{c: SAMPLES_SCHEMA[c] for c in list(SAMPLES_SCHEMA)[:9]}}
     return pl.DataFrame(kept, schema=schema), pl.DataFrame(
         dropped, schema={"id": pl.String, "reason": pl.String}
     )
@@ -292,7 +281,9 @@ def experiment_states(
     bos = bos if bos is not None and seqs[0][:1] == [bos] else None
     ao_seqs, ao_pos = iv.answer_only_inputs(seqs, prompt_lens, probe, bos)
     with timed(f"{name}: answer only", n):
-        iv.resid_at_layer(lm, ao_seqs, ao_pos, layer, batch_size, desc=f"answer only {name}", out=answer_only)
+        iv.resid_conditions(
+            lm, ao_seqs, ao_pos, layer, [{}], batch_size, f"answer only {name}", [answer_only]
+        )
     # PR edges: every answer token (query) attending an E_Q token (key)
     answer_pos = [list(range(start, p + 1)) for start, p in zip(prompt_lens, probe, strict=True)]
     conds = [{"edges": (answer_pos, eq), "factor": fac} for f in factors for fac in (f, 1.0 / f)]

@@ -26,6 +26,7 @@ from .knockout import (
     knockout_mask,
     last_hidden_after_head,
     model_parts,
+    positions_tensor,
     store,
 )
 
@@ -131,35 +132,6 @@ def reweight_mask(
     return base + edges[:, None].to(dtype) * math.log(factor)
 
 
-def _positions_tensor(rows: list[list[int]], lengths: list[int], shape, device) -> torch.Tensor:
-    """[B, T] bool of the given positions; those at or past a row's length (after its probe) are dropped."""
-    t = torch.zeros(shape, dtype=torch.bool)
-    for r, (pos, n) in enumerate(zip(rows, lengths, strict=True)):
-        pos = [p for p in pos if p < n]
-        if pos:
-            t[r, pos] = True
-    return t.to(device)
-
-
-def resid_at_layer(
-    lm: LoadedModel,
-    seqs: list[list[int]],
-    probe_pos: list[int],
-    layer: int,
-    batch_size: int,
-    edges: tuple[list[list[int]], list[list[int]]] | None = None,
-    factor: float = 1.0,
-    desc: str = "pass",
-    out: np.ndarray | None = None,
-) -> np.ndarray:
-    """Residual stream after decoder layer `layer` (1-based) at probe_pos, [N, D]; the pass stops there.
-    edges=(queries, keys) per sample with `factor` reweights those attention edges in every layer."""
-    cond = {"seqs": None, "edges": edges, "factor": factor}
-    return resid_conditions(
-        lm, seqs, probe_pos, layer, [cond], batch_size, desc, None if out is None else [out]
-    )[0]
-
-
 def _first_change(
     base_rows: list[list[int]], conditions: list[dict], rows: list[int], lengths: list[int]
 ) -> int:
@@ -190,10 +162,11 @@ def resid_conditions(
     desc: str = "pass",
     outs: list[np.ndarray] | None = None,
 ) -> list[np.ndarray]:
-    """resid_at_layer for several conditions over the same samples, each a dict: `seqs` (None: `seqs`; else
-    same-length token ids, e.g. patched), `edges` and `factor` (attention reweighting). The tokens every
-    condition shares with the clean sequences (A12: before the question, A16: before the answer) are run once
-    per batch; each condition runs the rest from a copy of their keys and values (exact)."""
+    """Residual stream after decoder layer `layer` (1-based) at probe_pos, [N, D] per condition (the pass
+    stops there). A condition is a dict: `seqs` (absent: `seqs`; else same-length token ids, e.g. patched),
+    `edges` = (queries, keys) per sample and `factor` (those attention edges reweighted in every layer). The
+    tokens every condition shares with the clean sequences (A12: before the question, A16: before the
+    answer) run once per batch; each condition runs the rest from a copy of their keys and values (exact)."""
     layers = decoder_layers(lm.model)
     if not 1 <= layer <= len(layers):
         raise ValueError(f"layer {layer} is not in 1..{len(layers)}")
@@ -222,8 +195,8 @@ def resid_conditions(
             if c["edges"] is None or c["factor"] == 1.0:
                 yield c_ids, knockout_mask(valid, None, dtype)
                 continue
-            q = _positions_tensor([c["edges"][0][i] for i in idx], lengths, ids.shape, device)
-            k = _positions_tensor([c["edges"][1][i] for i in idx], lengths, ids.shape, device)
+            q = positions_tensor([c["edges"][0][i] for i in idx], lengths, ids.shape, device)
+            k = positions_tensor([c["edges"][1][i] for i in idx], lengths, ids.shape, device)
             yield c_ids, reweight_mask(valid, q, k, c["factor"], dtype)
 
     def step(idx: list[int]) -> None:

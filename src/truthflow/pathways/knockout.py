@@ -162,12 +162,13 @@ def _batch_tensors(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Te
     return ids.to(device), valid.to(device)
 
 
-def _block_tensor(blocks: list[list[int]], shape, device) -> torch.Tensor:
-    """[B, T] bool of the blocked positions, built on the host and copied to the device once."""
-    block = torch.zeros(shape, dtype=torch.bool)
-    rows = [r for r, pos in enumerate(blocks) for _ in pos]
-    block[rows, [p for pos in blocks for p in pos]] = True
-    return block.to(device)
+def positions_tensor(rows: list[list[int]], lengths: list[int], shape, device) -> torch.Tensor:
+    """[B, T] bool of the given positions, built on the host and copied to the device once; those at or past
+    a row's length (after its probe) are dropped."""
+    cells = [(r, p) for r, (pos, n) in enumerate(zip(rows, lengths, strict=True)) for p in pos if p < n]
+    t = torch.zeros(shape, dtype=torch.bool)
+    t[[r for r, _ in cells], [p for _, p in cells]] = True  # one indexed write
+    return t.to(device)
 
 
 def store(dst: np.ndarray, idx, values: np.ndarray, what: str) -> None:
@@ -181,27 +182,6 @@ def store(dst: np.ndarray, idx, values: np.ndarray, what: str) -> None:
             f"be stored as inf); this model's residual stream needs float32 storage"
         )
     dst[idx] = out
-
-
-def resid_sweep(
-    lm: LoadedModel,
-    seqs: list[list[int]],
-    probe_pos: list[int],
-    blocks: list[list[int]],
-    batch_size: int,
-    mode: str = "cumulative",
-    window: int = 9,
-    desc: str = "knockout",
-    out_dtype=np.float16,
-    out: tuple[np.ndarray, np.ndarray] | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Residual stream after every layer at probe_pos, clean and knocked out (one knockout condition).
-    Returns (resid_clean, resid_ko), each [N, L, D]; see `resid_sweep_multi`."""
-    out_multi = None if out is None else (out[0], [out[1]])
-    clean, kos = resid_sweep_multi(
-        lm, seqs, probe_pos, [blocks], batch_size, mode, window, desc, out_dtype, out_multi
-    )
-    return clean, kos[0]
 
 
 @torch.inference_mode()
@@ -241,15 +221,16 @@ def resid_sweep_multi(
     def step(idx: list[int]) -> None:
         ids, valid = _batch_tensors([seqs[i] for i in idx], pad_id, device)
         clean_mask = knockout_mask(valid, None, dtype)
+        lengths = [len(seqs[i]) for i in idx]
         ko_masks = (
-            knockout_mask(valid, _block_tensor([blocks[i] for i in idx], ids.shape, device), dtype)
-            for blocks in block_sets
+            knockout_mask(valid, positions_tensor([b[i] for i in idx], lengths, ids.shape, device), dtype)
+            for b in block_sets
         )
         if mode == "window":
             masks, prefix = [clean_mask], 0
         else:
             masks = itertools.chain([clean_mask], ko_masks)
-            prefix = shared_prefix([[b[i] for i in idx] for b in block_sets], [len(seqs[i]) for i in idx])
+            prefix = shared_prefix([[b[i] for i in idx] for b in block_sets], lengths)
             prefix = prefix if prefix >= MIN_SHARED_PREFIX else 0
         cap = ResidCapture(layers)
         try:
@@ -281,19 +262,20 @@ def condition_passes(base, cap: ResidCapture, ids, valid, probes: list[int], pre
     its states in `cap`. prefix > 0: the first `prefix` tokens, the same in every condition and clean, run
     once (nothing captured) and each pass runs only the rest from a copy of their keys and values."""
     cache = None
-    if prefix:
+    if prefix:  # the head all rows share runs once (`head_cache`), the rest of the prefix per row
+        head = common_head(ids[:, :prefix].tolist(), prefix)
+        head = head if head >= MIN_SHARED_PREFIX else 0
         cap.active = False
         try:
-            cache = prefix_cache(base, ids, knockout_mask(valid, None, base.dtype), prefix, base.dtype)
+            cache = head_cache(base, ids, head, base.dtype) if head else DynamicCache()
+            if prefix > head:
+                run_from(base, ids, knockout_mask(valid, None, base.dtype), cache, head, prefix)
         finally:
             cap.active = True
     cap.set_positions([p - prefix for p in probes])
     for c_ids, mask in conditions:
         try:
-            if cache is None:
-                base(input_ids=c_ids, attention_mask=model_mask(base.config, mask), use_cache=False)
-            else:
-                run_from(base, c_ids, mask, copy.deepcopy(cache), prefix)
+            run_from(base, c_ids, mask, None if cache is None else copy.deepcopy(cache), prefix)
         except _Stop:
             pass
         yield
@@ -310,9 +292,9 @@ def head_cache(base, ids: torch.Tensor, head: int, dtype):
     return cache
 
 
-def run_from(base, ids: torch.Tensor, mask: torch.Tensor, cache, start: int, end: int | None = None):
-    """Positions start..end-1 of every row on top of `cache` (which holds 0..start-1 and is extended), with
-    the mask's rows for those queries and its keys up to end. Returns the base model's output."""
+def run_from(base, ids: torch.Tensor, mask: torch.Tensor, cache=None, start: int = 0, end: int | None = None):
+    """Positions start..end-1 of every row on top of `cache` (holding 0..start-1; extended), or one pass
+    without a cache (None), with the mask's rows for those queries and its keys up to end."""
     end = ids.shape[1] if end is None else end
     positions = torch.arange(start, end, device=ids.device)[None].expand(ids.shape[0], -1)
     return base(
@@ -320,31 +302,15 @@ def run_from(base, ids: torch.Tensor, mask: torch.Tensor, cache, start: int, end
         attention_mask=model_mask(base.config, mask[:, :, start:end, :end], start),
         past_key_values=cache,
         position_ids=positions,
-        use_cache=True,
+        use_cache=cache is not None,
     )
 
 
 def last_hidden_after_head(base, ids: torch.Tensor, valid: torch.Tensor, head: int, dtype) -> torch.Tensor:
     """The final hidden states of positions head..T-1 of a right-padded batch [B, T]: one clean pass, with
     the shared head run once (`head_cache`) when head > 0. Returns [B, T - head, D]."""
-    mask = knockout_mask(valid, None, dtype)
-    if head == 0:
-        return base(
-            input_ids=ids, attention_mask=model_mask(base.config, mask), use_cache=False
-        ).last_hidden_state
-    return run_from(base, ids, mask, head_cache(base, ids, head, dtype), head).last_hidden_state
-
-
-def prefix_cache(base, ids: torch.Tensor, mask: torch.Tensor, prefix: int, dtype):
-    """Keys and values of the first `prefix` tokens of each row under `mask` (clean on those tokens). The
-    head all rows share runs once (`head_cache`) when it has at least MIN_SHARED_PREFIX tokens; the rest of
-    the prefix runs per row on top of it."""
-    head = common_head(ids[:, :prefix].tolist(), prefix)
-    head = head if head >= MIN_SHARED_PREFIX else 0
-    cache = head_cache(base, ids, head, dtype) if head else DynamicCache()
-    if prefix > head:
-        run_from(base, ids, mask, cache, head, prefix)
-    return cache
+    cache = head_cache(base, ids, head, dtype) if head else None
+    return run_from(base, ids, knockout_mask(valid, None, dtype), cache, head).last_hidden_state
 
 
 def window_layers(k: int, window: int, n_layers: int) -> range:
@@ -366,7 +332,7 @@ def _window_passes(base, layers, cap: ResidCapture, ids, clean_mask, ko_mask, wi
             }
             cap.stop_after = k  # layers above k do not change layer k: stop the pass there
             try:
-                base(input_ids=ids, attention_mask=model_mask(base.config, clean_mask), use_cache=False)
+                run_from(base, ids, clean_mask)
             except _Stop:
                 pass
             out.append(cap.resid_post[k].float())  # on the device: one copy to the host for all k
