@@ -76,16 +76,6 @@ def groups_at(deltap: pl.DataFrame, ids: list[str], layer: int) -> np.ndarray:
     return np.array([anchor[i] == Q_ANCHORED for i in ids])
 
 
-def probe_at_layer(resid_clean, layer: int, states: list, labels: np.ndarray, probe: dict):
-    """Out-of-fold probabilities of 'correct' at `layer` on the clean states [S, N] and on each new [N, D]
-    state array [S, N], from the ΔP stage's cross-fitted probes (same seeds, folds and settings)."""
-    x = np.asarray(resid_clean[:, layer - 1], dtype=np.float32)
-    states = [np.asarray(s, dtype=np.float32) for s in states]
-    k = n_folds(probe["test_size"])
-    prob = crossfit_seeds(x, states, labels, probe["seeds"], k, probe["C"], probe["max_iter"])
-    return prob[0], list(prob[1:])
-
-
 def _group_rows(
     experiment: str,
     condition: str,
@@ -108,19 +98,9 @@ def _group_rows(
             lo, hi = (100.0 * b for b in wilson_ci(v / 100.0))
         else:
             lo, hi = bootstrap_ci(v, n_boot, seed)
-        rows.append(
-            {
-                "experiment": experiment,
-                "condition": condition,
-                "group": name,
-                "layer": layer,
-                "n": int(len(v)),
-                "value": float(v.mean()) if len(v) else float("nan"),
-                "ci_low": lo,
-                "ci_high": hi,
-                "note": note,
-            }
-        )
+        mean = float(v.mean()) if len(v) else float("nan")
+        row = (experiment, condition, name, layer, len(v), mean, lo, hi, note)
+        rows.append(dict(zip(ROW_SCHEMA, row, strict=True)))
     return rows
 
 
@@ -189,16 +169,6 @@ def boundary_rows(
     return rows
 
 
-def saliency_rows(
-    s_eq_ea: np.ndarray, s_eq_all: np.ndarray, groups: np.ndarray, layer: int, n_boot: int, seed: int
-) -> list[dict]:
-    """Saliency (A15) per group: S(E_Q→E_A) and S(E_Q→*), each averaged over layers per sample."""
-    keep = np.isfinite(s_eq_ea)
-    return _group_rows("saliency", "S(E_Q→E_A)", s_eq_ea, groups, keep, layer, n_boot, seed) + _group_rows(
-        "saliency", "S(E_Q→*)", s_eq_all, groups, np.isfinite(s_eq_all), layer, n_boot, seed
-    )
-
-
 def run(samples, scores, deltap, data, clean, states, probe: dict, boot: dict, factors: list, keys: dict):
     """Every experiment of one (model, dataset) at the layer K of `scores` (extract_experiments' per-sample
     scores): returns the tables (rows, awareness, detection, per_sample), each with the columns of `keys`
@@ -220,7 +190,10 @@ def run(samples, scores, deltap, data, clean, states, probe: dict, boot: dict, f
         flush=True,
     )
     patch, answer_only, pr = states
-    prob, new = probe_at_layer(clean, layer, [patch[0], patch[1], answer_only], labels, probe)
+    # out-of-fold P(correct) at K on the clean and the new states, from the ΔP stage's cross-fitted probes
+    x_new = [np.asarray(s, dtype=np.float32) for s in (patch[0], patch[1], answer_only)]
+    x, k = np.asarray(clean[:, layer - 1], dtype=np.float32), n_folds(probe["test_size"])
+    prob, *new = crossfit_seeds(x, x_new, labels, probe["seeds"], k, probe["C"], probe["max_iter"])
     control_ok = scores["patch_control_matched"].to_numpy()
     rows = patching_rows(prob, new[0], new[1], labels, groups, control_ok, layer, nb, seed)
     rows += answer_only_rows(prob, new[2], groups, layer, nb, seed)
@@ -230,7 +203,8 @@ def run(samples, scores, deltap, data, clean, states, probe: dict, boot: dict, f
     correct, refusal = (dict(zip(ids, samples[c].to_list(), strict=True)) for c in ("correct", "refusal"))
     rows += boundary_rows(deltap, correct, refusal, pop, layer, nb, seed)
     s_ea, s_all = (scores[c].list.mean().to_numpy() for c in ("s_eq_ea", "s_eq_all"))
-    rows += saliency_rows(s_ea, s_all, groups, layer, nb, seed)
+    for cond, s in (("S(E_Q→E_A)", s_ea), ("S(E_Q→*)", s_all)):  # saliency (A15), averaged over layers
+        rows += _group_rows("saliency", cond, s, groups, np.isfinite(s), layer, nb, seed)
     per_sample = pl.DataFrame(
         {"id": ids, "group": np.where(groups, Q_ANCHORED, A_ANCHORED), "correct": labels.astype(bool)}
     ).with_columns(pl.Series("s_eq_ea", s_ea), pl.Series("s_eq_all", s_all))
