@@ -71,9 +71,11 @@ def ylabel(axes_row, text: str) -> None:
             return ax.set_ylabel(text)
 
 
-def dataset_legend(drawn) -> tuple[list, list[str]]:
-    order = ordered(drawn)
-    return [line(colour(d)) for d in order], [label(d) for d in order]
+def dataset_legend(drawn, *extras) -> tuple[list, list[str]]:
+    """Handles and labels: the drawn datasets in registry order, then the (handle, text) `extras` that are
+    not falsy (an extra is given as `condition and (handle, text)`)."""
+    pairs = [(line(colour(d)), label(d)) for d in ordered(drawn)] + [e for e in extras if e]
+    return [h for h, _ in pairs], [t for _, t in pairs]
 
 
 def figure(n_cols: int, n_rows: int = 1, height: float = 3.2, width: float = 4.6, **kw):

@@ -5,6 +5,8 @@ plotting's (points below MIN_LINE_N, breaks at missing layers, legends list only
 
 from __future__ import annotations
 
+from functools import partial
+
 import polars as pl
 from matplotlib.patches import Patch
 
@@ -88,9 +90,7 @@ def plot_anchored(
     _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=2 if len(models) == 1 else 4)
 
 
-def plot_pathways(summary, auc, models, titles, out_png, out_pdf, caption: str = "") -> None:
-    """The seeds' figure: E_Q knockout, Q-/A-Anchored."""
-    plot_anchored(summary, auc, models, titles, out_png, out_pdf, caption, knockout="target")
+plot_pathways = partial(plot_anchored, knockout="target")  # the seeds' figure: E_Q knockout, Q-/A-Anchored
 
 
 def _verdict(r: dict, ds: str) -> str:
@@ -165,8 +165,5 @@ def plot_probe_auc(auc, models, titles, out_png, out_pdf, caption: str = "") -> 
             drawn.add(ds)
         P.note(ax, notes)
     axes[0][0].set_ylabel("Probe test AUC")
-    order = P.ordered(drawn)
-    handles = [P.line(colour(d)) for d in order]
-    _finish(
-        fig, handles, [label(d) for d in order], caption, out_png, out_pdf, ncol=2 if len(models) == 1 else 4
-    )
+    handles, labels = P.dataset_legend(drawn)
+    _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=2 if len(models) == 1 else 4)

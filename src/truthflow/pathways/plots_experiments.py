@@ -48,6 +48,11 @@ CONDITION_NOTES = {"random": "random-token control"}
 _finish = P.finish  # module attribute: tests replace it to inspect the legend
 
 
+def _face(group: str, ci: int) -> tuple:
+    """A bar's face and hatch: the first condition solid, the control light and hatched."""
+    return (GROUP_COLOURS[group], None) if ci == 0 else ((*to_rgb(GROUP_COLOURS[group]), 0.28), "////")
+
+
 def _rows(rows) -> pl.DataFrame:
     return P.table(rows, ROWS_SCHEMA, optional=("note",))
 
@@ -87,8 +92,7 @@ def _bar_panel(ax, sub: pl.DataFrame, conditions: list[str], published: pl.DataF
             v, lo, hi = (
                 r[c].cast(pl.Float64).fill_null(np.nan).to_numpy() for c in ("value", "ci_low", "ci_high")
             )
-            big, col = r["n"].to_numpy() >= MIN_LINE_N, GROUP_COLOURS[group]
-            face, hatch = (col, None) if ci == 0 else ((*to_rgb(col), 0.28), "////")
+            big, col, (face, hatch) = r["n"].to_numpy() >= MIN_LINE_N, GROUP_COLOURS[group], _face(group, ci)
             err = dict(ecolor="0.15", elinewidth=0.8, capsize=1.8)
             ax.bar(
                 x[big],
@@ -143,17 +147,11 @@ def _bar_legend(drawn: set, names: dict[str, str], narrow: bool) -> tuple[list, 
     then the markers; matplotlib fills a legend column by column, so short columns are padded blank."""
     columns = []
     for ci, cond in enumerate(names):
-        face = [
-            (GROUP_COLOURS[g], None) if ci == 0 else ((*to_rgb(GROUP_COLOURS[g]), 0.28), "////")
+        patches = {
+            g: Patch(facecolor=_face(g, ci)[0], edgecolor=GROUP_COLOURS[g], hatch=_face(g, ci)[1])
             for g in GROUPS
-        ]
-        columns.append(
-            [
-                (Patch(facecolor=f, edgecolor=GROUP_COLOURS[g], hatch=h), f"{g}{names[cond]}")
-                for g, (f, h) in zip(GROUPS, face, strict=True)
-                if (cond, g) in drawn
-            ]
-        )
+        }
+        columns.append([(patches[g], f"{g}{names[cond]}") for g in GROUPS if (cond, g) in drawn])
     columns = [[e for c in columns for e in c]] if narrow else [c for c in columns if c]
     extras = [(Line2D([], [], marker="D", color="black", ms=3.2, ls="none"), "published value")] * (
         "published" in drawn
@@ -277,11 +275,15 @@ def plot_boundary(rows, per_sample, models, titles, out_png, out_pdf, caption: s
     drawn, small = set(), False
     for r, model in enumerate(models):
         name, sub = titles.get(model, model), rows.filter(pl.col("model") == model)
+        mine = samples.filter(pl.col("model") == model)
+        pop_k = (
+            {ks.get((model, ds)) for ds in datasets_in(mine)} - {None} if "s_pop" in mine.columns else set()
+        )
+        at_k = f", groups at K = {pop_k.pop()}" if len(pop_k) == 1 else ""
+        for c, ax in enumerate(axes[r]):
+            ax.set_title(f"({chr(97 + (3 * r + c) % 26)}) {name}{at_k * (c == 2)}", fontsize=10, loc="left")
         for c, (cond, ylabel) in enumerate((("accuracy", "Accuracy (%)"), ("refusal", "Refusal rate (%)"))):
             ax = axes[r][c]
-            ax.set_title(
-                f"({'abcdefghijklmnopqrstuvwxyz'[(3 * r + c) % 26]}) {name}", fontsize=10, loc="left"
-            )
             if (sub["condition"] == cond).any():
                 P.layer_axis(ax)
                 small |= _layer_panel(ax, sub.filter(pl.col("condition") == cond), drawn)
@@ -289,25 +291,13 @@ def plot_boundary(rows, per_sample, models, titles, out_png, out_pdf, caption: s
                 ax.set(ylim=(max(lo, -4), min(max(hi, 5), 104)), ylabel=ylabel)
             else:
                 P.blank(ax, f"no {cond} rows for this model")
-        mine = samples.filter(pl.col("model") == model)
-        pop_k = (
-            {ks.get((model, ds)) for ds in datasets_in(mine)} - {None} if "s_pop" in mine.columns else set()
-        )
-        at_k = f", groups at K = {pop_k.pop()}" if len(pop_k) == 1 else ""
-        axes[r][2].set_title(
-            f"({'abcdefghijklmnopqrstuvwxyz'[(3 * r + 2) % 26]}) {name}{at_k}", fontsize=10, loc="left"
-        )
         small |= _popularity_panel(axes[r][2], mine)
     if not models:
         for ax in axes[0]:
             P.blank(ax, "no models in this figure" if ax is axes[0][0] else "")
-    handles, labels = P.dataset_legend({ds for _, ds in drawn})
-    for group, style in STYLES.items():
-        if any(g == group for g, _ in drawn):
-            handles, labels = [*handles, P.line("0.25", style)], [*labels, group]
-    if small:
-        handle, text = P.point_handle(f"point: n < {MIN_LINE_N} samples")
-        handles, labels = [*handles, handle], [*labels, text]
+    groups = [(P.line("0.25", style), g) for g, style in STYLES.items() if any(x == g for x, _ in drawn)]
+    point = small and P.point_handle(f"point: n < {MIN_LINE_N} samples")
+    handles, labels = P.dataset_legend({ds for _, ds in drawn}, *groups, point)
     _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=8)
 
 
@@ -382,13 +372,9 @@ def plot_saliency(
         ax.set(xlabel=f"{name} per sample (log scale)", ylabel="")
         P.note(ax, lines, loc="upper right")
     P.ylabel(axes[0], f"Density of log10 {name}")
-    handles, labels = P.dataset_legend(drawn)
-    if handles:
-        handles.append(Line2D([], [], color="0.3", marker="|", ls="none", ms=6))
-        labels.append("one sample (rug)")
-    if small:
-        handle, text = P.point_handle(f"point: fewer than {MIN_LINE_N} samples, no density")
-        handles, labels = [*handles, handle], [*labels, text]
+    rug = (Line2D([], [], color="0.3", marker="|", ls="none", ms=6), "one sample (rug)")
+    point = P.point_handle(f"point: fewer than {MIN_LINE_N} samples, no density")
+    handles, labels = P.dataset_legend(drawn, bool(drawn) and rug, small and point)
     _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=6 if len(models) > 1 else 3)
 
 
@@ -448,12 +434,10 @@ def plot_awareness(awareness, rows, models, titles, out_png, out_pdf, caption: s
         if ax.get_xticks().size:
             ax.set_ylim(low, 1.02)
     P.ylabel(axes[0], "Pathway-awareness AUC")
-    handles, labels = P.dataset_legend(drawn)
-    for key, handle, text in (
-        ("band", Patch(facecolor="0.5", alpha=0.3, lw=0), "min..max over probe seeds"),
-        ("chance", P.line("0.45", "--", lw=0.9), "chance (AUC 0.5)"),
-        ("k", P.line("0.3", ":", lw=1.2), "layer K (defines the groups, not probed)"),
-    ):
-        if key in extras or (key == "chance" and drawn):
-            handles, labels = [*handles, handle], [*labels, text]
+    handles, labels = P.dataset_legend(
+        drawn,
+        "band" in extras and (Patch(facecolor="0.5", alpha=0.3, lw=0), "min..max over probe seeds"),
+        bool(drawn) and (P.line("0.45", "--", lw=0.9), "chance (AUC 0.5)"),
+        "k" in extras and (P.line("0.3", ":", lw=1.2), "layer K (defines the groups, not probed)"),
+    )
     _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=4 if len(models) > 1 else 2)
