@@ -165,6 +165,14 @@ def test_bad_config_is_refused_naming_the_culprit(mutate, message):
             lambda c: c["models"]["gemma3-270m"].update(dtype="fp32"),
             "models.gemma3-270m.dtype: 'fp32' is not one of",
         ),
+        (  # 'auto' or a layer >= 1 (the schema's oneOf; was a hand check in config.check_names)
+            lambda c: c["pathways"].update(experiments={"layer": "best"}),
+            "pathways.experiments.layer: 'best' is not valid under any of the given schemas (probe layer K",
+        ),
+        (
+            lambda c: c["pathways"].update(experiments={"layer": 0}),
+            "pathways.experiments.layer: 0 is less than the minimum of 1",
+        ),
     ],
 )
 def test_schema_error_is_one_line_naming_the_key(mutate, line):

@@ -1,6 +1,4 @@
-"""Every parse-time config check, in one entry point (check_config, called by the Snakefile and by the tests):
-duplicate YAML keys, names that become paths, the schema and its defaults, cross-key names, local data
-sources and the judge's settings."""
+"""Every parse-time config check, in one entry point: check_config (called by the Snakefile and the tests)."""
 
 from __future__ import annotations
 
@@ -18,35 +16,25 @@ SCHEMA = Path(__file__).resolve().parent / "schemas" / "config.schema.yaml"  # p
 SCHEMA_DOC = "src/truthflow/schemas/config.schema.yaml"
 
 
-def _key_of(path) -> str:
-    return ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in path).replace(".[", "[")
-
-
-def _schema_error(errors: list) -> TruthflowError:
+# Snakemake's validate dumps the schema: test_hostile_config::test_schema_error_is_one_line_naming_the_key
+def check_schema(config: dict) -> None:
+    """The config against the schema, in one line naming the key: jsonschema's best_match, then a count."""
+    from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
 
+    errors = list(Draft202012Validator(yaml.safe_load(SCHEMA.read_text())).iter_errors(config))
+    if not errors:
+        return
     err = best_match(errors)
-    key = _key_of(err.absolute_path) or "the config's top level"
+    key = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path)[1:]
     desc = err.schema.get("description") if isinstance(err.schema, dict) else None
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-    hint = f" ({desc})" if desc and err.validator in {"type", "enum", "pattern", "minimum"} else ""
-    return TruthflowError(f"{key}: {err.message}{hint}{more}; every key is documented in {SCHEMA_DOC}")
+    hint = f" ({desc})" if desc and err.validator in {"type", "enum", "pattern", "minimum", "oneOf"} else ""
+    where = key or "the config's top level"
+    raise TruthflowError(f"{where}: {err.message}{hint}{more}; every key is documented in {SCHEMA_DOC}")
 
 
-# Snakemake's validate dumps the schema: test_hostile_config::test_schema_error_is_one_line_naming_the_key
-def check_schema(config: dict, schema_path: Path = SCHEMA) -> None:
-    """The config against the schema, with one line naming the key (Snakemake's own validation prints the
-    whole schema). The most relevant error comes first (jsonschema's best_match); the count of the others
-    follows it."""
-    from jsonschema import Draft202012Validator
-
-    schema = yaml.safe_load(Path(schema_path).read_text())
-    errors = list(Draft202012Validator(schema).iter_errors(config))
-    if errors:
-        raise _schema_error(errors)
-
-
-def fill_defaults(config: dict, schema_path: Path = SCHEMA) -> dict:
+def fill_defaults(config: dict) -> dict:
     """The defaults into `config`, in place: each dataset's hub source (registry.fill_source), the schema's
     `default:` values (Snakemake's validate(set_default=True), $defs entries included), and pathways.datasets
     (null: every configured QA set, in registry order). check_schema has refused an invalid config first."""
@@ -54,7 +42,7 @@ def fill_defaults(config: dict, schema_path: Path = SCHEMA) -> dict:
 
     for name, spec in config["datasets"].items():
         registry.fill_source(name, spec)
-    validate(config, str(schema_path), set_default=True)
+    validate(config, str(SCHEMA), set_default=True)
     pw = config["pathways"]
     if pw["datasets"] is None:
         pw["datasets"] = [d for d in registry.qa_names() if d in config["datasets"]]
@@ -65,14 +53,6 @@ def fill_defaults(config: dict, schema_path: Path = SCHEMA) -> dict:
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-def _bad_name(name) -> str | None:
-    if not isinstance(name, str) or not NAME.match(name):
-        return "use letters, digits, '_', '.', '-', starting with a letter or digit"
-    if ".." in name:
-        return "'..' is not allowed"
-    return None
-
-
 # before the schema, whose pattern error shows a regex: test_hostile_config::test_unsafe_run_name_is_refused
 def check_path_names(config: dict) -> None:
     """`run` and every model and dataset name end up in file paths: no '/', no '..', no leading dot."""
@@ -81,7 +61,9 @@ def check_path_names(config: dict) -> None:
         if isinstance(config.get(kind), dict):
             named += [(f"{kind}.{name}", name) for name in config[kind]]
     for key, name in named:
-        why = _bad_name(name)
+        why = "use letters, digits, '_', '.', '-', starting with a letter or digit"
+        if isinstance(name, str) and NAME.match(name):
+            why = "'..' is not allowed" if ".." in name else None
         if why:
             raise TruthflowError(f"config key '{key}': {name!r} is not a safe file name ({why})")
         if key.startswith("models.") and "__" in name:
@@ -191,11 +173,6 @@ def check_names(config: dict) -> None:
         raise TruthflowError("config key 'depth.models' is set but 'datasets.depthqa' is not defined")
     if pw["anchor_split"] == "fixed_layer" and pw.get("fixed_layer") is None:
         raise TruthflowError("config key 'pathways.fixed_layer' must be set when anchor_split is fixed_layer")
-    layer = pw.get("experiments", {}).get("layer", "auto")
-    if isinstance(layer, str) and layer != "auto" or isinstance(layer, int) and layer < 1:
-        raise TruthflowError(
-            f"config key 'pathways.experiments.layer' must be 'auto' or a layer number >= 1, got {layer!r}"
-        )
     span = pw.get("check", {}).get("layers")
     if isinstance(span, list) and span[0] > span[1]:
         raise TruthflowError(
