@@ -68,6 +68,7 @@ def encode_for_scoring(tokenizer, text: str) -> list[int]:
 # the floor of a log-probability in the moments: a masked token (-inf) gets p = 0 and a finite log p, so
 # p · log p and p · (log p − mu)² are 0, not NaN, without a masking pass (1e18² stays finite in float32)
 LOGP_FLOOR = -1e18
+CHUNK_ELEMENTS = 2**25  # float32 logits per chunk of batch_token_statistics
 
 
 def _moments(logits, targets):
@@ -85,13 +86,13 @@ def _moments(logits, targets):
 
 
 def batch_token_statistics(
-    logits, targets, lengths: list[int], max_elements: int = 2**25, logits_of=None, vocab: int | None = None
+    logits, targets, lengths: list[int], logits_of=None, vocab: int | None = None
 ) -> list:
     """Per text, log p of each target and mu, sigma of log p over the vocabulary at each position, for a
     right-padded batch: logits [B, T, V] (any dtype; float32 copies) predicting targets [B, T], row r's first
     lengths[r] positions real. With logits_of (e.g. `float_logits`), `logits` holds what it turns into float32
     logits (the residual stream [B, T, D]) and vocab is their width. Only the real positions are scored
-    (packed: padding never reaches the head), in chunks of at most `max_elements` float32 logits (bounded
+    (packed: padding never reaches the head), in chunks of at most CHUNK_ELEMENTS float32 logits (bounded
     memory); the results reach the host in one copy (no per-row device sync)."""
     import torch
 
@@ -100,7 +101,7 @@ def batch_token_statistics(
     real = torch.arange(t)[None, :] < torch.tensor(lengths)[:, None]  # [B, T], row-major: rows stay in order
     flat = logits[real.to(logits.device)]
     tgt = targets[real.to(targets.device)]
-    per_chunk = max(1, max_elements // v)
+    per_chunk = max(1, CHUNK_ELEMENTS // v)
     parts = []
     for start in range(0, flat.shape[0], per_chunk):
         rows = flat[start : start + per_chunk]
@@ -117,7 +118,7 @@ def score_texts(
 ) -> pl.DataFrame:
     """One teacher-forced pass per batch; per text MIN-K% and Min-K%++ for every k of the grid.
 
-    Returns, in input order, columns index, n_tokens (the scored tokens: all after the first), mink_{k} and
+    Returns, in input order, columns n_tokens (the scored tokens: all after the first), mink_{k} and
     minkpp_{k}.
     """
     import torch
@@ -133,7 +134,7 @@ def score_texts(
             raise TruthflowError(f"MIN-K%: text #{i} ({texts[i][:60]!r}) has no token after the BOS to score")
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
     device = model.get_input_embeddings().weight.device
-    stats: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None] = [None] * len(texts)
+    stats: list = [None] * len(texts)  # per text (log p, mu, sigma)
     # longest first: an out-of-memory back-off happens on the first batch, not after hours
     order = sorted(range(len(texts)), key=lambda i: -len(encoded[i]))
 
@@ -157,16 +158,7 @@ def score_texts(
         del resid
 
     run_batched(order, batch_size, step, desc=desc, unit="text")
-    rows = []
-    for i, st in enumerate(stats):
-        token_logp, mu, sigma = st  # type: ignore[misc]
-        row: dict = {"index": i, "n_tokens": len(token_logp)}
-        for k in k_grid:
-            row[mink_column(k)] = min_k_percent(token_logp, k)
-        for k in k_grid:
-            row[mink_column(k, plus_plus=True)] = min_k_plus_plus(token_logp, mu, sigma, k)
-        rows.append(row)
-    schema = {"index": pl.Int64, "n_tokens": pl.Int64}
-    schema |= {mink_column(k): pl.Float64 for k in k_grid}
-    schema |= {mink_column(k, plus_plus=True): pl.Float64 for k in k_grid}
-    return pl.DataFrame(rows, schema=schema)
+    columns = {"n_tokens": [len(st[0]) for st in stats]}
+    columns |= {mink_column(k): [min_k_percent(st[0], k) for st in stats] for k in k_grid}
+    columns |= {mink_column(k, plus_plus=True): [min_k_plus_plus(*st, k) for st in stats] for k in k_grid}
+    return pl.DataFrame(columns, schema={c: pl.Int64 if c == "n_tokens" else pl.Float64 for c in columns})
