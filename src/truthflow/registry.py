@@ -1,8 +1,6 @@
-"""Every dataset truthflow knows, in one place: a QA set is one `QASet` entry in QA_SETS (its name, display
-name and colour, hub defaults, required columns, how a source record becomes a row, and its E_Q rule,
-METHOD A4). The loader, the workflow, the config checks, the E_Q extractor and the figures read it; adding a
-QA set is one entry here plus its tests. It imports nothing else from truthflow, so an edit of the loader,
-the extractor or the plots reruns no download."""
+"""Every dataset truthflow knows: a QA set is one `QASet` entry in QA_SETS (adding one is an entry here plus
+its tests). It imports nothing else from truthflow, so an edit of the loader, the extractor or the plots
+reruns no download."""
 
 from __future__ import annotations
 
@@ -48,11 +46,6 @@ def dedup(values: list[str]) -> list[str]:
     return list(dict.fromkeys(v.strip() for v in values if v.strip()))
 
 
-def answer_list(value) -> list[str]:
-    """Gold answers of a field holding one answer string (kept whole, never parsed) or a list of them."""
-    return dedup(as_list(value) if not isinstance(value, str) else [value])
-
-
 def unwrap_question(q: str) -> str:
     """lm-eval style copies wrap the question: "Question: ...\\nAnswer:"."""
     return q.strip().removeprefix("Question:").removesuffix("Answer:").strip()
@@ -64,16 +57,10 @@ def question_id(name: str, question: str) -> str:
     return f"{name}-{hashlib.sha1(key.encode('utf-8')).hexdigest()[:12]}"
 
 
-def own_id(*values) -> str | None:
-    """The first non-blank value, stripped, as a string."""
-    return next((str(v).strip() for v in values if v is not None and str(v).strip()), None)
-
-
 # ---------------------------------------------------------------- entries
 @dataclass(frozen=True)
 class Hub:
-    """Hub defaults: a source `{hub: <this id>}` without `config`/`split` gets these; a dataset without
-    any `source` loads this one."""
+    """Hub defaults: of a source `{hub: <this id>}` without `config`/`split`, or of no `source`."""
 
     id: str
     config: str | None = None
@@ -102,7 +89,8 @@ class QASet:
         """Source record `i` (0-based, for messages) in the common schema: id, question, answers, own
         columns. `answers` may be empty and `question` blank (the loader drops such rows)."""
         row = self.fields(record)
-        rid = own_id(*(record.get(f) for f in self.id_fields)) or question_id(self.name, row["question"])
+        own = (str(record[f]).strip() for f in self.id_fields if record.get(f) is not None)
+        rid = next(filter(None, own), None) or question_id(self.name, row["question"])
         for f in self.int_fields:
             value = row.get(f)
             try:
@@ -173,18 +161,15 @@ def _triviaqa(rec: dict) -> dict:
     }
 
 
-# ---------------------------------------------------------------- HotpotQA, NQ
-def _hotpotqa(rec: dict) -> dict:
-    return {
-        "question": str(rec.get("question") or "").strip(),
-        "answers": answer_list(rec.get("answer")),
-        "type": rec.get("type"),
-        "level": rec.get("level"),
-    }
-
-
+# ---------------------------------------------------------------- NQ, HotpotQA
 def _nq(rec: dict) -> dict:
-    return {"question": str(rec.get("question") or "").strip(), "answers": answer_list(rec.get("answer"))}
+    answer = rec.get("answer")  # one answer string (kept whole, never parsed) or a list of them
+    answers = dedup([answer] if isinstance(answer, str) else as_list(answer))
+    return {"question": str(rec.get("question") or "").strip(), "answers": answers}
+
+
+def _hotpotqa(rec: dict) -> dict:
+    return {**_nq(rec), "type": rec.get("type"), "level": rec.get("level")}
 
 
 # ---------------------------------------------------------------- the registry
@@ -241,17 +226,13 @@ def is_qa(name: str) -> bool:
 
 
 def get(name: str) -> QASet:
-    """The entry of a registered QA set; a TruthflowError naming the registered ones otherwise."""
-    try:
-        return _BY_NAME[name]
-    except KeyError:
-        raise TruthflowError(f"unknown QA dataset '{name}' (known: {', '.join(qa_names())})") from None
+    if name not in _BY_NAME:
+        raise TruthflowError(f"unknown QA dataset '{name}' (known: {', '.join(qa_names())})")
+    return _BY_NAME[name]
 
 
 def fill_source(name: str, spec: dict) -> None:
-    """Hub defaults into one dataset entry of the config, before the schema's defaults: no `source` loads
-    the registered hub set; `source: {hub: <the registered id>}` gets its `config` and `split` where not
-    given."""
+    """Hub defaults into one dataset entry of the config, before the schema's defaults (Hub)."""
     hub = DEPTHQA_HUB if name == DEPTHQA else _BY_NAME[name].hub if name in _BY_NAME else None
     if hub is None:
         return
