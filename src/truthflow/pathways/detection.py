@@ -34,29 +34,13 @@ GATE_THRESHOLD = 0.5  # PR: P(Q-Anchored | x) >= 0.5 routes a test sample to its
 PR_VAL_SIZE = 0.25
 
 AWARENESS_SCHEMA = {
-    "layer": pl.Int64,
-    "seed": pl.Int64,
+    **dict.fromkeys(["layer", "seed"], pl.Int64),
     "auc": pl.Float64,
-    "n": pl.Int64,
-    "n_q": pl.Int64,
-    "n_a": pl.Int64,
+    **dict.fromkeys(["n", "n_q", "n_a"], pl.Int64),
     "status": pl.String,
 }
-DETECTION_SCHEMA = {
-    "method": pl.String,
-    "seed": pl.Int64,
-    "auc": pl.Float64,
-    "n": pl.Int64,
-    "factor": pl.String,
-    "status": pl.String,
-}
-
-
-def _labels(y) -> np.ndarray:
-    y = np.asarray(y)
-    if not np.isin(y, [0, 1]).all():
-        raise ValueError("y must hold 0/1 (or bools) only")
-    return y.astype(int)
+DETECTION_SCHEMA = {"method": pl.String, "seed": pl.Int64, "auc": pl.Float64, "n": pl.Int64}
+DETECTION_SCHEMA |= dict.fromkeys(["factor", "status"], pl.String)
 
 
 def _rng(seed: Seed, stream: int) -> np.random.Generator:
@@ -222,11 +206,9 @@ def _pr_candidates(states, factors) -> dict[float, tuple | None]:
     return dict(sorted(cands.items()))
 
 
-def _inner_split(y, train, val_size: float, seed: Seed) -> tuple[np.ndarray, np.ndarray] | str:
-    """Stratified inner split of train: per class, round(val_size · count) samples (at least 1, at most
+def _inner_split(y, train, seed: Seed) -> tuple[np.ndarray, np.ndarray] | str:
+    """Stratified inner split of train: per class, round(PR_VAL_SIZE · count) samples (at least 1, at most
     count − 1) go to validation, so both parts hold both classes. Or the reason it cannot be made."""
-    if not 0 < val_size < 1:
-        raise ValueError(f"val_size must be in (0, 1), got {val_size}")
     y_tr = y[train]
     reason = split_reason(y_tr, 2)
     if reason:
@@ -235,27 +217,27 @@ def _inner_split(y, train, val_size: float, seed: Seed) -> tuple[np.ndarray, np.
     val = []
     for c in (0, 1):
         idx = train[y_tr == c]
-        m = min(max(1, round(val_size * len(idx))), len(idx) - 1)
+        m = min(max(1, round(PR_VAL_SIZE * len(idx))), len(idx) - 1)
         val.append(rng.choice(idx, size=m, replace=False))
     val = np.sort(np.concatenate(val))
     return np.setdiff1d(train, val), val
 
 
 def pr_select_and_predict(
-    states, x_clean, y, g, train, test, factors, seed: Seed = 0, C=1.0, max_iter=2000, val_size=PR_VAL_SIZE
+    states, x_clean, y, g, train, test, factors, seed: Seed = 0, C=1.0, max_iter=2000
 ) -> tuple[np.ndarray, float, list[str]]:
     """Pathway Reweighting (§5): (P(y = 1) for the test samples, the chosen factor, notes). states[f] =
     (up, down) [N, D]: hidden states with the attention on the E_Q -> answer edges multiplied by f (up) or
     1/f (down); a correctness probe is trained on the routed (pr_states) train states.
 
-    The factor is chosen on validation data only: a stratified inner split of `train` (val_size per class,
+    The factor is chosen on validation data only: a stratified inner split of `train` (PR_VAL_SIZE per class,
     stream 2 of the seed); each candidate (1.0 = x_clean itself, plain probing, plus `factors`) is fit on
     the inner-train part, gate included, and scored by AUC on the rest; the best wins, ties to the smallest.
     It is then refit on the whole train fold. Test samples give only their states, never label or group. No
     inner split (fewer than two samples of a class in train): factor 1.0.
     """
     cands = _pr_candidates(states, factors)
-    inner = _inner_split(y, train, val_size, seed)
+    inner = _inner_split(y, train, seed)
     notes = []
     chosen, best = 1.0, -np.inf
     if isinstance(inner, str):
@@ -296,7 +278,10 @@ def detection_table(x, y, groups, states, baselines: Mapping, factors: Sequence[
     (s, i); the AUC is over all N out-of-fold predictions. Fallbacks taken are listed in the status ("ok
     (fallback: ...)"); rows that cannot be estimated have a null auc and a status "undefined: ...".
     """
-    x, y, g = np.asarray(x, dtype=np.float32), _labels(y), np.asarray(groups, dtype=bool)
+    x, y, g = np.asarray(x, dtype=np.float32), np.asarray(y), np.asarray(groups, dtype=bool)
+    if not np.isin(y, [0, 1]).all():
+        raise ValueError("y must hold 0/1 (or bools) only")
+    y = y.astype(int)
     n, C, max_iter = len(y), probe["C"], probe["max_iter"]
     if x.shape[0] != n or len(g) != n:
         raise ValueError(f"x has {x.shape[0]} rows, y {n}, groups {len(g)}")
