@@ -174,9 +174,9 @@ class ReferenceJudge:
             yield i, Verdict(f1_to_score(f1), f"token-F1 {f1:.3f}")
 
 
-def _one_line(value: object, limit: int = 200) -> str:
+def _one_line(value: object) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    return redact(" ".join(str(text).split()))[:limit]
+    return redact(" ".join(str(text).split()))[:200]
 
 
 class OpenAIJudge:
@@ -284,9 +284,9 @@ class HFJudge:
         try:  # a hub id or a plain directory: the same device assignment as the model jobs
             model, tokenizer, device = load_pretrained(self.model_id, dtype)
         except OSError as exc:
-            detail = _one_line(str(exc), 300)
             raise TruthflowError(
-                f"depth.judge.model '{self.model_id}' cannot be loaded (dir or hub id?): {detail}"
+                f"depth.judge.model '{self.model_id}' cannot be loaded (dir or hub id?): "
+                f"{_one_line(str(exc))}"
             ) from None
         return LoadedModel(model=model, tokenizer=tokenizer, info={"name": self.model_id}, device=device)
 

@@ -64,11 +64,6 @@ def _require(df: pl.DataFrame, columns: list[str] | tuple[str, ...], what: str) 
         raise TruthflowError(f"{what} lacks column(s) {missing} (has {df.columns})")
 
 
-def _per_question(df: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
-    _require(df, ["model", "qid", *columns], "per-question table")
-    return df.with_columns(pl.col("qid").cast(pl.Utf8), pl.col("model").cast(pl.Utf8))
-
-
 def _node_records(nodes_df: pl.DataFrame) -> dict[str, dict]:
     """nodeid → node, of a graph data.load_depthqa has checked (closed, one D3 per group)."""
     if nodes_df.height == 0:
@@ -104,7 +99,8 @@ def depthwise_average(per_question_df: pl.DataFrame, nodes_df: pl.DataFrame, k: 
     members = group_members(nodes_df)
     if members.height == 0:
         return pl.DataFrame(schema=DEPTHWISE_SCHEMA)
-    scores = _per_question(per_question_df, [col]).select("model", "qid", pl.col(col).cast(pl.Float64))
+    _require(per_question_df, ["model", "qid", col], "per-question table")
+    scores = per_question_df.select("model", "qid", pl.col(col).cast(pl.Float64))
     per_group = members.select("group", "d3_node", "depth", "qid").unique()
     return (
         per_group.join(scores, on="qid", how="inner")
@@ -131,13 +127,11 @@ def score_gaps(per_question_df: pl.DataFrame, nodes_df: pl.DataFrame) -> tuple[p
     nodes = _node_records(nodes_df)
     if not nodes:
         return pl.DataFrame(schema=GAP_SCHEMA), 0
-    scores = _per_question(per_question_df, ["score"])
+    _require(per_question_df, ["model", "qid", "score"], "per-question table")
     rows = []
-    for model in sorted(scores["model"].unique().to_list()):
+    for (model,), scores in sorted(per_question_df.group_by("model")):
         score_of = {
-            qid: score
-            for qid, score in scores.filter(pl.col("model") == model).select("qid", "score").iter_rows()
-            if score is not None
+            qid: score for qid, score in scores.select("qid", "score").iter_rows() if score is not None
         }
         for d3, rec in sorted(nodes.items()):
             if rec["depth"] != 3:
@@ -200,10 +194,10 @@ def memorization_split(
 def pooled_by_depth(per_question_df: pl.DataFrame, k: float) -> pl.DataFrame:
     """Per (model, depth) over all questions, no graph needed: n, mean, std, median, quartiles of MIN-K%."""
     col = mink_column(k)
-    df = _per_question(per_question_df, ["depth", col])
+    _require(per_question_df, ["model", "qid", "depth", col], "per-question table")
     value = pl.col(col).cast(pl.Float64)
     return (
-        df.group_by("model", "depth")
+        per_question_df.group_by("model", "depth")
         .agg(
             value.count().alias("n"),
             value.mean().alias("mean"),
