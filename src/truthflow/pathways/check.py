@@ -65,17 +65,13 @@ CHECK_SCHEMA = {
     **dict.fromkeys(["flip_target", "flip_control", "delta_p_target", "delta_p_control"], pl.Float64),
     **{c: CELL_SCHEMA[c] for c in ("layer_from", "layer_to", "n_unmatched", "n_minority", "probe_auc")},
 }
-DROPPED_SCHEMA = {
-    **dict.fromkeys(["model", "dataset", "reason"], pl.String),
+DROPPED_SCHEMA = dict.fromkeys(["model", "dataset", "reason"], pl.String) | {
     "n": pl.UInt32,
     "detail": pl.String,
 }
-LAYERS_SCHEMA = {
-    **dict.fromkeys(["model", "dataset", "range", "layers", "measure"], pl.String),
-    "n_samples": pl.Int64,
-    **TEST_COLUMNS,
-    "reason": pl.String,
-}
+# the sensitivity table: the check table's test columns per layer range
+LAYERS_SCHEMA = dict.fromkeys(["model", "dataset", "range", "layers", "measure"], pl.String)
+LAYERS_SCHEMA |= {c: CHECK_SCHEMA[c] for c in ("n_samples", *TEST_COLUMNS, "reason")}
 
 
 # ------------------------------------------------------------ per cell: sufficient statistics

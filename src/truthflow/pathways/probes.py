@@ -22,37 +22,13 @@ from ..stats import bootstrap_ci
 Q_ANCHORED, A_ANCHORED, ALL = "Q-Anchored", "A-Anchored", "all"
 TARGET, CONTROL = "target", "control"
 
-AUC_SCHEMA = {
-    "seed": pl.Int64,
-    "layer": pl.Int64,
-    "auc": pl.Float64,
-    "n_train": pl.Int64,
-    "n_test": pl.Int64,
-    "n_folds": pl.Int64,
-    "status": pl.String,
-}
-SAMPLES_SCHEMA = {
-    "id": pl.String,
-    "layer": pl.Int64,
-    "knockout": pl.String,
-    "label": pl.Boolean,
-    "matched": pl.Boolean,
-    "n_seeds": pl.Int64,
-    "p": pl.Float64,
-    "delta_p": pl.Float64,
-    "flip_rate": pl.Float64,
-    "anchor": pl.String,
-}
-SUMMARY_SCHEMA = {
-    "knockout": pl.String,
-    "anchor": pl.String,
-    "layer": pl.Int64,
-    "n": pl.Int64,
-    "mean_delta_p": pl.Float64,
-    "ci_low": pl.Float64,
-    "ci_high": pl.Float64,
-    "flip_rate": pl.Float64,
-}
+AUC_SCHEMA = {"seed": pl.Int64, "layer": pl.Int64, "auc": pl.Float64}
+AUC_SCHEMA |= dict.fromkeys(["n_train", "n_test", "n_folds"], pl.Int64) | {"status": pl.String}
+SAMPLES_SCHEMA = {"id": pl.String, "layer": pl.Int64, "knockout": pl.String, "label": pl.Boolean}
+SAMPLES_SCHEMA |= {"matched": pl.Boolean, "n_seeds": pl.Int64}
+SAMPLES_SCHEMA |= dict.fromkeys(["p", "delta_p", "flip_rate"], pl.Float64) | {"anchor": pl.String}
+SUMMARY_SCHEMA = dict.fromkeys(["knockout", "anchor"], pl.String) | dict.fromkeys(["layer", "n"], pl.Int64)
+SUMMARY_SCHEMA |= dict.fromkeys(["mean_delta_p", "ci_low", "ci_high", "flip_rate"], pl.Float64)
 
 
 def n_folds(test_size: float) -> int:

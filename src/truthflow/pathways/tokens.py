@@ -347,18 +347,10 @@ def locate(
     return sorted(eq), [base + i for i in ea_tok], question_pos, None
 
 
-CLASS_TABLE_SCHEMA = {
-    "model": pl.String,
-    "dataset": pl.String,
-    "class": pl.String,
-    "n": pl.UInt32,
-    "mean_ea_tokens": pl.Float64,
-    "mean_eq_tokens": pl.Float64,
-    "median_eq_share": pl.Float64,
-    "n_no_matched_control": pl.UInt32,
-    "auc_ea_length_only": pl.Float64,
-    "auc_position_only": pl.Float64,
-}
+CLASS_TABLE_SCHEMA = dict.fromkeys(["model", "dataset", "class"], pl.String) | {"n": pl.UInt32}
+CLASS_TABLE_SCHEMA |= dict.fromkeys(["mean_ea_tokens", "mean_eq_tokens", "median_eq_share"], pl.Float64)
+CLASS_TABLE_SCHEMA |= {"n_no_matched_control": pl.UInt32}
+CLASS_TABLE_SCHEMA |= dict.fromkeys(["auc_ea_length_only", "auc_position_only"], pl.Float64)
 
 
 def position_only_auc(correct: np.ndarray, value: np.ndarray) -> float:
