@@ -55,7 +55,7 @@ def model_spec(model):
 
 
 def model_params(*keys):
-    """A model job's params: these keys of its model's entry (models.<name>.<key>)."""
+    """These keys of a model job's model entry (models.<name>.<key>), as its params or resources."""
     return {key: lambda w, key=key: model_spec(w.model)[key] for key in keys}
 
 
@@ -65,10 +65,7 @@ def model_gpus(wildcards):
 
 # the other resources of every model job (each rule names its `gpu` resource, which the SLURM profiles key on)
 MODEL_RESOURCES = dict(
-    torch_threads=TORCH_THREADS,
-    mem_mb=lambda w: model_spec(w.model)["mem_mb"],
-    runtime=lambda w: model_spec(w.model)["runtime"],
-    batch_size=lambda w: model_spec(w.model)["batch_size"],
+    torch_threads=TORCH_THREADS, **model_params("mem_mb", "runtime", "batch_size")
 )
 
 
@@ -96,19 +93,16 @@ def _script_modules(script):
     return sorted(os.path.relpath(f, Path.cwd()) for f in files if f)
 
 
-class _RuleCode:
-    """Input function: the package modules that the rule's script imports (Snakemake tracks the script's own
-    code only; tests/test_cache.py::test_module_edit_reruns_exactly_its_importers)."""
-
-    def __call__(self, wildcards):
-        job_rule = next(r for r in workflow.rules if any(i is self for i in r.input))
-        return _script_modules(str(Path(job_rule.snakefile).parent / job_rule.script))
-
-
 def code():
     """The `code=` input of a rule: every truthflow module its script imports, so that editing one reruns
-    exactly the jobs that import it."""
-    return _RuleCode()
+    exactly the jobs that import it (Snakemake tracks the script's own code only;
+    tests/test_cache.py::test_module_edit_reruns_exactly_its_importers)."""
+
+    def modules(wildcards):
+        job_rule = next(r for r in workflow.rules if any(i is modules for i in r.input))
+        return _script_modules(str(Path(job_rule.snakefile).parent / job_rule.script))
+
+    return modules
 
 
 def model_dir(wildcards=None, model=None):
