@@ -7,7 +7,9 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import small_config
 
+from truthflow.config import check_schema
 from truthflow.depth.mink import (
     batch_token_statistics,
     encode_for_scoring,
@@ -78,6 +80,13 @@ def test_min_k_plus_plus_zero_sigma_is_zero_z() -> None:
 def test_bad_k_is_a_user_error(k: float) -> None:
     with pytest.raises(TruthflowError, match="k="):
         min_k_percent(LOGP, k)
+
+
+def test_an_empty_k_grid_is_refused_by_the_schema() -> None:
+    cfg = small_config()
+    cfg.setdefault("depth", {}).setdefault("mink", {})["k_grid"] = []
+    with pytest.raises(TruthflowError, match=r"^depth\.mink\.k_grid: \[\] should be non-empty"):
+        check_schema(cfg)
 
 
 def test_column_names() -> None:

@@ -392,7 +392,7 @@ def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
         _shortfall("depthqa", n, len(groups), "groups", origin, dropped)
         keep = [groups[i] for i in sample_indices(len(groups), n, seed)]
         nodes = nodes.filter(pl.col("group").is_in(keep))
-        questions = questions.filter(pl.col("id").is_in(nodes["qid"].drop_nulls().unique().to_list()))
+        questions = questions.filter(pl.col("id").is_in(nodes["qid"].implode()))
     else:
         _shortfall("depthqa", n, questions.height, "questions", origin, dropped)
         questions = questions[sample_indices(questions.height, n, seed)]
@@ -402,7 +402,7 @@ def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
         "n": n,
         "questions": questions.height,
         "nodes": nodes.height,
-        "groups": nodes["group"].n_unique() if nodes.height else 0,
+        "groups": nodes["group"].n_unique(),
         "duplicate_id": sum(d["reason"] == "duplicate_id" for d in dropped),
         "dropped": _dropped_frame("depthqa", dropped),
     }

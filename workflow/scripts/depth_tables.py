@@ -20,8 +20,7 @@ def main(sm):
     d3_mink = tables.d3_mink_by_group(depthwise)
     subsets = tables.memorization_split(gaps, d3_mink, m["lower_quantile"], m["upper_quantile"])
     pooled = tables.pooled_by_depth(per_question, k)
-    groups = nodes["group"].n_unique() if nodes.height else 0
-    print(f"{groups} groups; {excluded} excluded from the score gap", flush=True)
+    print(f"{nodes['group'].n_unique()} groups; {excluded} excluded from the score gap", flush=True)
     if excluded:
         print(gaps.filter(pl.col("excluded").is_not_null()).group_by("excluded").len(), flush=True)
     print(pooled, flush=True)

@@ -123,10 +123,6 @@ def score_texts(
     """
     import torch
 
-    if not k_grid:
-        raise TruthflowError("MIN-K% k grid is empty")
-    for k in k_grid:
-        n_lowest(1, k)  # validates k before any model work
     tok, model = lm.tokenizer, lm.model
     encoded = [encode_for_scoring(tok, t) for t in texts]
     for i, ids in enumerate(encoded):
