@@ -95,7 +95,9 @@ def _stop(signum, frame) -> None:
 
 
 def run(snakemake, main: Callable[[object], None]) -> None:
-    """Run `main(snakemake)` with both streams and logging teed into the rule's log (if it has one)."""
+    """Run `main(snakemake)` with both streams and logging teed into the rule's log (if it has one); its
+    failure as one line (or one redacted traceback) on stderr and the exit code."""
+    t0 = time.perf_counter()
     with ExitStack() as stack:
         handle = None
         if snakemake.log:
@@ -115,32 +117,27 @@ def run(snakemake, main: Callable[[object], None]) -> None:
             stack.callback(signal.signal, signal.SIGTERM, signal.signal(signal.SIGTERM, _stop))
         stack.callback(_watch_snakemake().set)
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        code = _main(snakemake, main, handle)
-    if code:
-        sys.exit(code)
-
-
-def _main(snakemake, main: Callable[[object], None], handle) -> int:
-    """main(snakemake), its failure as one line (or one redacted traceback) on stderr; the exit code."""
-    t0 = time.perf_counter()
-    try:
-        main(snakemake)
-    except TruthflowError as exc:
-        print(f"truthflow error in rule {snakemake.rule}: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as exc:  # SIGTERM (_stop); SIGINT (Ctrl-C reaches every job of the terminal)
-        signum = exc.args[0] if exc.args else signal.SIGINT
-        print(f"truthflow: rule {snakemake.rule} stopped by {signal.Signals(signum).name}", file=sys.stderr)
-        return 128 + signum
-    except Exception:  # printed through the redacting stream; re-raising would print it again, unredacted
-        traceback.print_exc(file=sys.stderr)
-        return 1
-    if handle:  # every rule log ends with what the job made, so no log is empty
-        sys.stdout.flush()
-        sys.stderr.flush()
-        outputs = ", ".join(map(str, getattr(snakemake, "output", None) or [])) or "nothing"
-        handle.write(f"rule {snakemake.rule}: done in {time.perf_counter() - t0:.1f} s; wrote {outputs}\n")
-    return 0
+        try:
+            main(snakemake)
+        except TruthflowError as exc:
+            print(f"truthflow error in rule {snakemake.rule}: {exc}", file=sys.stderr)
+            sys.exit(1)
+        except KeyboardInterrupt as exc:  # SIGTERM (_stop); SIGINT (Ctrl-C reaches every job of the terminal)
+            signum = exc.args[0] if exc.args else signal.SIGINT
+            print(
+                f"truthflow: rule {snakemake.rule} stopped by {signal.Signals(signum).name}", file=sys.stderr
+            )
+            sys.exit(128 + signum)
+        except Exception:  # printed through the redacting stream; re-raising would print it again, unredacted
+            traceback.print_exc(file=sys.stderr)
+            sys.exit(1)
+        if handle:  # every rule log ends with what the job made, so no log is empty
+            sys.stdout.flush()
+            sys.stderr.flush()
+            outputs = ", ".join(map(str, getattr(snakemake, "output", None) or [])) or "nothing"
+            handle.write(
+                f"rule {snakemake.rule}: done in {time.perf_counter() - t0:.1f} s; wrote {outputs}\n"
+            )
 
 
 def _is_snakemake(proc: psutil.Process) -> bool:
