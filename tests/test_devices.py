@@ -25,7 +25,7 @@ from truthflow.devices import assign_devices
 n, count, hold = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
 lock_dir, out = sys.argv[4], sys.argv[5]
 env = {"TRUTHFLOW_GPU_LOCK_DIR": lock_dir}
-slot = assign_devices(n, env=env, count=count, poll_s=0.02, log=lambda m: None)
+slot = assign_devices(n, env=env, count=count, poll_s=0.02)
 t0 = time.time()
 time.sleep(hold)
 Path(out).write_text(json.dumps({"indices": slot.indices, "how": slot.how, "start": t0, "end": time.time()}))
@@ -91,7 +91,7 @@ def test_claims_are_all_or_nothing(tmp_path):
     lock_dir = tmp_path / "locks"
     _wait_for_lock(lock_dir / "gpu-0.lock")
     with pytest.raises(TruthflowError, match="no 3 free GPU"):
-        claim_devices(3, ["0", "1", "2"], lock_dir, poll_s=0.01, timeout_s=0.2, log=lambda m: None)
+        claim_devices(3, ["0", "1", "2"], lock_dir, poll_s=0.01, timeout_s=0.2)
     assert not devices._HELD  # the partial claim of 1 and 2 was given back, so no job can deadlock on it
     assert claim_devices(2, ["0", "1", "2"], lock_dir, poll_s=0.01, timeout_s=5) == [1, 2]
     holder.kill()

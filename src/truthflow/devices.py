@@ -16,7 +16,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,14 +86,12 @@ def claim_devices(
     lock_dir: Path,
     poll_s: float = 2.0,
     timeout_s: float | None = None,
-    log: Callable[[str], None] | None = None,
 ) -> list[int]:
     """Claim n of the devices `keys` (returns their torch indices), each by an exclusive lock. A claim is all
     or nothing (a 2-GPU job never holds one device while waiting for another, so two such jobs cannot
     deadlock); devices this process already holds are reused."""
     if n > len(keys):
         raise TruthflowError(f"a job asks for {n} GPUs but only {len(keys)} are visible")
-    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     lock_dir.mkdir(parents=True, exist_ok=True)
     t0 = last_log = time.monotonic()
     while True:
@@ -114,7 +112,7 @@ def claim_devices(
                 f"no {n} free GPU(s) among {keys} after {timeout_s:.0f} s (locks in {lock_dir})"
             )
         if now - last_log > 60 or now == t0:
-            log(f"waiting for {n} free GPU(s) among {keys} (held by other jobs; locks in {lock_dir})")
+            print(f"waiting for {n} GPU(s) among {keys} (locks in {lock_dir})", file=sys.stderr, flush=True)
             last_log = now
         time.sleep(poll_s)
 
@@ -123,9 +121,7 @@ def assign_devices(
     n_gpus: int,
     env: Mapping[str, str] | None = None,
     count: int | None = None,
-    lock_dir: Path | None = None,
     poll_s: float = 2.0,
-    log: Callable[[str], None] | None = None,
 ) -> DeviceAssignment:
     """The devices of a job that asked the scheduler for n_gpus GPUs (one at least, when any is visible).
     count: CUDA devices torch sees (default: asks torch)."""
@@ -146,6 +142,6 @@ def assign_devices(
     if mode == "off" or (mode == "auto" and len(keys) <= n):
         indices, how = list(range(n)), "as-is"
     else:
-        lock_dir = lock_dir or Path(env.get(LOCK_DIR_ENV) or default_lock_dir(env))
-        indices, how = claim_devices(n, keys, lock_dir, poll_s=poll_s, log=log), "lock"
+        lock_dir = Path(env.get(LOCK_DIR_ENV) or default_lock_dir(env))
+        indices, how = claim_devices(n, keys, lock_dir, poll_s=poll_s), "lock"
     return DeviceAssignment(f"cuda:{indices[0]}", indices, how)

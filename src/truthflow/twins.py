@@ -110,13 +110,11 @@ def adapt_tokenizer(arch: str, tok):
     return tok
 
 
-def build_config(arch: str, vocab_size: int, ids: dict | None = None, **overrides):
-    """`ids`: pad/bos/eos token ids (default: the stand-in tokenizer's)."""
+def build_config(arch: str, vocab_size: int, ids: dict, **overrides):
+    """`ids`: the tokenizer's pad/bos/eos token ids."""
     import transformers as tf
 
-    ids = {"vocab_size": vocab_size, "max_position_embeddings": 4096, "initializer_range": 0.2,
-           **(ids or {"pad_token_id": 0, "bos_token_id": None if arch == "qwen3" else 1,
-                      "eos_token_id": 2})}  # fmt: skip
+    ids = {"vocab_size": vocab_size, "max_position_embeddings": 4096, "initializer_range": 0.2, **ids}
     dims = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
             "head_dim": 8}  # fmt: skip
     if arch == "llama":
@@ -150,12 +148,6 @@ def build_config(arch: str, vocab_size: int, ids: dict | None = None, **override
     return cfg
 
 
-def _info(arch: str, cfg, seed: int) -> dict:
-    return {"name": f"twin-{arch}", "architecture": cfg.architectures[0], "model_type": cfg.model_type,
-            "n_layers": int(cfg.num_hidden_layers), "hidden_size": int(cfg.hidden_size),
-            "key": {"twin": arch, "seed": seed}}  # fmt: skip
-
-
 def build_twin(
     arch: str,
     *,
@@ -187,7 +179,10 @@ def build_twin(
         bos_token_id=cfg.bos_token_id, eos_token_id=list(dict.fromkeys([cfg.eos_token_id, *turn])),
         pad_token_id=cfg.pad_token_id, do_sample=False,
     )  # fmt: skip
-    return LoadedModel(model=model, tokenizer=tok, info=_info(arch, cfg, seed), device="cpu")
+    info = {"name": f"twin-{arch}", "architecture": cfg.architectures[0], "model_type": cfg.model_type,
+            "n_layers": cfg.num_hidden_layers, "hidden_size": cfg.hidden_size,
+            "key": {"twin": arch, "seed": seed}}  # fmt: skip
+    return LoadedModel(model=model, tokenizer=tok, info=info, device="cpu")
 
 
 def save_twin(arch: str, out_dir: str | Path, *, tokenizer=None, seed: int = 0, **overrides) -> Path:

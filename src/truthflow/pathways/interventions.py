@@ -65,8 +65,6 @@ def donor_tokens(donor_eq_ids: list[int], n: int) -> list[int]:
 
 def patch(seq: list[int], positions: list[int], tokens: list[int]) -> list[int]:
     """seq with seq[positions[k]] = tokens[k] (same length, every other token unchanged)."""
-    if len(positions) != len(tokens):
-        raise ValueError(f"{len(positions)} positions but {len(tokens)} tokens")
     out = list(seq)
     for p, t in zip(positions, tokens, strict=True):
         out[p] = t
@@ -260,12 +258,9 @@ def answer_logprobs(
             [seqs[i][p] for i, pos in zip(idx, scored, strict=True) for p in pos], device=lp.device
         )
         vals = lp[torch.arange(len(target), device=lp.device), target].cpu().numpy()
-        at = 0
-        for i, pos in zip(idx, scored, strict=True):
-            if pos:
-                v = vals[at : at + len(pos)]
+        for i, v in zip(idx, np.split(vals, np.cumsum([len(p) for p in scored])[:-1]), strict=True):
+            if len(v):
                 mean[i], low[i] = float(v.mean()), float(v.min())
-                at += len(pos)
 
     run_batched(order, batch_size, step, desc=desc)
     return mean, low

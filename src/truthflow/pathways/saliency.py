@@ -133,11 +133,6 @@ def answer_loss(
     return (nll * torch.tensor(weight, dtype=dtype, device=device)).sum()
 
 
-def _check_start(n: int, start: int) -> None:
-    if not 1 <= start < n:
-        raise ValueError(f"answer_start {start} must lie in [1, {n - 1}] for a sequence of {n} tokens")
-
-
 def attention_and_grads(
     lm: LoadedModel, seqs: list[list[int]], answer_start: list[int], head: int = 0
 ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
@@ -150,14 +145,9 @@ def attention_and_grads(
     only, and by causality nothing of the head depends on a later position. The caller keeps head at or
     below every cell it reads and below the first scored position (min(answer_start) - 1)."""
     model = lm.model
-    for s, a in zip(seqs, answer_start, strict=True):
-        _check_start(len(s), a)
     base, device, dtype, pad_id = model_parts(lm)
     ids, valid = _batch_tensors(seqs, pad_id, device)
     width = ids.shape[1]
-    first = min(answer_start) - 1  # the first position whose logits the loss needs
-    if not 0 <= head <= first or any(s[:head] != seqs[0][:head] for s in seqs):
-        raise ValueError(f"a shared head of {head} tokens must be common to every row and end before {first}")
     kwargs: dict = {}
     if head:
         with torch.no_grad():
@@ -195,13 +185,12 @@ def saliency(
     """Attention saliency of every sample at every layer: float32 [N, L, 2], [..., 0] = S(E_Q->E_A),
     [..., 1] = S(E_Q->*), layers 1..L in order (module docstring)."""
     n = len(seqs)
-    if not (len(answer_start) == len(eq_positions) == len(ea_positions) == n):
-        raise ValueError("seqs, answer_start, eq_positions and ea_positions must have the same length")
     model = lm.model
     n_layers = model.config.get_text_config().num_hidden_layers
     result = np.full((n, n_layers, 2), np.nan, dtype=np.float32)
-    for s, a, eq, ea in zip(seqs, answer_start, eq_positions, ea_positions, strict=True):
-        _check_start(len(s), a)  # bad inputs fail before any model work
+    for s, a, eq, ea in zip(seqs, answer_start, eq_positions, ea_positions, strict=True):  # same lengths
+        if not 1 <= a < len(s):  # bad inputs fail before any model work
+            raise ValueError(f"answer_start {a} must lie in [1, {len(s) - 1}] for {len(s)} tokens")
         pair_masks(len(s), eq, ea)
     order = sorted(range(n), key=lambda i: -len(seqs[i]))
 
