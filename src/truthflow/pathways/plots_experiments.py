@@ -30,6 +30,7 @@ _KEYS = {"model": pl.String, "dataset": pl.String, "k_layer": pl.Int64}
 ROWS_SCHEMA = {**_KEYS, **ROW_SCHEMA}
 AWARENESS_SCHEMA = {**_KEYS, **DETECTION_AWARENESS_SCHEMA}
 SAMPLES_SCHEMA = {"model": pl.String, "dataset": pl.String, "id": pl.String, "group": pl.String}
+VALUES = ("s_pop", "s_eq_ea", "s_eq_all")  # per-sample values a samples table may lack (added as null)
 PUBLISHED_SCHEMA = dict.fromkeys(["kind", "model", "dataset", "anchor"], pl.String) | {
     "published": pl.Float64
 }
@@ -55,6 +56,11 @@ def _face(group: str, ci: int) -> tuple:
 
 def _rows(rows) -> pl.DataFrame:
     return P.table(rows, ROWS_SCHEMA, optional=("note",))
+
+
+def _samples(per_sample, *values) -> pl.DataFrame:
+    values = dict.fromkeys((*VALUES, *values), pl.Float64)
+    return P.table(per_sample, SAMPLES_SCHEMA | values, optional=tuple(values))
 
 
 def _row_notes(sub: pl.DataFrame) -> list[str]:
@@ -227,7 +233,7 @@ def _layer_panel(ax, sub: pl.DataFrame, drawn: set) -> bool:
 def _popularity_panel(ax, samples: pl.DataFrame) -> bool:
     """Box plot of log10 popularity per group (and dataset, where more than one has it); a group with
     n < MIN_LINE_N is drawn as its points. Returns whether any group was that small."""
-    pop = samples.filter(pl.col("s_pop").is_not_null()) if "s_pop" in samples.columns else samples.clear()
+    pop = samples.filter(pl.col("s_pop").is_not_null())
     if pop.height == 0:
         P.blank(ax, "no popularity values (PopQA only)")
         return False
@@ -270,15 +276,13 @@ def plot_boundary(rows, per_sample, models, titles, out_png, out_pdf, caption: s
     layer of the groups split at that layer, Q-Anchored solid / A-Anchored dashed, colour = dataset, 95% CI
     bands; (c) log10 entity popularity by group at layer K (PopQA; per-sample values from `per_sample`)."""
     rows, ks = _rows(rows), experiment_layers(rows, None)
-    rows, samples = rows.filter(pl.col("experiment") == "boundary"), P.table(per_sample, SAMPLES_SCHEMA)
+    rows, samples = rows.filter(pl.col("experiment") == "boundary"), _samples(per_sample)
     fig, axes = P.figure(3, n_rows=max(1, len(models)), height=2.9)
     drawn, small = set(), False
     for r, model in enumerate(models):
         name, sub = titles.get(model, model), rows.filter(pl.col("model") == model)
         mine = samples.filter(pl.col("model") == model)
-        pop_k = (
-            {ks.get((model, ds)) for ds in datasets_in(mine)} - {None} if "s_pop" in mine.columns else set()
-        )
+        pop_k = {ks.get((model, ds)) for ds in datasets_in(mine.drop_nulls("s_pop"))} - {None}
         at_k = f", groups at K = {pop_k.pop()}" if len(pop_k) == 1 else ""
         for c, ax in enumerate(axes[r]):
             ax.set_title(f"({chr(97 + (3 * r + c) % 26)}) {name}{at_k * (c == 2)}", fontsize=10, loc="left")
@@ -353,17 +357,13 @@ def plot_saliency(
     """Saliency (A15): the density of per-sample S(E_Q→E_A) (`column`; averaged over layers) on a log10 x
     axis, one curve per dataset, with a rug of the samples below; non-positive values cannot be drawn on a log
     scale and are counted in a note."""
-    samples = P.table(per_sample, SAMPLES_SCHEMA)
+    samples = _samples(per_sample, column)
     fig, axes = P.figure(len(models))
     P.titles(axes[0], models, titles)
     name, drawn, small = SALIENCY_NAMES.get(column, column), set(), False
     for ax, model in zip(axes[0], models, strict=False):
         sub = samples.filter(pl.col("model") == model)
-        sub = (
-            sub.filter(pl.col(column).is_not_null() & pl.col(column).is_not_nan())
-            if column in sub.columns
-            else sub.clear()
-        )
+        sub = sub.filter(pl.col(column).is_not_null() & pl.col(column).is_not_nan())
         if sub.height == 0:
             P.blank(ax, f"no {name} values for this model")
             continue
