@@ -291,7 +291,8 @@ def question_spans(
 def _named_spans(question: str) -> list[tuple[int, int]]:
     """Quoted spans, capitalized runs and numbers of a mixed-case question."""
     spans = [m.span(1 if m.group(1) else 2) for m in _QUOTED.finditer(question)]
-    # capitalized runs, allowing lowercase connectors inside ("Statue of Liberty"); skip the sentence start
+    # capitalized runs, allowing lowercase connectors inside ("Statue of Liberty"); skip the sentence start.
+    # Not text.NAME_CONNECTORS: with it, E_Q changes on 5 of 488 demo and 114 of 8,164 real questions
     connector = r"(?:of(?:\s+the)?|de|la|le|von|van|der|du|da|del|di)"
     cap = r"[A-Z][\w'\-\.]*"
     for m in re.finditer(rf"\b{cap}(?:\s+(?:{connector}\s+)?{cap})*", question):
