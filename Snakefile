@@ -16,9 +16,7 @@ if not workflow.overwrite_configfiles:
     configfile: "config.yaml"
 
 
-# every parse-time config check, in one place (truthflow.config.check_config, which the tests call too): a key
-# given twice in a config file, names that become paths ("..", "/"), the schema (and its defaults filled in),
-# names defined once, local dataset files, the judge of the depth models; one line naming the key, before any job
+# every parse-time config check (truthflow.config.check_config): one line naming the key, before any job
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from truthflow.config import check_config  # noqa: E402
 from truthflow.errors import TruthflowError  # noqa: E402

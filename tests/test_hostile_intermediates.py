@@ -64,16 +64,10 @@ def test_corrupted_parquet_is_one_line(tmp_path):
     assert "unreadable parquet (" in _error(validate.read_parquet, path, ["id"])
 
 
-@pytest.mark.parametrize(
-    ("required", "expected"),
-    [
-        (["id", "answer"], "missing column answer (has: id, correct, n)"),
-        ({"id": pl.String, "correct": pl.String}, "column correct is Boolean, expected String"),
-    ],
-)
-def test_parquet_schema_is_checked(tmp_path, frame, required, expected):
+def test_parquet_columns_are_checked(tmp_path, frame):
+    expected = "missing column answer (has: id, correct, n)"
     assert f": {expected} — rebuild it with: snakemake --forcerun" in _error(
-        validate.read_parquet, _parquet(tmp_path, frame), required
+        validate.read_parquet, _parquet(tmp_path, frame), ["id", "answer"]
     )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +16,6 @@ import polars as pl
 from .errors import TruthflowError
 
 _RESULTS = re.compile(r"(?:^|/)results/")
-Columns = Sequence[str] | Mapping[str, "pl.DataType | type[pl.DataType] | None"]
 
 
 def bad_file(path: str | Path, what: str) -> TruthflowError:
@@ -31,21 +30,15 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def check_columns(df: pl.DataFrame, path: str | Path, required: Columns) -> None:
-    """Every required column is there (and of the given dtype, where a Mapping gives one)."""
-    schema = df.schema
-    wanted = required if isinstance(required, Mapping) else dict.fromkeys(required)
-    missing = [c for c in wanted if c not in schema]
+def check_columns(df: pl.DataFrame, path: str | Path, required: Sequence[str]) -> None:
+    missing = [c for c in required if c not in df.columns]
     if missing:
         plural = "s" if len(missing) > 1 else ""
-        has = ", ".join(schema) or "none"
+        has = ", ".join(df.columns) or "none"
         raise bad_file(path, f"missing column{plural} {', '.join(missing)} (has: {has})")
-    for name, dtype in wanted.items():
-        if dtype is not None and schema[name] != dtype:
-            raise bad_file(path, f"column {name} is {schema[name]}, expected {dtype}")
 
 
-def _read(read, kind: str, path, required: Columns, **kwargs) -> pl.DataFrame:
+def _read(read, kind: str, path, required: Sequence[str], **kwargs) -> pl.DataFrame:
     if not isinstance(path, str | os.PathLike):  # a Snakemake input list: file by file, concatenated
         return pl.concat([_read(read, kind, p, required, **kwargs) for p in path])
     try:
@@ -56,7 +49,7 @@ def _read(read, kind: str, path, required: Columns, **kwargs) -> pl.DataFrame:
     return df
 
 
-def read_parquet(path, required_columns: Columns = (), **kwargs) -> pl.DataFrame:
+def read_parquet(path, required_columns: Sequence[str] = (), **kwargs) -> pl.DataFrame:
     """pl.read_parquet(path, **kwargs) with the required columns (a list of paths: concatenated)."""
     return _read(pl.read_parquet, "parquet", path, required_columns, **kwargs)
 
@@ -75,7 +68,7 @@ def _read_tsv(path, **kwargs) -> pl.DataFrame:
     return df
 
 
-def read_tsv(path, required_columns: Columns = (), **kwargs) -> pl.DataFrame:
+def read_tsv(path, required_columns: Sequence[str] = (), **kwargs) -> pl.DataFrame:
     """pl.read_csv(path, separator='\\t', **kwargs) with the required columns and whole rows."""
     return _read(_read_tsv, "TSV", path, required_columns, **kwargs)
 
