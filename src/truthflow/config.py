@@ -35,9 +35,8 @@ def check_schema(config: dict) -> None:
 
 
 def fill_defaults(config: dict) -> dict:
-    """The defaults into `config`, in place: each dataset's hub source (registry.fill_source), the schema's
-    `default:` values (Snakemake's validate(set_default=True), $defs entries included), and pathways.datasets
-    (null: every configured QA set, in registry order). check_schema has refused an invalid config first."""
+    """The defaults into `config`, in place: hub sources (registry.fill_source), the schema's `default:`s
+    (Snakemake's validate(set_default=True)), and pathways.datasets (null: every configured QA set)."""
     from snakemake.utils import validate
 
     for name, spec in config["datasets"].items():
@@ -181,11 +180,9 @@ def check_names(config: dict) -> None:
 
 
 def check_config(config: dict, configfiles: Iterable = (), environ: Mapping[str, str] | None = None) -> dict:
-    """Every check the workflow makes before any job (the Snakefile calls this with the config files Snakemake
-    loaded and os.environ), in order, each raising TruthflowError with one line naming the key or file; fills
-    the defaults into `config` in place and returns it. The memory plan runs before the defaults are filled
-    (it derives batch_size and token_budget where not given); the judge is checked with depth models
-    configured, so a dry run already stops before model jobs spend hours on answers nobody can score."""
+    """Every check before any job, each a TruthflowError naming the key or file; fills the defaults in place.
+    The memory plan derives batch_size and token_budget before the schema's defaults fill them; the judge is
+    checked at parse time, so a dry run stops before model jobs spend hours on answers nobody can score."""
     from .data import check_local_sources
     from .depth.judge import check_judge_config
     from .memplan import plan_memory

@@ -14,7 +14,6 @@ rule extract_pathways:
         res("logs", "extract_pathways", "{model}", "{dataset}.log"),
     benchmark:
         res("benchmarks", "extract_pathways", "{model}", "{dataset}.tsv")
-    # a chain's later model stages first; the DepthQA model jobs (priority 0) fill the slots it leaves idle
     priority: 2
     conda:
         "../../envs/truthflow.yaml"
@@ -162,7 +161,6 @@ rule extract_experiments:
         res("logs", "extract_experiments", "{model}", "{dataset}.log"),
     benchmark:
         res("benchmarks", "extract_experiments", "{model}", "{dataset}.tsv")
-    # a chain's later model stages first; the DepthQA model jobs (priority 0) fill the slots it leaves idle
     priority: 3
     conda:
         "../../envs/truthflow.yaml"
