@@ -30,6 +30,7 @@ from truthflow.pathways.knockout import (  # noqa: E402
     ResidCapture,
     decoder_layers,
     knockout_mask,
+    layer_windows,
     positions_tensor,
     resid_sweep_multi,
 )
@@ -94,7 +95,7 @@ def naive_loop(lm, seqs, probe, blocks, batch):
         ko_m = knockout_mask(valid, block, dtype)
         cap = ResidCapture(layers)
         cap.set_positions(probe[i : i + batch])
-        per = LayerMasks(layers)
+        per = LayerMasks(layers, layer_windows(base.config))
         base(input_ids=ids, attention_mask=clean_m, use_cache=False)
         for k in range(len(layers)):
             per.masks = {j: (ko_m if j <= k else clean_m) for j in range(len(layers))}

@@ -155,11 +155,10 @@ def generate_answers(
     token_budget: int | None = DEFAULT_TOKEN_BUDGET,
     prompt_ids: list[list[int]] | None = None,
 ) -> list[dict]:
-    """Greedy-decode every prompt; returns, in input order, prompt/answer token ids and the answer text.
-
-    Prompts run shortest first, in batches of at most batch_size rows and token_budget tokens (rows x (longest
-    prompt + max_new_tokens)). Stop tokens (EOS; with stop_at_newline every newline token) go to generate as
-    EOS ids, so a batch ends as soon as every row has stopped. prompt_ids: the prompts already encoded."""
+    """Greedy-decode every prompt (prompt_ids: already encoded), shortest first, in batches of at most
+    batch_size rows and token_budget tokens (rows x (prompt + max_new_tokens)); stop tokens (EOS, with
+    stop_at_newline every newline token) go to generate as EOS ids. Returns, in input order, prompt/answer
+    token ids and the answer text."""
     import torch
     from transformers import DynamicCache
 
@@ -253,26 +252,16 @@ def answer_questions(
             flush=True,
         )
     t0 = time.perf_counter()
-    out = generate_answers(
-        lm,
-        prompts,
-        batch_size,
-        max_new_tokens,
-        stop_at_newline=not chat,
-        chat=chat,
-        desc=desc,
-        token_budget=token_budget,
-        prompt_ids=[f[1] for f in fitted],
-    )
+    ids = [f[1] for f in fitted]
+    out = generate_answers(lm, prompts, batch_size, max_new_tokens, not chat, chat, desc, token_budget, ids)
     dt = time.perf_counter() - t0
     for o, f in zip(out, fitted, strict=True):
         o["prompt_truncated"] = f[2]
     n_tok = sum(o["n_new_tokens"] for o in out)
-    n_think = sum(o["think_stripped"] for o in out)
-    rate = n_tok / max(dt, 1e-9)
     print(
-        f"{desc}: {len(out)} answers, {n_tok} new tokens in {dt:.1f} s ({rate:.1f} tokens/s) on {lm.device}; "
-        f"{n_trunc} prompts truncated, {n_think} reasoning blocks stripped",
+        f"{desc}: {len(out)} answers, {n_tok} new tokens in {dt:.1f} s ({n_tok / max(dt, 1e-9):.1f} "
+        f"tokens/s) on {lm.device}; {n_trunc} prompts truncated, {sum(o['think_stripped'] for o in out)} "
+        "reasoning blocks stripped",
         file=sys.stderr,
         flush=True,
     )

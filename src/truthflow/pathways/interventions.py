@@ -1,10 +1,7 @@
-"""The new forward passes of the Section 3.2-5 experiments (docs/method.md A12-A17), all at one probe layer K:
-token patching (E_Q ids replaced by a donor's), the answer alone, Pathway Reweighting (attention on
-E_Q -> answer edges scaled), and the detection baselines (P(True), answer-token log-probabilities).
-
-Every pass reuses the knockout stage's batching (length-sorted, OOM back-off) and float 4D masks, and stops
-at layer K: layers above K cannot change the residual stream at K.
-"""
+"""The new forward passes of the Section 3.2-5 experiments (docs/method.md A12-A17) at one probe layer K,
+each stopped there (layers above K cannot change it): token patching (E_Q ids replaced by a donor's), the
+answer alone, Pathway Reweighting (attention on E_Q -> answer edges scaled), and the detection baselines
+(P(True), answer-token log-probabilities)."""
 
 from __future__ import annotations
 
@@ -105,9 +102,7 @@ def answer_only_inputs(
     out, pos = [], []
     for s, n, p in zip(seqs, prompt_lens, probe_pos, strict=True):
         if not n <= p < len(s):
-            raise ValueError(
-                f"probe position {p} is not in the answer (prompt {n} tokens, sequence {len(s)})"
-            )
+            raise ValueError(f"probe position {p} is not in the answer (prompt {n} of {len(s)} tokens)")
         out.append(lead + list(s[n:]))
         pos.append(p - n + len(lead))
     return out, pos
@@ -217,10 +212,9 @@ def resid_conditions(
 # ------------------------------------------------------------------ detection baselines (A17)
 def next_token_logits(lm: LoadedModel, rows: list[list[int]], at: list[list[int]]) -> torch.Tensor:
     """Float32 logits [sum of len(at[r]), V] predicting the token after each position at[r] of row r, from one
-    right-padded pass: the final norm and the LM head run only on those positions (`logits.float_logits`;
-    a [B, T, V] logit tensor of a 262k vocabulary would not fit), and the head every row shares before the
-    first of them runs once. Index tensors are made on the device of the tensor they index: a model spread
-    over several GPUs takes its inputs on the first and leaves its hidden states on the last."""
+    right-padded pass (the shared head run once): the final norm and the LM head run on those positions only
+    (a [B, T, V] tensor of a 262k vocabulary would not fit). Index tensors go on the device of the tensor
+    they index (a model over several GPUs leaves its hidden states on the last)."""
     base, device, dtype, pad_id = model_parts(lm)
     ids, valid = _batch_tensors(rows, pad_id, device)
     head = common_head(rows, min(p for pos in at for p in pos))
@@ -291,8 +285,7 @@ def verdict_token_ids(tokenizer) -> tuple[list[int], list[int]]:
 def p_true(lm: LoadedModel, prompts: list[list[int]], batch_size: int, desc: str = "P(True)") -> np.ndarray:
     """P(True) (Kadavath et al. 2022): the model's probability of 'True' against 'False' as the next token
     after a prompt asking whether the proposed answer is true: softmax over the two sets of first-token
-    ids, P = Σ exp(logit True ids) / Σ exp(logit True ∪ False ids). Logits in float32 (`float_logits`), index
-    tensors on the device of the hidden states they index (the last GPU of a model spread over several)."""
+    ids, P = Σ exp(logit True ids) / Σ exp(logit True ∪ False ids), from `next_token_logits`."""
     t_ids, f_ids = verdict_token_ids(lm.tokenizer)
     out = np.full(len(prompts), np.nan)
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))

@@ -6,8 +6,7 @@ at each layer k, exactly the cumulative knockout of layers 1..k. The block is an
 boolean 4D masks are silently wrong under eager attention in transformers 5.x. A 4D mask bypasses
 transformers' own masks: `model_mask` folds each layer type's sliding window in, and caches hold every
 position (`DynamicCache()`; a sliding-window cache keeps only the window, which a full-width mask cannot
-address). The tokens every pass of a batch shares (before the first blocked position) run once per batch
-(`condition_passes`).
+address). The tokens every pass of a batch shares run once per batch (`condition_passes`).
 """
 
 from __future__ import annotations
@@ -137,9 +136,9 @@ class ResidCapture:
 class LayerMasks:
     """Pre-hooks that give chosen decoder layers their own attention mask (per-layer knockout)."""
 
-    def __init__(self, layers: Sequence[torch.nn.Module], windows: Sequence[int | None] | None = None):
+    def __init__(self, layers: Sequence[torch.nn.Module], windows: Sequence[int | None]):
         self.masks: dict[int, torch.Tensor] = {}
-        self.windows = list(windows) if windows is not None else [None] * len(layers)
+        self.windows = windows
         self.handles = [
             layer.register_forward_pre_hook(self._hook(i), with_kwargs=True) for i, layer in enumerate(layers)
         ]
@@ -282,9 +281,8 @@ def condition_passes(base, cap: ResidCapture, ids, valid, probes: list[int], pre
 
 
 def head_cache(base, ids: torch.Tensor, head: int, dtype):
-    """Keys and values of the first `head` tokens, which every row of `ids` shares: computed for one row and
-    repeated for the batch (a single pass then runs only the rest of each row). Equal to a batched pass up
-    to float rounding (a matmul over 1 row may round differently from one over B)."""
+    """Keys and values of the first `head` tokens, which every row of `ids` shares, computed for one row and
+    repeated for the batch (equal to a batched pass up to float rounding: a matmul over 1 row vs B)."""
     one = ids[:1, :head]
     cache = DynamicCache()
     run_from(base, one, knockout_mask(torch.ones_like(one, dtype=torch.bool), None, dtype), cache, 0)

@@ -112,11 +112,9 @@ def answer_loss(
     answer_start: Sequence[int],
     offset: int,
 ) -> torch.Tensor:
-    """Sum over rows of the mean NLL of the answer tokens. hidden [B, K, D] is the final hidden state of
-    positions offset..offset+K-1; position t is predicted by the logits at t - 1. The LM head runs on the
-    predicting positions only, in one call (with a 262k vocabulary the head's matmuls, forward and backward,
-    are most of the stage's cost when it runs on every kept position); Gemma's final logit soft-cap is
-    applied as the model applies it."""
+    """Sum over rows of the mean NLL of the answer tokens; hidden [B, K, D] holds positions offset.. The LM
+    head runs on the predicting positions only, in one call (with a 262k vocabulary its matmuls are most of
+    the stage's cost otherwise), then Gemma's final soft-cap as the model applies it."""
     rows = [r for r, (n, s) in enumerate(zip(lengths, answer_start, strict=True)) for _ in range(s, n)]
     pos = [t - 1 - offset for n, s in zip(lengths, answer_start, strict=True) for t in range(s, n)]
     weight = [1.0 / (n - s) for n, s in zip(lengths, answer_start, strict=True) for _ in range(s, n)]
@@ -136,26 +134,17 @@ def answer_loss(
 def attention_and_grads(
     lm: LoadedModel, seqs: list[list[int]], answer_start: list[int], head: int = 0
 ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
-    """One right-padded batch: (summed per-sample loss, [A^l [B, H, T - head, T]], [dL/dA^l], valid [B, T]).
-    The caller must already be in `eager_attention` (and, to skip parameter gradients, in
-    `frozen_parameters`).
-
-    head > 0: the first `head` tokens, the same in every row, run once without a graph (`head_cache`), and
-    only query rows head..T-1 are returned. Their dL/dA is unchanged: it flows back from later positions
-    only, and by causality nothing of the head depends on a later position. The caller keeps head at or
-    below every cell it reads and below the first scored position (min(answer_start) - 1)."""
+    """One right-padded batch, inside `eager_attention` (and `frozen_parameters`): (summed per-sample loss,
+    [A^l [B, H, T - head, T]], [dL/dA^l], valid [B, T]). head > 0: the first `head` tokens, common to every
+    row and before every cell read and scored position, run once without a graph (module docstring)."""
     model = lm.model
     base, device, dtype, pad_id = model_parts(lm)
     ids, valid = _batch_tensors(seqs, pad_id, device)
-    width = ids.shape[1]
-    kwargs: dict = {}
+    kwargs: dict = {"use_cache": bool(head)}
     if head:
         with torch.no_grad():
             kwargs["past_key_values"] = head_cache(base, ids, head, dtype)
-        positions = torch.arange(head, width, device=device)[None].expand(ids.shape[0], -1)
-        kwargs.update(position_ids=positions, use_cache=True)
-    else:
-        kwargs["use_cache"] = False
+        kwargs["position_ids"] = torch.arange(head, ids.shape[1], device=device)[None].expand(len(seqs), -1)
     with torch.enable_grad():
         embeds = model.get_input_embeddings()(ids[:, head:]).detach().requires_grad_(True)
         out = base(inputs_embeds=embeds, attention_mask=valid.long(), output_attentions=True, **kwargs)
