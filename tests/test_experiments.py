@@ -202,6 +202,9 @@ def test_p_true_is_the_two_way_softmax(tiny):
 
 
 # ------------------------------------------------------------------ flip counting and group summaries
+AT = {"layer": 3, "n_boot": 100, "seed": 0}  # the experiment layer K and the bootstrap settings
+
+
 def test_patching_flip_counting_hand_case():
     # 2 seeds x 4 samples; probabilities of 'correct'
     prob = np.array([[0.9, 0.8, 0.6, 0.3], [0.7, 0.4, 0.6, 0.2]])
@@ -209,7 +212,7 @@ def test_patching_flip_counting_hand_case():
     control = np.array([[0.9, 0.9, 0.7, 0.1], [0.3, 0.9, 0.6, 0.1]])
     correct = np.array([1, 1, 1, 0])
     groups = np.array([True, True, False, False])
-    rows = ex.patching_rows(prob, patched, control, correct, groups, np.array([1, 0, 1, 1], bool), 3, 100, 0)
+    rows = ex.patching_rows(prob, patched, control, correct, groups, np.array([1, 0, 1, 1], bool), AT)
     by = {(r["condition"], r["group"]): r for r in rows}
     # sample 0: both seeds predict correct; seed 0 flips -> 50%. sample 1: mean 0.6 -> eligible; only seed 0
     # predicts correct and it does not flip -> 0%. sample 2: both seeds predict correct, both flip -> 100%.
@@ -227,7 +230,7 @@ def test_patching_flip_counting_hand_case():
 def test_answer_only_minus_delta_p_hand_case():
     prob = np.array([[0.8, 0.2]])  # sample 0 predicted correct (p 0.8), sample 1 wrong (p 0.8)
     prob_ao = np.array([[0.4, 0.6]])
-    rows = ex.answer_only_rows(prob, prob_ao, np.array([True, False]), 5, 100, 0)
+    rows = ex.answer_only_rows(prob, prob_ao, np.array([True, False]), AT)
     # sample 0: ΔP = 100 (0.4 - 0.8) / 0.8 = -50 -> -ΔP 50; sample 1: p_ko(wrong) 0.4 -> -ΔP 50
     assert [r["value"] for r in rows] == [pytest.approx(50.0), pytest.approx(50.0)]
 
@@ -247,9 +250,7 @@ def test_boundary_rows_and_groups_hand_case():
         {"a": True, "b": False, "c": True},
         {"a": False, "b": True, "c": False},
         {"a": 100.0, "b": 10.0, "c": 0.0},
-        2,
-        50,
-        0,
+        {"layer": 2, "n_boot": 50, "seed": 0},
     )
     by = {(r["condition"], r["group"], r["layer"]): r for r in rows}
     assert by[("accuracy", "A-Anchored", 1)]["value"] == pytest.approx(50.0)
@@ -318,7 +319,7 @@ def test_rate_rows_have_wilson_cis_never_zero_width():
     """Flip rates, accuracy and refusal are rates: Wilson CIs, so 0% of 6 samples is not '[0, 0]'."""
     prob = np.full((2, 6), 0.9)  # every sample predicted correct by both seeds, and none flips
     rows = ex.patching_rows(
-        prob, prob.copy(), prob.copy(), np.ones(6), np.zeros(6, bool), np.ones(6, bool), 3, 100, 0
+        prob, prob.copy(), prob.copy(), np.ones(6), np.zeros(6, bool), np.ones(6, bool), AT
     )
     a = next(r for r in rows if r["condition"] == "E_Q" and r["group"] == "A-Anchored")
     # 0 of 6: upper = 2 * (z^2 / 12) / (1 + z^2 / 6) = 0.64027 / 1.64027 = 0.39034
@@ -337,7 +338,7 @@ def _pair(n=40, n_layers=3, d=4, seed=0):
     clean[:, :, 0] += np.where(correct, 2.0, -2.0)[:, None]
     ko = (clean + rng.normal(scale=2.0, size=clean.shape)).astype(np.float16)
     probe = {"seeds": [0], "test_size": 0.2, "C": 1.0, "max_iter": 200}
-    _, deltap = run_probes(clean, [ko, clean], correct.astype(int), ids, **probe)
+    _, deltap = run_probes(clean, [ko, clean], correct.astype(int), ids, probe)
     samples = pl.DataFrame({"id": ids, "correct": correct, "refusal": np.arange(n) % 5 == 0})
     scores = pl.DataFrame(
         {
@@ -463,7 +464,8 @@ def test_experiment_states_on_a_real_model(smollm):
         np.zeros((4, 3, hidden), np.float32),
     )
     prompt = {"chat": True, "template_kwargs": {}}
-    scores = experiment_states(smollm, table, 3, [2.0, 4.0], 0, 2, 3, prompt, outs, "t")
+    cfg = {"pr_factors": [2.0, 4.0], "patch_seed": 0, "saliency_batch_size": 2}
+    scores = experiment_states(smollm, table, 3, cfg, 3, prompt, outs, "t")
     assert scores.schema == pl.Schema(ex.SCORES_SCHEMA) and scores["layer"].to_list() == [3] * 3
     assert scores["patch_control_matched"].to_list() == [True, True, False]
     assert ((scores["p_true"] > 0) & (scores["p_true"] < 1)).all() and scores["s_eq_ea"].list.len().min() > 0
@@ -485,5 +487,5 @@ def test_experiment_states_of_no_samples_is_an_empty_scores_table():
     from truthflow.pathways.extract import experiment_states
 
     empty = pl.DataFrame(schema={"id": pl.String})
-    scores = experiment_states(None, empty, 3, [2.0], 0, 2, 3, {}, None, "t")
+    scores = experiment_states(None, empty, 3, {}, 3, {}, None, "t")
     assert scores.height == 0 and scores.schema == pl.Schema(ex.SCORES_SCHEMA)

@@ -16,6 +16,8 @@ from truthflow.pathways.probes import (
 )
 from truthflow.stats import MIN_CI_N, bootstrap_ci, wilson_ci
 
+PROBE = {"seeds": [0], "test_size": 0.2, "C": 1.0, "max_iter": 2000}  # pathways.probe
+
 
 def test_delta_p_hand_case():
     # p = 0.8 -> p_ko = 0.6: 100·(0.6-0.8)/0.8 = -25; p = 0.5 -> 0.75: +50
@@ -78,7 +80,11 @@ def test_probes_on_separable_data_and_knockout():
     ko[:, 2, 0] = 0.0  # the knockout erases the signal at layer 3 only
     control = clean.copy()  # a control that changes nothing
     auc, samples = run_probes(
-        clean, [ko, control], labels, [f"s{i}" for i in range(n)], seeds=[0, 1], test_size=0.25
+        clean,
+        [ko, control],
+        labels,
+        [f"s{i}" for i in range(n)],
+        {**PROBE, "seeds": [0, 1], "test_size": 0.25},
     )
     assert auc.height == 2 * layers and (auc["auc"] > 0.95).all() and (auc["n_folds"] == 4).all()
     # cross-fitted: every sample once per layer and knockout condition, seeds averaged
@@ -103,7 +109,7 @@ def test_one_class_labels_give_probe_undefined_row():
         [np.zeros((10, 2, 3))],
         np.ones(10, dtype=int),
         [str(i) for i in range(10)],
-        seeds=[0],
+        PROBE,
     )
     assert auc.height == 1 and auc["status"][0].startswith("probe undefined: one class")
     assert samples.height == 0

@@ -28,13 +28,8 @@ def main(sm):
     }
     outs = [np.lib.format.open_memmap(sm.output[k], "w+", np.float16, s) for k, s in shapes.items()]
     prompt = {"chat": sm.params.chat, "template_kwargs": sm.params.chat_template_kwargs}
-    factors, seed, saliency_bs = (
-        [float(f) for f in cfg["pr_factors"]],
-        cfg["patch_seed"],
-        cfg["saliency_batch_size"],
-    )
     bs, name = sm.resources.batch_size, f"{model}/{dataset}"
-    scores = experiment_states(lm, table, layer, factors, seed, saliency_bs, bs, prompt, outs, name)
+    scores = experiment_states(lm, table, layer, cfg, bs, prompt, outs, name)
     for arr in outs:
         arr.flush()
     scores.write_parquet(sm.output.scores)

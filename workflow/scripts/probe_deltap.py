@@ -1,7 +1,7 @@
 import polars as pl
 
 from truthflow import runlog, validate
-from truthflow.pathways.check import cell_frame, check
+from truthflow.pathways.check import check
 from truthflow.pathways.probes import run_probes, summarize
 
 
@@ -13,20 +13,9 @@ def main(sm):
     ko = validate.load_npy(sm.input.resid_ko, clean.shape, "float16", why=rows)
     control = validate.load_npy(sm.input.resid_control, (None, *clean.shape), "float16", why=rows)
     cfg = sm.params.cfg
-    probe = cfg["probe"]
-    auc, per_sample = run_probes(
-        clean,
-        [ko, *control],
-        samples["correct"].to_numpy().astype(int),
-        samples["id"].to_list(),
-        probe["seeds"],
-        probe["test_size"],
-        probe["C"],
-        probe["max_iter"],
-        cfg["anchor_split"],
-        cfg["fixed_layer"],
-        matched=samples["control_matched"].to_numpy(),
-    )
+    labels, matched = samples["correct"].to_numpy().astype(int), samples["control_matched"].to_numpy()
+    split = {"split": cfg["anchor_split"], "fixed_layer": cfg["fixed_layer"]}
+    auc, per_sample = run_probes(clean, [ko, *control], labels, samples["id"], cfg["probe"], matched, **split)
     summary = summarize(per_sample, cfg["bootstrap"]["n"], cfg["bootstrap"]["seed"])
     status = auc["status"][0] if auc.height and auc["status"][0] != "ok" else None
     # the check's per-cell statistics; the verdicts need every cell (Holm): rule pathways_tables
@@ -39,7 +28,7 @@ def main(sm):
     auc.select(*keys, pl.all()).write_parquet(sm.output.auc)
     per_sample.select(*keys, pl.all()).write_parquet(sm.output.deltap)
     summary.select(*keys, pl.all()).write_parquet(sm.output.summary)
-    cell_frame(cells, model, dataset).write_parquet(sm.output.check)
+    cells.select(*keys, pl.all()).write_parquet(sm.output.check)
 
 
 runlog.run(snakemake, main)  # noqa: F821

@@ -159,10 +159,6 @@ def check(
     return pl.DataFrame(rows, schema=CELL_SCHEMA)
 
 
-def cell_frame(cells: pl.DataFrame, model: str, dataset: str) -> pl.DataFrame:
-    return cells.select(pl.lit(model).alias("model"), pl.lit(dataset).alias("dataset"), pl.all())
-
-
 # ------------------------------------------------------------ the statistics (vectorised)
 def t_test(mean, sd, n, sign: int) -> np.ndarray:
     """One-sided paired t-test p-value for sign·diff > 0 from the mean, sd and n of the per-sample diffs."""
@@ -352,17 +348,12 @@ def family(cells: pl.DataFrame, cfg: dict | None = None) -> tuple[pl.DataFrame, 
         pl.Series("secondary_high", s["high"]).fill_nan(None),
         pl.Series("secondary_p", s["p"]).fill_nan(None),
     )
+    # the mean E_Q and control values per measure: flip_target, ..., delta_p_control
     means = cells.filter(pl.col("range") == chosen).pivot(
         on="measure", index=["model", "dataset"], values=["target", "control"]
     )
-    means = means.select(
-        "model",
-        "dataset",
-        pl.col("target_flip_rate").alias("flip_target"),
-        pl.col("control_flip_rate").alias("flip_control"),
-        pl.col("target_delta_p").alias("delta_p_target"),
-        pl.col("control_delta_p").alias("delta_p_control"),
-    )
+    short = {"flip_rate": "flip", "delta_p": "delta_p"}
+    means = means.rename({f"{v}_{m}": f"{short[m]}_{v}" for m in MEASURES for v in ("target", "control")})
     table = tested[chosen].join(sec, on=["model", "dataset"]).join(means, on=["model", "dataset"])
     return table.select([pl.col(k).cast(t) for k, t in CHECK_SCHEMA.items()]), sens
 

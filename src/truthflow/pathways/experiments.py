@@ -76,45 +76,24 @@ def groups_at(deltap: pl.DataFrame, ids: list[str], layer: int) -> np.ndarray:
     return np.array([anchor[i] == Q_ANCHORED for i in ids])
 
 
-def _group_rows(
-    experiment: str,
-    condition: str,
-    values: np.ndarray,
-    groups: np.ndarray,
-    keep: np.ndarray,
-    layer: int,
-    n_boot: int,
-    seed: int,
-    note: str = "",
-    rate: bool = False,
-) -> list[dict]:
-    """Q- and A-Anchored rows of one condition: n distinct samples, mean, 95% CI. rate: values are % (a
-    yes/no outcome or a share of seeds, x 100) and the CI is Wilson's (`stats.wilson_ci`: not zero width at
-    0% or 100%); else a seeded percentile bootstrap."""
+def _group_rows(experiment, condition, values, groups, keep, at: dict, rate: bool = False) -> list[dict]:
+    """Q- and A-Anchored rows of one condition at at["layer"]: n distinct samples, mean, 95% CI. rate:
+    values are % (a yes/no outcome or a share of seeds, x 100) and the CI is Wilson's (`stats.wilson_ci`:
+    not zero width at 0% or 100%); else a percentile bootstrap seeded by at["n_boot"], at["seed"]."""
     rows = []
     for g, name in ((True, Q_ANCHORED), (False, A_ANCHORED)):
         v = values[keep & (groups == g)]
         if rate:
             lo, hi = (100.0 * b for b in wilson_ci(v / 100.0))
         else:
-            lo, hi = bootstrap_ci(v, n_boot, seed)
+            lo, hi = bootstrap_ci(v, at["n_boot"], at["seed"])
         mean = float(v.mean()) if len(v) else float("nan")
-        row = (experiment, condition, name, layer, len(v), mean, lo, hi, note)
+        row = (experiment, condition, name, at["layer"], len(v), mean, lo, hi, "")
         rows.append(dict(zip(ROW_SCHEMA, row, strict=True)))
     return rows
 
 
-def patching_rows(
-    prob: np.ndarray,
-    prob_patch: np.ndarray,
-    prob_control: np.ndarray,
-    correct: np.ndarray,
-    groups: np.ndarray,
-    control_ok: np.ndarray,
-    layer: int,
-    n_boot: int,
-    seed: int,
-) -> list[dict]:
+def patching_rows(prob, prob_patch, prob_control, correct, groups, control_ok, at: dict) -> list[dict]:
     """Token patching (A12). Eligible: answered correctly and predicted non-hallucinated by the probe (mean
     clean probability of 'correct' over seeds >= 0.5). Per sample, the flip rate is the share of seeds whose
     patched probability falls below 0.5 among the seeds that predicted 'correct' on the clean state; the group
@@ -126,46 +105,34 @@ def patching_rows(
     rows = []
     for cond, pp, keep in (("E_Q", prob_patch, eligible), ("random", prob_control, eligible & control_ok)):
         flip = 100.0 * ((pp < 0.5) & clean_ok).sum(axis=0) / denom
-        rows += _group_rows("patching", cond, flip, groups, keep, layer, n_boot, seed, rate=True)
+        rows += _group_rows("patching", cond, flip, groups, keep, at, rate=True)
     return rows
 
 
-def answer_only_rows(
-    prob: np.ndarray, prob_ao: np.ndarray, groups: np.ndarray, layer: int, n_boot: int, seed: int
-) -> list[dict]:
+def answer_only_rows(prob: np.ndarray, prob_ao: np.ndarray, groups: np.ndarray, at: dict) -> list[dict]:
     """Answer-only (A13): −ΔP per sample (seeds averaged), the probe's drop in the probability of its clean
     prediction when the hidden state is recomputed from the answer alone; higher = more question-dependent."""
     _, dp, _ = knockout_effect(prob, prob_ao)
-    keep = np.ones(len(groups), dtype=bool)
-    return _group_rows("answer_only", "-ΔP", -dp.mean(axis=0), groups, keep, layer, n_boot, seed)
+    return _group_rows("answer_only", "-ΔP", -dp.mean(axis=0), groups, np.ones(len(groups), bool), at)
 
 
-def boundary_rows(
-    deltap: pl.DataFrame,
-    correct: dict,
-    refusal: dict,
-    popularity: dict | None,
-    layer: int,
-    n_boot: int,
-    seed: int,
-) -> list[dict]:
+def boundary_rows(deltap: pl.DataFrame, correct: dict, refusal: dict, popularity, at: dict) -> list[dict]:
     """Knowledge boundary (A14) per group: answer accuracy and refusal rate (%) at every layer (the groups of
-    that layer's knockout), and at K the entity popularity (log10 s_pop) where the dataset has it."""
+    that layer's knockout), and at K the entity popularity (log10 s_pop) where `popularity` has it."""
     rows = []
     target = deltap.filter(pl.col("knockout") == TARGET)
     for (lay,), grp in target.group_by(["layer"], maintain_order=True):
-        ids = grp["id"].to_list()
+        ids, at_lay = grp["id"].to_list(), {**at, "layer": int(lay)}
         groups = np.array([a == Q_ANCHORED for a in grp["anchor"].to_list()])
         keep = np.ones(len(ids), dtype=bool)
-        acc = 100.0 * np.array([bool(correct[i]) for i in ids], dtype=float)
-        ref = 100.0 * np.array([bool(refusal[i]) for i in ids], dtype=float)
-        rows += _group_rows("boundary", "accuracy", acc, groups, keep, int(lay), n_boot, seed, rate=True)
-        rows += _group_rows("boundary", "refusal", ref, groups, keep, int(lay), n_boot, seed, rate=True)
-        if popularity is not None and int(lay) == layer:
+        for cond, by_id in (("accuracy", correct), ("refusal", refusal)):
+            rate = 100.0 * np.array([bool(by_id[i]) for i in ids], dtype=float)
+            rows += _group_rows("boundary", cond, rate, groups, keep, at_lay, rate=True)
+        if popularity is not None and int(lay) == at["layer"]:
             pop = np.array([popularity.get(i, np.nan) for i in ids], dtype=float)
             ok = np.isfinite(pop) & (pop > 0)
             logpop = np.where(ok, np.log10(np.where(ok, pop, 1.0)), np.nan)
-            rows += _group_rows("boundary", "log10 popularity", logpop, groups, ok, int(lay), n_boot, seed)
+            rows += _group_rows("boundary", "log10 popularity", logpop, groups, ok, at_lay)
     return rows
 
 
@@ -182,7 +149,8 @@ def run(samples, scores, deltap, data, clean, states, probe: dict, boot: dict, f
             f"experiments skipped: {'no samples' if samples.height == 0 else 'probe undefined'}", flush=True
         )
         return [pl.DataFrame(schema=s).select(*front, pl.all()) for s in schemas]
-    ids, layer, nb, seed = samples["id"].to_list(), k_layer, boot["n"], boot["seed"]
+    ids, layer = samples["id"].to_list(), k_layer
+    at = {"layer": layer, "n_boot": boot["n"], "seed": boot["seed"]}
     labels = samples["correct"].to_numpy().astype(int)
     groups = groups_at(deltap, ids, layer)
     print(
@@ -195,16 +163,16 @@ def run(samples, scores, deltap, data, clean, states, probe: dict, boot: dict, f
     x, k = np.asarray(clean[:, layer - 1], dtype=np.float32), n_folds(probe["test_size"])
     prob, *new = crossfit_seeds(x, x_new, labels, probe["seeds"], k, probe["C"], probe["max_iter"])
     control_ok = scores["patch_control_matched"].to_numpy()
-    rows = patching_rows(prob, new[0], new[1], labels, groups, control_ok, layer, nb, seed)
-    rows += answer_only_rows(prob, new[2], groups, layer, nb, seed)
+    rows = patching_rows(prob, new[0], new[1], labels, groups, control_ok, at)
+    rows += answer_only_rows(prob, new[2], groups, at)
     pop = None
     if "s_pop" in data.columns:
         pop = dict(zip(data["id"].to_list(), data["s_pop"].cast(pl.Float64).to_list(), strict=True))
     correct, refusal = (dict(zip(ids, samples[c].to_list(), strict=True)) for c in ("correct", "refusal"))
-    rows += boundary_rows(deltap, correct, refusal, pop, layer, nb, seed)
+    rows += boundary_rows(deltap, correct, refusal, pop, at)
     s_ea, s_all = (scores[c].list.mean().to_numpy() for c in ("s_eq_ea", "s_eq_all"))
     for cond, s in (("S(E_Q→E_A)", s_ea), ("S(E_Q→*)", s_all)):  # saliency (A15), averaged over layers
-        rows += _group_rows("saliency", cond, s, groups, np.isfinite(s), layer, nb, seed)
+        rows += _group_rows("saliency", cond, s, groups, np.isfinite(s), at)
     per_sample = pl.DataFrame(
         {"id": ids, "group": np.where(groups, Q_ANCHORED, A_ANCHORED), "correct": labels.astype(bool)}
     ).with_columns(pl.Series("s_eq_ea", s_ea), pl.Series("s_eq_all", s_all))

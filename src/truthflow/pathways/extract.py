@@ -243,22 +243,14 @@ def extract(
 
 
 def experiment_states(
-    lm: LoadedModel,
-    table: pl.DataFrame,
-    layer: int,
-    factors: list[float],
-    patch_seed: int,
-    saliency_batch_size: int,
-    batch_size: int,
-    prompt: dict,
-    outs,
-    name: str,
+    lm: LoadedModel, table: pl.DataFrame, layer: int, cfg: dict, batch_size: int, prompt: dict, outs, name
 ) -> pl.DataFrame:
     """The new states at layer K of the experiments for the samples of `table`
     (samples.parquet joined with their labels and question), written into outs = (patch [2, N, D]: E_Q
     and control patched; answer-only [N, D]; PR [2·F, N, D]: ×f and ×1/f per factor f). Returns the
     per-sample scores (SCORES_SCHEMA): donors, P(True), answer log-probabilities, saliency per layer.
-    factors: the PR factors; prompt: chat, template_kwargs (P(True)'s prompt is built like the answers')."""
+    cfg: pathways.experiments (pr_factors, patch_seed, saliency_batch_size); prompt: chat, template_kwargs
+    (P(True)'s prompt is built like the answers')."""
     if table.height == 0:
         return pl.DataFrame(schema=SCORES_SCHEMA)
     patch, answer_only, pr = outs
@@ -271,7 +263,7 @@ def experiment_states(
         c[0] if m and c else None
         for c, m in zip(table["control_positions"].to_list(), table["control_matched"], strict=True)
     ]
-    inputs = iv.patched_inputs(ids, seqs, eq, ctrl0, patch_seed)
+    inputs = iv.patched_inputs(ids, seqs, eq, ctrl0, cfg["patch_seed"])
     patched = [{"seqs": inputs["target"]}, {"seqs": inputs["control"]}]
     with timed(f"{name}: patching (E_Q, control)", n):
         iv.resid_conditions(
@@ -286,7 +278,11 @@ def experiment_states(
         )
     # PR edges: every answer token (query) attending an E_Q token (key)
     answer_pos = [list(range(start, p + 1)) for start, p in zip(prompt_lens, probe, strict=True)]
-    conds = [{"edges": (answer_pos, eq), "factor": fac} for f in factors for fac in (f, 1.0 / f)]
+    conds = [
+        {"edges": (answer_pos, eq), "factor": fac}
+        for f in map(float, cfg["pr_factors"])
+        for fac in (f, 1 / f)
+    ]
     with timed(f"{name}: PR ({len(conds)} reweightings)", n):
         iv.resid_conditions(lm, seqs, probe, layer, conds, batch_size, desc=f"PR {name}", outs=list(pr))
     with timed(f"{name}: logits", n):
@@ -305,7 +301,7 @@ def experiment_states(
     with timed(f"{name}: P(True)", n):
         p_true = iv.p_true(lm, prompts, batch_size, desc=f"P(True) {name}")
     with timed(f"{name}: saliency", n):
-        sal = saliency(lm, seqs, prompt_lens, eq, ea, saliency_batch_size, desc=f"saliency {name}")
+        sal = saliency(lm, seqs, prompt_lens, eq, ea, cfg["saliency_batch_size"], desc=f"saliency {name}")
     scores.update(
         donor=inputs["donor"],
         donor_length_matched=inputs["length_matched"],

@@ -218,35 +218,31 @@ def is_refusal(answer: str) -> bool:
     return not answer.strip() or bool(_REFUSAL.search(answer))
 
 
+# the columns label_frame adds
+LABEL_SCHEMA = {"correct": pl.Boolean, "matched_alias": pl.String, "match_start": pl.Int64}
+LABEL_SCHEMA |= {"match_end": pl.Int64, "echo_rejected": pl.Boolean, "refusal": pl.Boolean}
+
+
 def label_frame(answers: pl.DataFrame, questions: pl.DataFrame) -> pl.DataFrame:
     """answers: id, answer, ...; questions: id, answers (gold aliases), question (without it the echo rule is
     off). Adds correct, the matched alias and its span, echo_rejected and the refusal flag."""
     gold = dict(zip(questions["id"], questions["answers"].to_list(), strict=True))
     text = questions["question"] if "question" in questions.columns else [None] * questions.height
     qtext = dict(zip(questions["id"], text, strict=True))
-    texts = answers["answer"].to_list()
-    matches = [match_answer(a, gold[i], qtext[i]) for i, a in zip(answers["id"], texts, strict=True)]
-    refusal = [not m.correct and is_refusal(a) for m, a in zip(matches, texts, strict=True)]
-    return answers.with_columns(
-        pl.Series("correct", [m.correct for m in matches], pl.Boolean),
-        pl.Series("matched_alias", [m.alias for m in matches], pl.String),
-        pl.Series("match_start", [m.start for m in matches], pl.Int64),
-        pl.Series("match_end", [m.end for m in matches], pl.Int64),
-        pl.Series("echo_rejected", [m.echo_rejected for m in matches], pl.Boolean),
-        pl.Series("refusal", refusal, pl.Boolean),
-    )
+    rows = []
+    for i, a in zip(answers["id"], answers["answer"], strict=True):
+        m = match_answer(a, gold[i], qtext[i])
+        rows.append((m.correct, m.alias, m.start, m.end, m.echo_rejected, not m.correct and is_refusal(a)))
+    return answers.with_columns(pl.DataFrame(rows, schema=LABEL_SCHEMA, orient="row").get_columns())
 
 
 def accuracy_table(labelled: pl.DataFrame, model: str, dataset: str) -> pl.DataFrame:
-    n, n_correct = labelled.height, int(labelled["correct"].sum())
-    return pl.DataFrame(
-        {
-            "model": [model],
-            "dataset": [dataset],
-            "n": [n],
-            "n_correct": [n_correct],
-            "accuracy": [n_correct / n if n else float("nan")],
-            "n_refusal": [int(labelled["refusal"].sum())],
-            "n_echo_rejected": [int(labelled["echo_rejected"].sum())],
-        }
+    return labelled.select(
+        pl.lit(model).alias("model"),
+        pl.lit(dataset).alias("dataset"),
+        pl.len().cast(pl.Int64).alias("n"),
+        pl.col("correct").sum().cast(pl.Int64).alias("n_correct"),
+        pl.col("correct").mean().fill_null(float("nan")).alias("accuracy"),
+        pl.col("refusal").sum().cast(pl.Int64).alias("n_refusal"),
+        pl.col("echo_rejected").sum().cast(pl.Int64).alias("n_echo_rejected"),
     )

@@ -110,23 +110,14 @@ def knockout_effect(prob: np.ndarray, prob_ko: np.ndarray) -> tuple[np.ndarray, 
 
 
 def run_probes(
-    resid_clean: np.ndarray,
-    resid_kos: list[np.ndarray],
-    labels: np.ndarray,
-    ids: list[str],
-    seeds: list[int],
-    test_size: float = 0.2,
-    C: float = 1.0,
-    max_iter: int = 2000,
-    anchor_split: str = "per_layer",
-    fixed_layer: int | None = None,
-    matched: np.ndarray | None = None,
+    resid_clean, resid_kos: list, labels: np.ndarray, ids: list[str], probe: dict, matched=None, **split
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Probe every layer for every seed, cross-fitted. resid_kos[0] is the target knockout, resid_kos[1:]
-    the random-control draws. Returns (auc table: AUC_SCHEMA; per sample × layer × knockout table,
-    SAMPLES_SCHEMA, seeds (and control draws) averaged per sample)."""
+    the random-control draws; probe: seeds, test_size, C, max_iter; split: `anchors`' split and fixed_layer.
+    Returns (auc table: AUC_SCHEMA; per sample × layer × knockout table, SAMPLES_SCHEMA, seeds (and
+    control draws) averaged per sample)."""
     n, n_layers, _ = resid_clean.shape
-    k = n_folds(test_size)
+    seeds, k = probe["seeds"], n_folds(probe["test_size"])
     reason = split_reason(labels, k)
     if reason:
         status = f"probe undefined: {reason}"
@@ -138,7 +129,7 @@ def run_probes(
     for layer in range(n_layers):
         # one layer of each (memory-mapped) array at a time: memory stays bounded in n and L
         x, *x_ko = (np.asarray(r[:, layer], dtype=np.float32) for r in [resid_clean, *resid_kos])
-        prob[..., layer] = crossfit_seeds(x, x_ko, labels, seeds, k, C, max_iter)
+        prob[..., layer] = crossfit_seeds(x, x_ko, labels, seeds, k, probe["C"], probe["max_iter"])
         auc[:, layer] = [roc_auc_score(labels, prob[0, s, :, layer]) for s in range(len(seeds))]
     frames = []
     groups = [(TARGET, prob[1:2])] + ([(CONTROL, prob[2:])] if len(resid_kos) > 1 else [])
@@ -155,7 +146,7 @@ def run_probes(
             "p": p.mean(axis=(0, 1)).ravel(),
             "delta_p": dp.mean(axis=(0, 1)).ravel(),
             "flip_rate": flip_rate.ravel(),
-            "anchor": anchors(flip_rate, anchor_split, fixed_layer).ravel(),
+            "anchor": anchors(flip_rate, **split).ravel(),
         }
         frames.append(pl.DataFrame(frame, schema=SAMPLES_SCHEMA))
     auc_rows = [
