@@ -28,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import numpy as np  # noqa: E402
+import polars as pl  # noqa: E402
 import torch  # noqa: E402
 from shapes import SHAPES, random_model  # noqa: E402
 
@@ -35,7 +36,7 @@ from truthflow.depth.mink import batch_token_statistics  # noqa: E402
 from truthflow.models import LoadedModel  # noqa: E402
 from truthflow.pathways import interventions as iv  # noqa: E402
 from truthflow.pathways import knockout as ko  # noqa: E402
-from truthflow.pathways.check import cell_frame, check, family  # noqa: E402
+from truthflow.pathways.check import check, family  # noqa: E402
 from truthflow.pathways.probes import run_probes  # noqa: E402
 from truthflow.pathways.saliency import saliency  # noqa: E402
 from truthflow.twins import build_tokenizer  # noqa: E402
@@ -134,8 +135,13 @@ def stage_probes(arrays, n: int):
     clean, kos = arrays
     labels = np.array([0, 1] * (n // 2))
     ids = [f"s{i}" for i in range(n)]
-    auc, samples = run_probes(clean, kos, labels, ids, seeds=[0], test_size=0.2, max_iter=200)
-    table, _ = family(cell_frame(check(samples, auc), "smoke", "random"), {"min_samples": 10})
+    auc, samples = run_probes(
+        clean, kos, labels, ids, {"seeds": [0], "test_size": 0.2, "C": 1.0, "max_iter": 200}
+    )
+    cells = check(samples, auc).select(
+        pl.lit("smoke").alias("model"), pl.lit("random").alias("dataset"), pl.all()
+    )
+    table, _ = family(cells, {"min_samples": 10})
     assert auc["status"].to_list()[0] == "ok" and samples.height == 2 * n * clean.shape[1]
     return f"{auc.height} per-layer probes, check verdict on random labels: {table['verdict'][0]}"
 

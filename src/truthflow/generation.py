@@ -20,7 +20,6 @@ BASE_TEMPLATE = "Q: {question}\nA:"
 DEFAULT_INSTRUCTION = "Answer the question briefly, in a few words, without explanation."
 # rows x (longest prompt + max_new_tokens) per batch; KV cache at 32k tokens: 1 GiB (1B) to 10 GiB (70B), bf16
 DEFAULT_TOKEN_BUDGET = 32768
-DEFAULT_MAX_PROMPT_TOKENS = 512
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 
@@ -232,7 +231,7 @@ def answer_questions(
     max_new_tokens: int,
     desc: str,
     token_budget: int | None = DEFAULT_TOKEN_BUDGET,
-    max_prompt_tokens: int | None = DEFAULT_MAX_PROMPT_TOKENS,
+    max_prompt_tokens: int | None = None,
     chat_template_kwargs: dict | None = None,
 ) -> tuple[list[str], list[dict]]:
     """Prompt (A1: chat template or `Q:/A:` with a newline stop), generate greedily, report new tokens/s.

@@ -120,10 +120,8 @@ def _table() -> dict:
 
 def dims_for(name: str, source: dict) -> tuple[Dims, bool] | None:
     """(dims, whether batch sizes may be derived from them), or None where nothing is known."""
-    local = (
-        Path(source["local"]) / "config.json" if "local" in source and not source.get("gguf_file") else None
-    )
-    if local is not None and local.is_file():
+    local = Path(source.get("local", ""), "config.json")
+    if "local" in source and not source.get("gguf_file") and local.is_file():
         return Dims.of(json.loads(local.read_text())), True
     if source.get("hub") in _table():
         return Dims.of(_table()[source["hub"]]), True

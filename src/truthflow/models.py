@@ -188,8 +188,6 @@ def _build(name: str, key: dict, store: Path) -> None:
 
 def _from_local(name: str, source: dict, tmp: Path, dtype: str) -> None:
     local = Path(source["local"])
-    if not local.is_dir():
-        raise TruthflowError(f"model '{name}': local source '{local}' is not a directory")
     gguf = source.get("gguf_file")
     if gguf:
         if not (local / gguf).exists():

@@ -55,9 +55,7 @@ def choose_donors(ids: list[str], eq_lengths: list[int], seed: int) -> list[tupl
 
 def donor_tokens(donor_eq_ids: list[int], n: int) -> list[int]:
     """The donor's E_Q token ids fitted to n positions: cut, or cycled when shorter."""
-    if not donor_eq_ids:
-        return []
-    return [donor_eq_ids[k % len(donor_eq_ids)] for k in range(n)]
+    return [donor_eq_ids[k % len(donor_eq_ids)] for k in range(n)] if donor_eq_ids else []
 
 
 def patch(seq: list[int], positions: list[int], tokens: list[int]) -> list[int]:
@@ -269,13 +267,9 @@ P_TRUE_TEMPLATE = (
 def verdict_token_ids(tokenizer) -> tuple[list[int], list[int]]:
     """First token ids of 'True' and 'False', with and without a leading space (deduplicated)."""
 
-    def first(words):
-        out = []
-        for w in words:
-            ids = tokenizer(w, add_special_tokens=False)["input_ids"]
-            if ids and ids[0] not in out:
-                out.append(ids[0])
-        return out
+    def first(words):  # each word's first token id, deduplicated in order
+        encoded = [tokenizer(w, add_special_tokens=False)["input_ids"] for w in words]
+        return list(dict.fromkeys(ids[0] for ids in encoded if ids))
 
     t, f = first(["True", " True", "true", " true"]), first(["False", " False", "false", " false"])
     return [i for i in t if i not in f], [i for i in f if i not in t]

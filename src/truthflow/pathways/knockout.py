@@ -258,8 +258,7 @@ def shared_prefix(block_sets: list[list[list[int]]], lengths: list[int]) -> int:
 
 def condition_passes(base, cap: ResidCapture, ids, valid, probes: list[int], prefix: int, conditions):
     """Run each (ids, additive mask) of `conditions` on a right-padded batch, yielding after each pass with
-    its states in `cap`. prefix > 0: the first `prefix` tokens, the same in every condition and clean, run
-    once (nothing captured) and each pass runs only the rest from a copy of their keys and values."""
+    its states in `cap`; the first `prefix` tokens, the same in every pass, run once (nothing captured)."""
     cache = None
     if prefix:  # the head all rows share runs once (`head_cache`), the rest of the prefix per row
         head = common_head(ids[:, :prefix].tolist(), prefix)

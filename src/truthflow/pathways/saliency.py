@@ -49,8 +49,7 @@ def pair_masks(
         bad = [p for p in pos if not 0 <= int(p) < n]
         if bad:
             raise ValueError(f"{name} positions {bad[:5]} are outside the sequence of {n} tokens")
-        if len(pos):
-            flags[torch.as_tensor(list(pos), dtype=torch.long)] = True
+        flags[torch.as_tensor(list(pos), dtype=torch.long)] = True
     idx = torch.arange(width)
     later = (idx[:, None] > idx[None, :]) & (idx[:, None] < n)
     to_answer = query_a[:, None] & key_q[None, :]
@@ -72,12 +71,8 @@ def pooled(s: torch.Tensor, to_answer: torch.Tensor, to_all: torch.Tensor) -> to
 # ------------------------------------------------------------------------------------ eager attention
 @contextmanager
 def eager_attention(model):
-    """Run the block under `eager` attention; a model loaded with another implementation is switched for
-    the block and switched back after it."""
-    before = getattr(model.config, "_attn_implementation", None)
-    if before == "eager":
-        yield
-        return
+    """Run the block under `eager` attention (the model's own implementation restored after it)."""
+    before = model.config._attn_implementation
     model.set_attn_implementation("eager")
     if getattr(model.config, "_attn_implementation", None) != "eager":
         raise TruthflowError(
@@ -199,8 +194,7 @@ def saliency(
             a, g = attns[layer], grads[layer]
             s = (a.float() * g.float()).abs().sum(dim=1)  # [B, T - head, T]
             attns[layer] = grads[layer] = None  # free this layer as soon as it is reduced
-            s = s.to(valid.device)
-            per_layer.append(pooled(s, to_answer, to_all))
+            per_layer.append(pooled(s.to(valid.device), to_answer, to_all))
         result[idx] = torch.stack(per_layer, dim=1).cpu().numpy()
 
     with eager_attention(model), frozen_parameters(model):
