@@ -258,6 +258,9 @@ def test_experiment_layer_is_the_k_layer_column():
     assert pe.experiment_layers(pl.DataFrame(), aw) == {(m, ds): K[m] for m in MODELS for ds in DATASETS}
     assert pe.experiment_layers(pl.DataFrame(), aw.drop("k_layer")) == {}
     assert pe.experiment_layers(pl.DataFrame(), pl.DataFrame()) == {}
+    at_k = "3 (PopQA), 3 (TriviaQA), 3 (NQ) for Model One; 5 (PopQA), 5 (TriviaQA), 5 (NQ) for Model Two"
+    assert pe.k_caption(rows, aw, MODELS, TITLES) == f"Experiment layer K: {at_k}."
+    assert pe.k_caption(None, pl.DataFrame(), MODELS, TITLES) == "Experiment layer K: none in the tables."
 
 
 def test_awareness_breaks_at_k_marks_it_and_notes_undefined(tmp_path, spy):

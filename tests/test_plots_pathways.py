@@ -5,7 +5,8 @@ import numpy as np
 import polars as pl
 from matplotlib.figure import Figure
 
-from truthflow.pathways.plots import MIN_LINE_N, draw_series, plot_check, plot_pathways, plot_probe_auc
+from truthflow.pathways.plots import MIN_LINE_N, plot_check, plot_pathways, plot_probe_auc
+from truthflow.plotting import draw_series
 
 SUMMARY = pl.DataFrame(
     {

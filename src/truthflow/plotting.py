@@ -71,11 +71,16 @@ def ylabel(axes_row, text: str) -> None:
             return ax.set_ylabel(text)
 
 
-def dataset_legend(drawn, *extras) -> tuple[list, list[str]]:
-    """Handles and labels: the drawn datasets in registry order, then the (handle, text) `extras` that are
-    not falsy (an extra is given as `condition and (handle, text)`)."""
-    pairs = [(line(colour(d)), label(d)) for d in ordered(drawn)] + [e for e in extras if e]
+def legend(pairs, *extras) -> tuple[list, list[str]]:
+    """Handles and labels of the (handle, text) `pairs`, then of the `extras` that are not falsy (an extra is
+    given as `condition and (handle, text)`)."""
+    pairs = [*pairs, *(e for e in extras if e)]
     return [h for h, _ in pairs], [t for _, t in pairs]
+
+
+def dataset_legend(drawn, *extras) -> tuple[list, list[str]]:
+    """The drawn datasets in registry order, then the `extras`."""
+    return legend([(line(colour(d)), label(d)) for d in ordered(drawn)], *extras)
 
 
 def figure(n_cols: int, n_rows: int = 1, height: float = 3.2, width: float = 4.6, **kw):
@@ -112,8 +117,9 @@ def line(col: str, ls: str = "-", **kw) -> Line2D:
     return Line2D([], [], color=col, ls=ls, lw=kw.pop("lw", 1.6), **kw)
 
 
-def point_handle(text: str) -> tuple[Line2D, str]:
-    return Line2D([], [], color="0.3", marker="o", ls="none", ms=3.5), text
+def marker(text: str, m: str = "o", col: str = "0.3", ms: float = 3.5) -> tuple[Line2D, str]:
+    """A legend entry: a marker without a line (by default the point of a group below MIN_LINE_N)."""
+    return Line2D([], [], color=col, marker=m, ls="none", ms=ms), text
 
 
 def note(ax, lines: list[tuple[str, str]] | list[str], loc: str = "lower left") -> None:
@@ -172,8 +178,20 @@ def draw_series(ax, rows: pl.DataFrame, n_layers: int, col: str, style: str, y: 
         ok = big & np.isfinite(lo) & np.isfinite(hi)
         ax.fill_between(x, np.where(ok, lo, np.nan), np.where(ok, hi, np.nan), color=col, alpha=0.13, lw=0)
     if small.any():
-        ax.plot(x[small], mean[small], "o", color=col, ms=3.5, mfc="none" if style != "-" else col, ls="none")
+        ax.plot(x[small], mean[small], "o", color=col, ms=3.5, mfc="none" if style != "-" else col)
     return True
+
+
+def draw_styles(ax, sub: pl.DataFrame, column: str, styles: dict, ds: str, n_layers: int, drawn: set, **kw):
+    """One draw_series per value of `column` in its line style, in dataset `ds`'s colour; the (value, ds)
+    pairs drawn go into `drawn`. Returns whether a series has points (0 < n < MIN_LINE_N)."""
+    small = False
+    for key, style in styles.items():
+        rows = sub.filter(pl.col(column) == key)
+        if draw_series(ax, rows, n_layers, colour(ds), style, **kw):
+            drawn.add((key, ds))
+            small |= bool(((rows["n"] > 0) & (rows["n"] < MIN_LINE_N)).any())
+    return small
 
 
 def band_by_layer(ax, sub: pl.DataFrame, col: str, n_layers: int = 0) -> pl.DataFrame:

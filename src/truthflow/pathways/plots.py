@@ -11,36 +11,30 @@ import polars as pl
 from matplotlib.patches import Patch
 
 from .. import plotting as P
-from ..plotting import MIN_LINE_N, colour, draw_series, label  # noqa: F401  (draw_series: re-exported)
+from ..plotting import MIN_LINE_N, colour, label
 
 STYLES = {"Q-Anchored": "-", "A-Anchored": "--"}
 KNOCKOUT_STYLES = {"target": "-", "control": ":"}
 _finish = P.finish  # module attribute: tests replace it to inspect the legend
 
 
-def _status_note(auc: pl.DataFrame, model: str, ds: str) -> str | None:
-    bad = auc.filter((pl.col("model") == model) & (pl.col("dataset") == ds) & (pl.col("status") != "ok"))
-    return f"{label(ds)}: {bad['status'][0]}" if bad.height else None
-
-
 def _panel_datasets(table: pl.DataFrame, auc: pl.DataFrame, model: str, notes: list[str]):
     """The datasets of one model's panel with their rows; a dataset whose probe is undefined goes to
     `notes` instead."""
-    mine = table.filter(pl.col("model") == model)
-    for ds in P.datasets_in(mine) or P.datasets_in(auc.filter(pl.col("model") == model)):
-        note = _status_note(auc, model, ds)
-        if note:
-            notes.append(note)
+    mine, probes = table.filter(pl.col("model") == model), auc.filter(pl.col("model") == model)
+    for ds in P.datasets_in(mine) or P.datasets_in(probes):
+        bad = probes.filter((pl.col("dataset") == ds) & (pl.col("status") != "ok"))
+        if bad.height:
+            notes.append(f"{label(ds)}: {bad['status'][0]}")
         else:
             yield ds, mine.filter(pl.col("dataset") == ds)
 
 
-def _legend(drawn, styles: dict[str, str], names: dict[str, str]) -> tuple[list, list[str]]:
-    """Legend handles for the (series, dataset) pairs drawn, datasets in registry order."""
+def _legend(drawn, styles: dict[str, str], names: dict[str, str], *extras) -> tuple[list, list[str]]:
+    """The (series, dataset) pairs drawn, datasets in registry order, then the `extras`."""
     pairs = [(k, ds) for ds in P.ordered(d for _, d in drawn) for k in styles if (k, ds) in drawn]
-    return [P.line(colour(ds), styles[k]) for k, ds in pairs], [
-        f"{names[k]} ({label(ds)})" for k, ds in pairs
-    ]
+    entries = [(P.line(colour(ds), styles[k]), f"{names[k]} ({label(ds)})") for k, ds in pairs]
+    return P.legend(entries, *extras)
 
 
 def _panels(models, titles, n_rows: int = 1, height: float = 3.2):
@@ -70,23 +64,17 @@ def plot_anchored(
 ):
     """Per-layer mean ΔP with its 95% CI, split Q-/A-Anchored: colour = dataset, solid = Q-Anchored, dashed
     = A-Anchored (the seeds' layout). knockout='control' draws the same for the matched random control."""
-    summary = summary.filter(pl.col("knockout") == knockout) if "knockout" in summary.columns else summary
+    summary = summary.filter(pl.col("knockout") == knockout)
     fig, axes = _panels(models, titles)
     drawn, small = set(), False
     for ax, model in zip(axes[0], models, strict=False):
         notes = []
         for ds, sub in _panel_datasets(summary, auc, model, notes):
-            for anchor, style in STYLES.items():
-                s = sub.filter(pl.col("anchor") == anchor)
-                if draw_series(ax, s, _n_layers(summary, model), colour(ds), style):
-                    drawn.add((anchor, ds))
-                    small |= bool(((s["n"] > 0) & (s["n"] < MIN_LINE_N)).any())
+            small |= P.draw_styles(ax, sub, "anchor", STYLES, ds, _n_layers(summary, model), drawn)
         _close(ax, notes)
     axes[0][0].set_ylabel("ΔP" if knockout == "target" else "ΔP (random-token control)")
-    handles, labels = _legend(drawn, STYLES, {a: a for a in STYLES})
-    if small:
-        handle, text = P.point_handle(f"point: n < {MIN_LINE_N} samples at that layer")
-        handles, labels = [*handles, handle], [*labels, text]
+    point = small and P.marker(f"point: n < {MIN_LINE_N} samples at that layer")
+    handles, labels = _legend(drawn, STYLES, {a: a for a in STYLES}, point)
     _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=2 if len(models) == 1 else 4)
 
 
@@ -122,16 +110,11 @@ def plot_check(
     for top, bottom, model in zip(axes[0], axes[1], models, strict=False):
         notes, verdicts, span = [], [], None
         for ds, sub in _panel_datasets(unsplit, auc, model, notes):
-            for knockout, style in KNOCKOUT_STYLES.items():
-                s = sub.filter(pl.col("knockout") == knockout)
-                if draw_series(top, s, _n_layers(unsplit, model), colour(ds), style):
-                    drawn.add((knockout, ds))
-                    draw_series(bottom, s, _n_layers(unsplit, model), colour(ds), style, "flip_rate")
-            for r in (
-                check.filter((pl.col("model") == model) & (pl.col("dataset") == ds))
-                .head(1)
-                .iter_rows(named=True)
-            ):
+            n_layers = _n_layers(unsplit, model)
+            P.draw_styles(top, sub, "knockout", KNOCKOUT_STYLES, ds, n_layers, drawn)
+            P.draw_styles(bottom, sub, "knockout", KNOCKOUT_STYLES, ds, n_layers, set(), y="flip_rate")
+            mine = check.filter((pl.col("model") == model) & (pl.col("dataset") == ds))
+            for r in mine.head(1).iter_rows(named=True):
                 verdicts.append((_verdict(r, ds), "0.15"))
                 span = span or (r["layer_from"] is not None and (r["layer_from"], r["layer_to"]))
         for ax in (top, bottom) if span else ():
@@ -142,11 +125,9 @@ def plot_check(
         P.note(bottom, verdicts, loc="upper left")
     axes[0][0].set_ylabel("ΔP, all samples")
     axes[1][0].set_ylabel("Flip rate (%)")
-    handles, labels = _legend(
-        drawn, KNOCKOUT_STYLES, {"target": target_label, "control": "random-token control"}
-    )
-    if shaded:
-        handles, labels = [*handles, Patch(color="0.92")], [*labels, "layers averaged for the verdict"]
+    names = {"target": target_label, "control": "random-token control"}
+    shade = shaded and (Patch(color="0.92"), "layers averaged for the verdict")
+    handles, labels = _legend(drawn, KNOCKOUT_STYLES, names, shade)
     _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=2 if len(models) == 1 else 4)
 
 

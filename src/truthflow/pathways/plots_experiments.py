@@ -1,9 +1,6 @@
 """The figures of the Section 3.2-5 experiments (docs/method.md A12-A16), one panel column per model of a
-pair: token patching and answer-only as grouped bars per dataset (one table-driven bar figure), the knowledge
-boundary as per-layer curves plus a popularity box plot, the saliency distribution as a density on a log
-scale, and pathway awareness as AUC per layer. Each function draws from the aggregated tables and recomputes
-no statistic it could read (densities and box plots are drawn from per-sample values). Drawing rules are
-plotting's; no function raises on empty or degenerate tables."""
+pair. Each draws from the aggregated tables (densities and box plots from per-sample values) and recomputes no
+statistic it could read; none raises on empty or degenerate tables."""
 
 from __future__ import annotations
 
@@ -13,7 +10,6 @@ import numpy as np
 import polars as pl
 import seaborn as sns
 from matplotlib.colors import to_rgb
-from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from .. import plotting as P
@@ -30,12 +26,22 @@ _KEYS = {"model": pl.String, "dataset": pl.String, "k_layer": pl.Int64}
 ROWS_SCHEMA = {**_KEYS, **ROW_SCHEMA}
 AWARENESS_SCHEMA = {**_KEYS, **DETECTION_AWARENESS_SCHEMA}
 SAMPLES_SCHEMA = {"model": pl.String, "dataset": pl.String, "id": pl.String, "group": pl.String}
-VALUES = ("s_pop", "s_eq_ea", "s_eq_all")  # per-sample values a samples table may lack (added as null)
+VALUES = ("s_pop", "s_eq_ea")  # per-sample values a samples table may lack (added as null)
+# the columns a table may lack (plotting.table adds them, and k_layer, as null); the others are required
+ROWS_OPTIONAL, AWARENESS_OPTIONAL = ("note",), ("n", "n_q", "n_a")
+REQUIRED = {
+    name: [c for c in schema if c not in ("k_layer", *optional)]
+    for name, schema, optional in (
+        ("rows", ROWS_SCHEMA, ROWS_OPTIONAL),
+        ("awareness", AWARENESS_SCHEMA, AWARENESS_OPTIONAL),
+        ("per_sample", SAMPLES_SCHEMA, ()),
+    )
+}
 PUBLISHED_SCHEMA = dict.fromkeys(["kind", "model", "dataset", "anchor"], pl.String) | {
     "published": pl.Float64
 }
 E_Q = r"$E_Q$"
-SALIENCY_NAMES = {"s_eq_ea": r"$S(E_Q \rightarrow E_A)$", "s_eq_all": r"$S(E_Q \rightarrow *)$"}
+SALIENCY = r"$S(E_Q \rightarrow E_A)$"
 # the bar figures: experiment -> (conditions with their legend suffixes, y label); the first condition is
 # solid, a second (the control) light and hatched
 BARS = {
@@ -46,6 +52,9 @@ BARS = {
     "answer_only": ({"-ΔP": ""}, "−ΔP, answer only (%)"),
 }
 CONDITION_NOTES = {"random": "random-token control"}
+BAR = {"lw": 0.8, "zorder": 2, "error_kw": {"ecolor": "0.15", "elinewidth": 0.8, "capsize": 1.8}}
+N_LABEL = {"xytext": (0, 2), "textcoords": "offset points", "rotation": 90, "ha": "center", "va": "bottom"}
+N_LABEL |= {"fontsize": 6, "color": "0.3", "zorder": 4}
 _finish = P.finish  # module attribute: tests replace it to inspect the legend
 
 
@@ -55,12 +64,11 @@ def _face(group: str, ci: int) -> tuple:
 
 
 def _rows(rows) -> pl.DataFrame:
-    return P.table(rows, ROWS_SCHEMA, optional=("note",))
+    return P.table(rows, ROWS_SCHEMA, optional=ROWS_OPTIONAL)
 
 
-def _samples(per_sample, *values) -> pl.DataFrame:
-    values = dict.fromkeys((*VALUES, *values), pl.Float64)
-    return P.table(per_sample, SAMPLES_SCHEMA | values, optional=tuple(values))
+def _samples(per_sample) -> pl.DataFrame:
+    return P.table(per_sample, SAMPLES_SCHEMA | dict.fromkeys(VALUES, pl.Float64), optional=VALUES)
 
 
 def _row_notes(sub: pl.DataFrame) -> list[str]:
@@ -77,6 +85,18 @@ def experiment_layers(rows: pl.DataFrame, awareness: pl.DataFrame) -> dict[tuple
     return {(m, ds): int(k) for m, ds, k in found.iter_rows()}
 
 
+def k_caption(rows, awareness, models: list[str], titles: dict[str, str]) -> str:
+    """The figures' caption line naming layer K per model and dataset."""
+    ks = experiment_layers(rows, awareness)
+    per_model = {m: P.ordered(d for n, d in ks if n == m) for m in models}
+    k = "; ".join(
+        ", ".join(f"{ks[(m, ds)]} ({label(ds)})" for ds in mine) + f" for {titles.get(m, m)}"
+        for m, mine in per_model.items()
+        if mine
+    )
+    return f"Experiment layer K: {k or 'none in the tables'}."
+
+
 # -------------------------------------------------------------------------------------------- bar figures
 def _bar_panel(ax, sub: pl.DataFrame, conditions: list[str], published: pl.DataFrame, drawn: set) -> None:
     """Bars per dataset: group-major (Q-Anchored then A-Anchored), one bar per condition inside a group, with
@@ -89,58 +109,23 @@ def _bar_panel(ax, sub: pl.DataFrame, conditions: list[str], published: pl.DataF
         for gi, group in enumerate(GROUPS):
             r = sub.filter((pl.col("condition") == cond) & (pl.col("group") == group) & (pl.col("n") > 0))
             r = r.filter(pl.col("value").is_not_nan()).join(published, on=["dataset", "group"], how="left")
-            x = (
-                np.array([datasets.index(d) for d in r["dataset"]])
-                - 0.4
-                + gi * gap
-                + (gi * len(present) + ci + 0.5) * width
-            )
+            idx = np.array([datasets.index(d) for d in r["dataset"]])
+            x = idx - 0.4 + gi * gap + (gi * len(present) + ci + 0.5) * width
             v, lo, hi = (
                 r[c].cast(pl.Float64).fill_null(np.nan).to_numpy() for c in ("value", "ci_low", "ci_high")
             )
             big, col, (face, hatch) = r["n"].to_numpy() >= MIN_LINE_N, GROUP_COLOURS[group], _face(group, ci)
-            err = dict(ecolor="0.15", elinewidth=0.8, capsize=1.8)
-            ax.bar(
-                x[big],
-                v[big],
-                width * 0.92,
-                yerr=[(v - lo)[big], (hi - v)[big]],
-                color=face,
-                edgecolor=col,
-                hatch=hatch,
-                lw=0.8,
-                error_kw=err,
-                zorder=2,
-            )
+            err = [(v - lo)[big], (hi - v)[big]]
+            ax.bar(x[big], v[big], width * 0.92, yerr=err, color=face, edgecolor=col, hatch=hatch, **BAR)
             if (~big).any():
-                ax.plot(
-                    x[~big],
-                    v[~big],
-                    "o",
-                    color=col,
-                    mfc=col if ci == 0 else "white",
-                    ms=4,
-                    ls="none",
-                    zorder=3,
-                )
+                ax.plot(x[~big], v[~big], "o", color=col, mfc=col if ci == 0 else "white", ms=4, zorder=3)
                 drawn.add("small")
             pv = r["published"].to_numpy() if ci == 0 else np.full(len(v), np.nan)
             if np.isfinite(pv).any():
-                ax.plot(x, pv, "D", color="black", ms=3.2, ls="none", zorder=5)
+                ax.plot(x, pv, "D", color="black", ms=3.2, zorder=5)
                 drawn.add("published")
             for xi, n, top in zip(x, r["n"], np.nanmax([v, hi, pv, np.zeros(len(v))], axis=0), strict=True):
-                ax.annotate(
-                    str(n),
-                    (xi, top),
-                    xytext=(0, 2),
-                    textcoords="offset points",
-                    rotation=90,
-                    ha="center",
-                    va="bottom",
-                    fontsize=6,
-                    color="0.3",
-                    zorder=4,
-                )
+                ax.annotate(str(n), (xi, top), **N_LABEL)
             drawn |= {(cond, group)} if r.height else set()
     ax.set_xticks(range(len(datasets)), [label(d) for d in datasets])
     ax.set_xlim(-0.55, len(datasets) - 0.45)
@@ -159,16 +144,13 @@ def _bar_legend(drawn: set, names: dict[str, str], narrow: bool) -> tuple[list, 
         }
         columns.append([(patches[g], f"{g}{names[cond]}") for g in GROUPS if (cond, g) in drawn])
     columns = [[e for c in columns for e in c]] if narrow else [c for c in columns if c]
-    extras = [(Line2D([], [], marker="D", color="black", ms=3.2, ls="none"), "published value")] * (
-        "published" in drawn
-    ) + [P.point_handle(f"point: n < {MIN_LINE_N} samples (no CI)")] * ("small" in drawn)
+    extras = [P.marker("published value", "D", "black", 3.2)] * ("published" in drawn)
+    extras += [P.marker(f"point: n < {MIN_LINE_N} samples (no CI)")] * ("small" in drawn)
     if any(columns):
-        columns.append(
-            [*extras, (Line2D([], [], marker="$12$", color="0.3", ms=7, ls="none"), "n samples (above bars)")]
-        )
+        columns.append([*extras, P.marker("n samples (above bars)", "$12$", ms=7)])
     rows = max((len(c) for c in columns), default=0)
-    padded = [e for c in columns if c for e in c + [(Line2D([], [], ls="none"), "")] * (rows - len(c))]
-    return [h for h, _ in padded], [t for _, t in padded], max(1, len(columns))
+    padded = [e for c in columns if c for e in c + [P.marker("", "")] * (rows - len(c))]
+    return *P.legend(padded), max(1, len(columns))
 
 
 def plot_bars(experiment, rows, models, titles, out_png, out_pdf, caption: str = "", published=None) -> None:
@@ -216,18 +198,12 @@ plot_answer_only = partial(plot_bars, "answer_only")
 
 # --------------------------------------------------------------------------------------- knowledge boundary
 def _layer_panel(ax, sub: pl.DataFrame, drawn: set) -> bool:
-    """Q-Anchored solid / A-Anchored dashed per dataset over layers with the 95% CI band (draw_series).
-    Returns whether any group had points (n < MIN_LINE_N)."""
-    small, n_layers = False, int(sub["layer"].max() or 0)
-    for ds in datasets_in(sub):
-        for group, style in STYLES.items():
-            g = sub.filter(
-                (pl.col("dataset") == ds) & (pl.col("group") == group) & pl.col("value").is_not_nan()
-            )
-            if P.draw_series(ax, g.rename({"value": "mean_delta_p"}), n_layers, colour(ds), style):
-                drawn.add((group, ds))
-                small |= bool(((g["n"] > 0) & (g["n"] < MIN_LINE_N)).any())
-    return small
+    """Q-Anchored solid / A-Anchored dashed per dataset over layers with the 95% CI band. Returns whether any
+    group had points (n < MIN_LINE_N)."""
+    n_layers = int(sub["layer"].max() or 0)
+    sub = sub.filter(pl.col("value").is_not_nan()).rename({"value": "mean_delta_p"})
+    per_ds = [sub.filter(pl.col("dataset") == ds) for ds in datasets_in(sub)]
+    return any([P.draw_styles(ax, d, "group", STYLES, d["dataset"][0], n_layers, drawn) for d in per_ds])
 
 
 def _popularity_panel(ax, samples: pl.DataFrame) -> bool:
@@ -261,7 +237,7 @@ def _popularity_panel(ax, samples: pl.DataFrame) -> bool:
                 jitter = np.random.default_rng(0).uniform(-0.16, 0.16, len(y))
                 ax.scatter(x + jitter, y, s=3, color=c, alpha=0.35, lw=0, zorder=3)
             elif len(y):
-                ax.plot(np.full(len(y), x), y, "o", color=c, ms=3.5, ls="none")
+                ax.plot(np.full(len(y), x), y, "o", color=c, ms=3.5)
                 small = True
     ax.set_xticks(*zip(*ticks, strict=True), fontsize=8)
     ax.set_xlim(-0.7, ticks[-1][0] + 0.7)
@@ -300,19 +276,19 @@ def plot_boundary(rows, per_sample, models, titles, out_png, out_pdf, caption: s
         for ax in axes[0]:
             P.blank(ax, "no models in this figure" if ax is axes[0][0] else "")
     groups = [(P.line("0.25", style), g) for g, style in STYLES.items() if any(x == g for x, _ in drawn)]
-    point = small and P.point_handle(f"point: n < {MIN_LINE_N} samples")
+    point = small and P.marker(f"point: n < {MIN_LINE_N} samples")
     handles, labels = P.dataset_legend({ds for _, ds in drawn}, *groups, point)
     _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=8)
 
 
 # ------------------------------------------------------------------------------------------------ saliency
-def _saliency_panel(ax, sub: pl.DataFrame, column: str, drawn: set) -> tuple[list, bool]:
+def _saliency_panel(ax, sub: pl.DataFrame, drawn: set) -> tuple[list, bool]:
     """Per dataset: a Gaussian KDE of log10 of the positive values (seaborn, on a log x axis; each curve
     integrates to 1 in log10 units) with a rug below zero; fewer than MIN_LINE_N values, or no spread: the
     rug of points only. Returns the panel's text lines and whether a dataset was points only."""
     info, notes, rugs = [], [], []
     for ds in datasets_in(sub):
-        v = sub.filter(pl.col("dataset") == ds)[column].cast(pl.Float64).to_numpy()
+        v = sub.filter(pl.col("dataset") == ds)["s_eq_ea"].cast(pl.Float64).to_numpy()
         pos = v[v > 0]
         if not len(pos):
             notes.append(f"{label(ds)}: all {len(v)} values ≤ 0, nothing to draw on a log scale")
@@ -333,15 +309,8 @@ def _saliency_panel(ax, sub: pl.DataFrame, column: str, drawn: set) -> tuple[lis
     top = max([ln.get_ydata().max() for ln in ax.lines] or [1.0])
     h = 0.055 * top
     for i, (ds, pos, curve) in enumerate(rugs):
-        ax.plot(
-            pos,
-            np.full(len(pos), -(i + 0.7) * h),
-            "|" if curve else "o",
-            color=colour(ds),
-            ms=5 if curve else 3.5,
-            alpha=0.45 if curve else 1.0,
-            ls="none",
-        )
+        m, ms, alpha = ("|", 5, 0.45) if curve else ("o", 3.5, 1.0)
+        ax.plot(pos, np.full(len(pos), -(i + 0.7) * h), m, color=colour(ds), ms=ms, alpha=alpha)
     # headroom: the highest density stays below the text block in the top right
     bottom, block = -(len(rugs) + 0.3) * h, 0.075 * (len(info) + len(notes)) + 0.06
     ax.set_ylim(bottom, bottom + (top * 1.04 - bottom) / (1 - block))
@@ -351,29 +320,26 @@ def _saliency_panel(ax, sub: pl.DataFrame, column: str, drawn: set) -> tuple[lis
     return info + [(n, NOTE_COLOUR) for n in notes], not all(c for _, _, c in rugs)
 
 
-def plot_saliency(
-    per_sample, models, titles, out_png, out_pdf, caption: str = "", column: str = "s_eq_ea"
-) -> None:
-    """Saliency (A15): the density of per-sample S(E_Q→E_A) (`column`; averaged over layers) on a log10 x
-    axis, one curve per dataset, with a rug of the samples below; non-positive values cannot be drawn on a log
-    scale and are counted in a note."""
-    samples = _samples(per_sample, column)
+def plot_saliency(per_sample, models, titles, out_png, out_pdf, caption: str = "") -> None:
+    """Saliency (A15): the density of per-sample S(E_Q→E_A) (averaged over layers) on a log10 x axis, one
+    curve per dataset, with a rug of the samples below; non-positive values cannot be drawn on a log scale
+    and are counted in a note."""
+    samples = _samples(per_sample).filter(pl.col("s_eq_ea").is_not_null() & pl.col("s_eq_ea").is_not_nan())
     fig, axes = P.figure(len(models))
     P.titles(axes[0], models, titles)
-    name, drawn, small = SALIENCY_NAMES.get(column, column), set(), False
+    drawn, small = set(), False
     for ax, model in zip(axes[0], models, strict=False):
         sub = samples.filter(pl.col("model") == model)
-        sub = sub.filter(pl.col(column).is_not_null() & pl.col(column).is_not_nan())
         if sub.height == 0:
-            P.blank(ax, f"no {name} values for this model")
+            P.blank(ax, f"no {SALIENCY} values for this model")
             continue
-        lines, few = _saliency_panel(ax, sub, column, drawn)
+        lines, few = _saliency_panel(ax, sub, drawn)
         small |= few
-        ax.set(xlabel=f"{name} per sample (log scale)", ylabel="")
+        ax.set(xlabel=f"{SALIENCY} per sample (log scale)", ylabel="")
         P.note(ax, lines, loc="upper right")
-    P.ylabel(axes[0], f"Density of log10 {name}")
-    rug = (Line2D([], [], color="0.3", marker="|", ls="none", ms=6), "one sample (rug)")
-    point = P.point_handle(f"point: fewer than {MIN_LINE_N} samples, no density")
+    P.ylabel(axes[0], f"Density of log10 {SALIENCY}")
+    rug = P.marker("one sample (rug)", "|", ms=6)
+    point = P.marker(f"point: fewer than {MIN_LINE_N} samples, no density")
     handles, labels = P.dataset_legend(drawn, bool(drawn) and rug, small and point)
     _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=6 if len(models) > 1 else 3)
 
