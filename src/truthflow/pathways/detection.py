@@ -5,8 +5,8 @@ False = A-Anchored, from the attention-knockout analysis) and hidden states at o
 Every probe is probes.fit_predict and every estimate is cross-fitted (probes.crossfit's seeded stratified
 K-fold split, K = n_folds(test_size)). Data that cannot give an estimate (one class, too few samples per
 class for K folds, missing reweighted states) gives rows whose status says why and whose auc is null; it
-never raises. ValueError is kept for caller bugs (inconsistent shapes, unknown gate / expert names, an empty
-train set, a PR factor below 1 or without states).
+never raises. ValueError is kept for caller bugs (inconsistent shapes, unknown gate / expert names, a PR
+factor without states).
 
 Seeds: a seed argument is an int or a sequence of ints. Random draws use independent numpy streams of it:
 stream 0 the RandomGate draws, stream 1 the VanillaExperts split, stream 2 PR's inner validation split.
@@ -114,8 +114,6 @@ def awareness_summary(aware: pl.DataFrame) -> pl.DataFrame:
 def gate_probs(x, g, train, test, C: float = 1.0, max_iter: int = 2000) -> tuple[np.ndarray, str | None]:
     """w = P(Q-Anchored | x) for x[test], from a probe trained on x[train] -> g[train], and a note when the
     train set holds one group only (w is then that group's rate, 1.0 or 0.0, for every test row)."""
-    if len(train) == 0:
-        raise ValueError("train must not be empty")
     w, note = _probe_or_rate(x[train], g[train].astype(int), x[test], C, max_iter)
     return w, (f"gate: train holds one group only, w = {g[train].mean():g}" if note else None)
 
@@ -145,8 +143,6 @@ def mop_predict(
         raise ValueError(
             f"gate must be 'pathway' or 'random', experts 'pathway' or 'vanilla': {gate}, {experts}"
         )
-    if len(train) == 0:
-        raise ValueError("train must not be empty")
     notes = []
     if gate == "pathway":
         w, note = gate_probs(x, g, train, test, C, max_iter)
@@ -195,9 +191,7 @@ def _pr_candidates(states, factors) -> dict[float, tuple | None]:
     """Factor -> (up, down) as float32, factor 1.0 -> None (x_clean itself), in ascending order."""
     by_value = {float(f): pair for f, pair in (states or {}).items()}
     cands = {1.0: None}
-    for f in map(float, factors):
-        if f < 1:
-            raise ValueError(f"PR factors must be >= 1 (down uses 1/f), got {f:g}")
+    for f in map(float, factors):  # the schema keeps them >= 1: down uses 1/f
         if f == 1.0:
             continue
         if f not in by_value:

@@ -4,9 +4,7 @@ layer K (A12-A17)."""
 
 from __future__ import annotations
 
-import contextlib
 import random
-import time
 import zlib
 
 import polars as pl
@@ -26,15 +24,6 @@ SAMPLES_SCHEMA = {"id": pl.String, "correct": pl.Boolean, "refusal": pl.Boolean,
                   "eq_text": pl.String, "ea_text": pl.String, "blocked_positions": _POS,
                   "control_positions": pl.List(_POS), "control_matched": pl.Boolean, "n_eq": pl.Int64,
                   "n_ea": pl.Int64}  # fmt: skip
-
-
-@contextlib.contextmanager
-def timed(what: str, n: int):
-    """Logs how long the block took for n samples."""
-    t0 = time.perf_counter()
-    yield
-    dt = time.perf_counter() - t0
-    print(f"{what}: {n} samples in {dt:.1f} s ({n / max(dt, 1e-9):.1f} samples/s)", flush=True)
 
 
 EA_PROMPT = (
@@ -191,12 +180,8 @@ def knockout_blocks(
             out.append(pos)
         return out
 
-    if target == "exact_question":
-        target_blocks = [list(e) for e in eqs]
-    elif target == "random":
-        target_blocks = draw(TARGET_RANDOM_DRAW)
-    else:
-        raise ValueError(f"unknown knockout target '{target}' (exact_question | random)")
+    # target: exact_question or random (the schema's enum)
+    target_blocks = draw(TARGET_RANDOM_DRAW) if target == "random" else [list(e) for e in eqs]
     controls = [draw(d) for d in range(control_draws)]
     return target_blocks, controls, matched
 
@@ -210,18 +195,17 @@ def extract(
     draws = cfg["control_draws"]
     target_blocks, controls, matched = knockout_blocks(kept, cfg["target"], draws, cfg["control_seed"])
     if kept.height:
-        with timed(f"{desc}: clean + {1 + draws} knockout passes", kept.height):
-            resid_sweep_multi(
-                lm,
-                kept["seq"].to_list(),
-                kept["probe_position"].to_list(),
-                [target_blocks, *controls],
-                batch_size,
-                mode=cfg["mode"],
-                window=cfg["window"],
-                desc=desc,
-                out=out,
-            )
+        resid_sweep_multi(
+            lm,
+            kept["seq"].to_list(),
+            kept["probe_position"].to_list(),
+            [target_blocks, *controls],
+            batch_size,
+            mode=cfg["mode"],
+            window=cfg["window"],
+            desc=desc,
+            out=out,
+        )
     n_unmatched = len(matched) - sum(matched)
     if n_unmatched:
         print(
@@ -265,28 +249,20 @@ def experiment_states(
     ]
     inputs = iv.patched_inputs(ids, seqs, eq, ctrl0, cfg["patch_seed"])
     patched = [{"seqs": inputs["target"]}, {"seqs": inputs["control"]}]
-    with timed(f"{name}: patching (E_Q, control)", n):
-        iv.resid_conditions(
-            lm, seqs, probe, layer, patched, batch_size, desc=f"patching {name}", outs=list(patch)
-        )
+    iv.resid_conditions(
+        lm, seqs, probe, layer, patched, batch_size, desc=f"patching {name}", outs=list(patch)
+    )
     bos = lm.tokenizer.bos_token_id
     bos = bos if bos is not None and seqs[0][:1] == [bos] else None
     ao_seqs, ao_pos = iv.answer_only_inputs(seqs, prompt_lens, probe, bos)
-    with timed(f"{name}: answer only", n):
-        iv.resid_conditions(
-            lm, ao_seqs, ao_pos, layer, [{}], batch_size, f"answer only {name}", [answer_only]
-        )
+    iv.resid_conditions(lm, ao_seqs, ao_pos, layer, [{}], batch_size, f"answer only {name}", [answer_only])
     # PR edges: every answer token (query) attending an E_Q token (key)
     answer_pos = [list(range(start, p + 1)) for start, p in zip(prompt_lens, probe, strict=True)]
     conds = [
-        {"edges": (answer_pos, eq), "factor": fac}
-        for f in map(float, cfg["pr_factors"])
-        for fac in (f, 1 / f)
+        {"edges": (answer_pos, eq), "factor": fac} for f in cfg["pr_factors"] for fac in (float(f), 1 / f)
     ]
-    with timed(f"{name}: PR ({len(conds)} reweightings)", n):
-        iv.resid_conditions(lm, seqs, probe, layer, conds, batch_size, desc=f"PR {name}", outs=list(pr))
-    with timed(f"{name}: logits", n):
-        mean, low = iv.answer_logprobs(lm, seqs, ea, batch_size, desc=f"logits {name}")
+    iv.resid_conditions(lm, seqs, probe, layer, conds, batch_size, desc=f"PR {name}", outs=list(pr))
+    mean, low = iv.answer_logprobs(lm, seqs, ea, batch_size, desc=f"logits {name}")
     chat, kwargs = prompt["chat"], prompt["template_kwargs"]
     texts = [
         iv.P_TRUE_TEMPLATE.format(question=q, answer=a.strip())
@@ -298,10 +274,8 @@ def experiment_states(
         )
         for t in texts
     ]
-    with timed(f"{name}: P(True)", n):
-        p_true = iv.p_true(lm, prompts, batch_size, desc=f"P(True) {name}")
-    with timed(f"{name}: saliency", n):
-        sal = saliency(lm, seqs, prompt_lens, eq, ea, cfg["saliency_batch_size"], desc=f"saliency {name}")
+    p_true = iv.p_true(lm, prompts, batch_size, desc=f"P(True) {name}")
+    sal = saliency(lm, seqs, prompt_lens, eq, ea, cfg["saliency_batch_size"], desc=f"saliency {name}")
     scores.update(
         donor=inputs["donor"],
         donor_length_matched=inputs["length_matched"],

@@ -88,15 +88,11 @@ def anchors(flip_rate: np.ndarray, split: str = "per_layer", fixed_layer: int | 
     """flip_rate: [N, L] in [0, 1] (bool works too). A sample is Q-Anchored at a layer where its prediction
     flips in more than half of its seeds (per_layer); fixed_layer K (1-based): the group assigned at layer
     K holds for every layer."""
-    flipped = np.asarray(flip_rate, dtype=float) > 0.5
-    if split == "per_layer":
-        q = flipped
-    elif split == "fixed_layer":
-        if fixed_layer is None or not 1 <= fixed_layer <= flipped.shape[1]:
-            raise ValueError(f"fixed_layer must be in 1..{flipped.shape[1]}, got {fixed_layer}")
-        q = np.repeat(flipped[:, fixed_layer - 1 : fixed_layer], flipped.shape[1], axis=1)
-    else:
-        raise ValueError(f"unknown anchor_split '{split}'")
+    q = np.asarray(flip_rate, dtype=float) > 0.5
+    if split == "fixed_layer":  # else per_layer (the schema's enum)
+        if fixed_layer is None or not 1 <= fixed_layer <= q.shape[1]:
+            raise ValueError(f"fixed_layer must be in 1..{q.shape[1]}, got {fixed_layer}")
+        q = np.repeat(q[:, fixed_layer - 1 : fixed_layer], q.shape[1], axis=1)
     return np.where(q, Q_ANCHORED, A_ANCHORED)
 
 
