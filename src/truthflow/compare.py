@@ -17,14 +17,14 @@ SCHEMA = {
     "verdict": pl.String,
 }
 # published.tsv kind -> the table of this run it is compared with
-TABLE_OF_KIND = {
-    "delta_p": "pathways",
-    "median_mink": "depthwise",
-    "patching": "rows",
-    "answer_only": "rows",
-    "awareness": "awareness",
-    "detection": "detection",
+TABLE_OF_KIND = {"delta_p": "pathways", "median_mink": "depthwise", "patching": "rows", "answer_only": "rows"}
+TABLE_OF_KIND |= {"awareness": "awareness", "detection": "detection"}
+# the bar experiments: the condition compared and what its value is
+BARS = {
+    "patching": ("E_Q", "flip rate (%) under E_Q patching"),
+    "answer_only": ("-ΔP", "−ΔP (%) from the answer alone"),
 }
+DEPTH_VERDICTS = {None: "undefined (a depth is empty)", True: "holds", False: "does not hold"}
 
 
 def reproduced(p: dict, tables: dict[str, pl.DataFrame | None]) -> tuple[float, str] | None:
@@ -48,11 +48,8 @@ def reproduced(p: dict, tables: dict[str, pl.DataFrame | None]) -> tuple[float, 
     if kind == "median_mink":
         sub = sub.filter(pl.col("depth") == p["depth"])
         return sub["mink"].median(), f"median depthwise MIN-K%, depth {int(p['depth'])} ({src})"
-    if kind in ("patching", "answer_only"):
-        cond, what = {
-            "patching": ("E_Q", "flip rate (%) under E_Q patching"),
-            "answer_only": ("-ΔP", "−ΔP (%) from the answer alone"),
-        }[kind]
+    if kind in BARS:
+        cond, what = BARS[kind]
         sub = sub.filter(
             (pl.col("experiment") == kind) & (pl.col("condition") == cond) & (pl.col("group") == p["anchor"])
         ).drop_nulls("value")
@@ -60,9 +57,9 @@ def reproduced(p: dict, tables: dict[str, pl.DataFrame | None]) -> tuple[float, 
     if kind == "awareness":
         sub = sub.drop_nulls("auc").group_by("layer").agg(pl.col("auc").mean())
         best = sub.sort(["auc", "layer"], descending=[True, False]).head(1)
-        layer = best["layer"][0] if best.height else None
-        auc = 100 * best["auc"][0] if best.height else None
-        return auc, f"pathway-awareness AUC (%), best layer {layer} ≠ K ({src})"
+        if best.height == 0:
+            return None
+        return 100 * best["auc"][0], f"pathway-awareness AUC (%), best layer {best['layer'][0]} ≠ K ({src})"
     sub = sub.filter((pl.col("method") == p["method"]) & pl.col("status").str.starts_with("ok")).drop_nulls(
         "auc"
     )
@@ -114,14 +111,7 @@ def qualitative_depth(depthwise: pl.DataFrame | None, pooled: pl.DataFrame) -> l
         sub = source.filter(pl.col("model") == model)
         med = [sub.filter(pl.col("depth") == d)["mink"].median() for d in (1, 2, 3)]
         rise = None if med[0] is None or med[2] is None else med[2] - med[0]
-        undefined = any(m is None for m in med)
-        verdict = (
-            "undefined (a depth is empty)"
-            if undefined
-            else "holds"
-            if med[0] < med[1] < med[2]
-            else "does not hold"
-        )
+        verdict = DEPTH_VERDICTS[None if None in med else med[0] < med[1] < med[2]]
         detail = "median by depth D1/D2/D3: " + " / ".join("-" if m is None else f"{m:.2f}" for m in med)
         rows.append(("MIN-K% rises with depth", model, "depthqa", detail, None, None, rise, verdict))
     return rows

@@ -72,19 +72,16 @@ def fmt(value) -> str:
     return str(value)
 
 
+# a verdict's colour class by its first word; any other verdict (does not hold, outside range) is "not"
+VERDICTS = {"holds": "holds", "within": "holds", "inconclusive": "inconclusive", "undefined": "inconclusive"}
+
+
 def _cell(col: str, value) -> str:
     text = html.escape(fmt(value))
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return f'<td class="num">{text}</td>'
     if col == "verdict" and isinstance(value, str):
-        cls = (
-            "holds"
-            if value in ("holds", "within range")
-            else "inconclusive"
-            if value.startswith(("inconclusive", "undefined"))
-            else "not"
-        )
-        return f'<td class="{cls}">{text}</td>'
+        return f'<td class="{VERDICTS.get(value.partition(" ")[0], "not")}">{text}</td>'
     return f"<td>{text}</td>"
 
 

@@ -1,8 +1,5 @@
-"""The DepthQA figure (seed 003): depthwise MIN-K% box plots and score-gap densities, one panel per model.
-
-Each function draws one figure from one table and computes no science; an empty or thin table gives panels
-that say why, never an exception. Layout, legend and caption are truthflow.plotting's.
-"""
+"""The DepthQA figures (seed 003): depthwise MIN-K% box plots and score-gap densities, one panel per model;
+an empty or thin table gives panels that say why, never an exception."""
 
 from __future__ import annotations
 
@@ -14,8 +11,9 @@ from .. import plotting as P
 
 DEPTH_COLOURS = {1: "tab:blue", 2: "tab:orange", 3: "tab:green"}
 SIDE_COLOURS = {"lower": "tab:green", "upper": "tab:orange"}
-NO_GRAPH_NOTE = "no graph: score gap undefined"
-_NO_MINK = pl.DataFrame(schema={"depth": pl.Int64, "mink": pl.Float64})
+MINK_SCHEMA = {"model": pl.String, "depth": pl.Int64, "mink": pl.Float64}
+GAP_SCHEMA = {"model": pl.String, "side": pl.String, "subset": pl.String, "gap": pl.Float64}
+NO_DATA = {"ha": "center", "va": "bottom", "fontsize": 7, "color": "0.4"}
 
 
 def _panels(models: list[str], titles: dict[str, str], **kw):
@@ -30,9 +28,9 @@ def plot_depth_boxes(depthwise_df: pl.DataFrame, models, titles, out_png, out_pd
     """Box plot per model of the depthwise average MIN-K% (columns model, depth, mink) at Depth 1/2/3."""
     fig, axes = _panels(models, titles, sharey=True)
     axes[0].set_ylabel("Depthwise Average MIN-K%")
-    top = 0.0
+    top, depthwise_df = 0.0, P.table(depthwise_df, MINK_SCHEMA)
     for ax, model in zip(axes, models or [""], strict=False):
-        part = depthwise_df.filter(pl.col("model") == model) if depthwise_df.height else _NO_MINK
+        part = depthwise_df.filter(pl.col("model") == model)
         values = {
             d: part.filter(pl.col("depth") == d)["mink"].drop_nulls().drop_nans().to_numpy()
             for d in (1, 2, 3)
@@ -55,16 +53,7 @@ def plot_depth_boxes(depthwise_df: pl.DataFrame, models, titles, out_png, out_pd
         for patch, d in zip(boxes["boxes"], present, strict=True):
             patch.set(facecolor=DEPTH_COLOURS[d], edgecolor="0.2")
         for d in set((1, 2, 3)) - set(present):
-            ax.text(
-                d,
-                0.02,
-                "no data",
-                ha="center",
-                va="bottom",
-                fontsize=7,
-                color="0.4",
-                transform=ax.get_xaxis_transform(),
-            )
+            ax.text(d, 0.02, "no data", transform=ax.get_xaxis_transform(), **NO_DATA)
         top = max(top, *(float(np.max(values[d])) for d in present))
     axes[0].set_ylim(0, top * 1.12 if top > 0 else 1)
     P.finish(fig, [], [], caption, out_png, out_pdf)
@@ -104,14 +93,11 @@ def _empty(ax, why: str) -> None:
     P.note(ax, [(why, "0.35")], loc="center")
 
 
-def plot_score_gap_density(
-    subset_df: pl.DataFrame, models, titles, out_png, out_pdf, caption: str, empty_note: str = NO_GRAPH_NOTE
-) -> None:
-    """Filled KDE per model of the score gap for the "25%" (green) and "75%" (orange) subsets.
-
-    subset_df: memorization_split output (columns model, subset, side, gap).
-    """
+def plot_score_gap_density(subset_df: pl.DataFrame, models, titles, out_png, out_pdf, caption: str) -> None:
+    """Filled KDE per model of the score gap (memorization_split's table) for the "25%" (green) and "75%"
+    (orange) subsets."""
     fig, axes = _panels(models, titles)
+    no_graph, subset_df = subset_df.height == 0, P.table(subset_df, GAP_SCHEMA)
     for ax, model in zip(axes, models or [""], strict=False):
         ax.set(
             xlim=(-1.5, 1.5),
@@ -119,9 +105,9 @@ def plot_score_gap_density(
             xlabel="Score Gap (D3 - D2)",
             ylabel="Density",
         )
-        part = subset_df.filter(pl.col("model") == model) if subset_df.height else subset_df
+        part = subset_df.filter(pl.col("model") == model)
         if part.height:
             _density_panel(ax, part)
         else:
-            _empty(ax, empty_note if subset_df.height == 0 else "no score gaps for this model")
+            _empty(ax, "no graph: score gap undefined" if no_graph else "no score gaps for this model")
     P.finish(fig, [], [], caption, out_png, out_pdf)
