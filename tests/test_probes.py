@@ -7,9 +7,9 @@ from truthflow.pathways.probes import (
     auc_by_layer,
     crossfit,
     crossfit_seeds,
-    delta_p,
     fit_predict,
     folds,
+    knockout_effect,
     run_probes,
     split_reason,
     summarize,
@@ -20,8 +20,11 @@ PROBE = {"seeds": [0], "test_size": 0.2, "C": 1.0, "max_iter": 2000}  # pathways
 
 
 def test_delta_p_hand_case():
-    # p = 0.8 -> p_ko = 0.6: 100·(0.6-0.8)/0.8 = -25; p = 0.5 -> 0.75: +50
-    assert np.allclose(delta_p(np.array([0.8, 0.5]), np.array([0.6, 0.75])), [-25.0, 50.0])
+    # p = 0.8 -> p_ko = 0.6: 100·(0.6-0.8)/0.8 = -25; p = 0.5 -> 0.75: +50; P(correct) 0.2 predicts 'wrong'
+    # with p = 0.8, and 0.4 leaves it p_ko = 0.6: -25; 0.3 -> 0.7 flips it: 100·(0.3-0.7)/0.7
+    p, dp, flipped = knockout_effect(np.array([0.8, 0.5, 0.2, 0.3]), np.array([0.6, 0.75, 0.4, 0.7]))
+    assert np.allclose(p, [0.8, 0.5, 0.8, 0.7]) and np.allclose(dp, [-25.0, 50.0, -25.0, -400 / 7])
+    assert flipped.tolist() == [False, False, False, True]
 
 
 def test_anchor_split_per_layer_and_fixed():

@@ -119,11 +119,9 @@ def check(
     if status is None and not samples.filter(pl.col("knockout") == CONTROL).height:
         status = "no random-control draws (knockout.control_draws = 0)"
     n_layers = 0 if status or not samples.height else int(samples["layer"].max())
-    ranges = (
-        layer_ranges(n_layers, layers)
-        if n_layers
-        else [(name, None, None) for name, _, _ in layer_ranges(1, layers)]
-    )
+    ranges = layer_ranges(max(n_layers, 1), layers)
+    if not n_layers:  # no test: the ranges' names only
+        ranges = [(name, None, None) for name, _, _ in ranges]
     ok = auc.filter(pl.col("status") == "ok") if auc is not None and auc.height else None
     rows = []
     for name, lo, hi in ranges:

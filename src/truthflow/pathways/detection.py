@@ -58,14 +58,9 @@ def _probe_or_rate(x_tr, y_tr, x_te, C: float, max_iter: int) -> tuple[np.ndarra
 
 # ---------------------------------------------------------------------------------------- 1. awareness
 def awareness_auc(resid: np.ndarray, groups, layers: Sequence[int], probe: Mapping) -> pl.DataFrame:
-    """Pathway awareness (§4): can a linear probe read the pathway from the hidden states?
-
-    resid: [N, L, D] hidden states; groups: [N] bools (True = Q-Anchored); layers: 1-based layers to probe
-    (the caller passes the layers other than the one that defined the groups); probe: seeds, test_size, C,
-    max_iter. Per seed and layer, the cross-fitted P(Q-Anchored) of every sample and its AUC. Returns rows
-    (AWARENESS_SCHEMA), sorted by layer then seed; a split that cannot be made (e.g. one group only) or a
-    layer outside 1..L gives rows with a null auc and a status "undefined: ...".
-    """
+    """Pathway awareness (§4): can a linear probe read the pathway from the hidden states [N, L, D]? Per
+    seed and 1-based layer (the caller leaves out the one that defined the groups), the AUC of the
+    cross-fitted P(Q-Anchored); a split that cannot be made or a layer outside 1..L gives a null auc."""
     g = np.asarray(groups, dtype=bool)
     n, n_layers = resid.shape[0], resid.shape[1]
     if len(g) != n:
@@ -134,11 +129,8 @@ def mop_predict(
     x, y, g, train, test, gate="pathway", experts="pathway", seed: Seed = 0, C=1.0, max_iter=2000
 ) -> tuple[np.ndarray, list[str]]:
     """Mixture of Pathways (§5): P(y = 1) for x[test] = w·expert_Q(x) + (1 − w)·expert_A(x), and the fallbacks
-    taken. gate "pathway": w = gate_probs; "random" (RandomGate ablation): random_gate. experts "pathway":
-    probes trained on the train samples of each group; "vanilla" (VanillaExperts ablation): on a seeded
-    random split of the same sizes. Never a crash: an expert whose subset has one class predicts its rate
-    (1.0 or 0.0), one without samples the rate of y = 1 over the whole train fold.
-    """
+    taken; gate "random" and experts "vanilla" are the paper's ablations. An expert whose subset has one
+    class predicts its rate (1.0 or 0.0), one without samples the rate of y = 1 over the whole train fold."""
     if gate not in ("pathway", "random") or experts not in ("pathway", "vanilla"):
         raise ValueError(
             f"gate must be 'pathway' or 'random', experts 'pathway' or 'vanilla': {gate}, {experts}"
@@ -222,14 +214,10 @@ def pr_select_and_predict(
 ) -> tuple[np.ndarray, float, list[str]]:
     """Pathway Reweighting (§5): (P(y = 1) for the test samples, the chosen factor, notes). states[f] =
     (up, down) [N, D]: hidden states with the attention on the E_Q -> answer edges multiplied by f (up) or
-    1/f (down); a correctness probe is trained on the routed (pr_states) train states.
-
-    The factor is chosen on validation data only: a stratified inner split of `train` (PR_VAL_SIZE per class,
-    stream 2 of the seed); each candidate (1.0 = x_clean itself, plain probing, plus `factors`) is fit on
-    the inner-train part, gate included, and scored by AUC on the rest; the best wins, ties to the smallest.
-    It is then refit on the whole train fold. Test samples give only their states, never label or group. No
-    inner split (fewer than two samples of a class in train): factor 1.0.
-    """
+    1/f (down); a correctness probe is trained on the routed (pr_states) train states. The factor is chosen
+    on validation data only (`_inner_split`; 1.0, plain probing, when it cannot be made): each candidate is
+    fit on the inner-train part, gate included, and scored by AUC on the rest; ties go to the smallest.
+    Test samples give only their states, never label or group."""
     cands = _pr_candidates(states, factors)
     inner = _inner_split(y, train, seed)
     notes = []
@@ -264,14 +252,11 @@ def _baseline_row(name: str, seed: int, score, y: np.ndarray) -> dict:
 
 
 def detection_table(x, y, groups, states, baselines: Mapping, factors: Sequence[float], probe: Mapping):
-    """The paper's Table 3 for one (model, dataset): rows of DETECTION_SCHEMA; probe: seeds, test_size, C,
-    max_iter. Methods: each baseline score (higher = more likely correct; AUC over its finite scores, one
-    row per seed so its sd over seeds is 0), then Probing, the MoP variants (mop_predict) and PR
-    (pr_select_and_predict; `factor` lists the factor chosen per fold, e.g. "2,2,4,2,2"). Per seed one
-    stratified K-fold split serves every learned method; fold i of seed s seeds the random draws with
-    (s, i); the AUC is over all N out-of-fold predictions. Fallbacks taken are listed in the status ("ok
-    (fallback: ...)"); rows that cannot be estimated have a null auc and a status "undefined: ...".
-    """
+    """The paper's Table 3 for one (model, dataset): each baseline score (higher = more likely correct; one
+    row per seed so its sd over seeds is 0), then Probing, the MoP variants and PR (`factor`: the factor
+    chosen per fold, e.g. "2,2,4,2,2"). Per seed one stratified K-fold split serves every learned method;
+    fold i of seed s seeds the random draws with (s, i); the AUC is over all N out-of-fold predictions.
+    Fallbacks taken are listed in the status ("ok (fallback: ...)")."""
     x, y, g = np.asarray(x, dtype=np.float32), np.asarray(y), np.asarray(groups, dtype=bool)
     if not np.isin(y, [0, 1]).all():
         raise ValueError("y must hold 0/1 (or bools) only")

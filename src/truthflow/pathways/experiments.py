@@ -145,18 +145,14 @@ def run(samples, scores, deltap, data, clean, states, probe: dict, boot: dict, f
     front = [*(pl.lit(v).alias(c) for c, v in keys.items()), pl.lit(k_layer, pl.Int64).alias("k_layer")]
     schemas = (ROW_SCHEMA, AWARENESS_SCHEMA, DETECTION_SCHEMA, PER_SAMPLE_SCHEMA)
     if samples.height == 0 or deltap.height == 0:
-        print(
-            f"experiments skipped: {'no samples' if samples.height == 0 else 'probe undefined'}", flush=True
-        )
+        print("experiments skipped:", "no samples" if samples.height == 0 else "probe undefined", flush=True)
         return [pl.DataFrame(schema=s).select(*front, pl.all()) for s in schemas]
     ids, layer = samples["id"].to_list(), k_layer
     at = {"layer": layer, "n_boot": boot["n"], "seed": boot["seed"]}
     labels = samples["correct"].to_numpy().astype(int)
     groups = groups_at(deltap, ids, layer)
-    print(
-        f"{name}: layer {layer}: {int(groups.sum())} Q-Anchored, {int((~groups).sum())} A-Anchored",
-        flush=True,
-    )
+    n_q = int(groups.sum())
+    print(f"{name}: layer {layer}: {n_q} Q-Anchored, {len(ids) - n_q} A-Anchored", flush=True)
     patch, answer_only, pr = states
     # out-of-fold P(correct) at K on the clean and the new states, from the ΔP stage's cross-fitted probes
     x_new = [np.asarray(s, dtype=np.float32) for s in (patch[0], patch[1], answer_only)]
@@ -165,9 +161,8 @@ def run(samples, scores, deltap, data, clean, states, probe: dict, boot: dict, f
     control_ok = scores["patch_control_matched"].to_numpy()
     rows = patching_rows(prob, new[0], new[1], labels, groups, control_ok, at)
     rows += answer_only_rows(prob, new[2], groups, at)
-    pop = None
-    if "s_pop" in data.columns:
-        pop = dict(zip(data["id"].to_list(), data["s_pop"].cast(pl.Float64).to_list(), strict=True))
+    has_pop = "s_pop" in data.columns
+    pop = dict(zip(data["id"], data["s_pop"].cast(pl.Float64), strict=True)) if has_pop else None
     correct, refusal = (dict(zip(ids, samples[c].to_list(), strict=True)) for c in ("correct", "refusal"))
     rows += boundary_rows(deltap, correct, refusal, pop, at)
     s_ea, s_all = (scores[c].list.mean().to_numpy() for c in ("s_eq_ea", "s_eq_all"))
@@ -176,7 +171,7 @@ def run(samples, scores, deltap, data, clean, states, probe: dict, boot: dict, f
     per_sample = pl.DataFrame(
         {"id": ids, "group": np.where(groups, Q_ANCHORED, A_ANCHORED), "correct": labels.astype(bool)}
     ).with_columns(pl.Series("s_eq_ea", s_ea), pl.Series("s_eq_all", s_all))
-    if "s_pop" in data.columns:
+    if has_pop:
         per_sample = per_sample.join(data.select("id", pl.col("s_pop").cast(pl.Float64)), on="id", how="left")
     aware = awareness_auc(clean, groups, [i for i in range(1, clean.shape[1] + 1) if i != layer], probe)
     pr_states = {f: (pr[2 * i], pr[2 * i + 1]) for i, f in enumerate(factors)}

@@ -60,18 +60,12 @@ def llm_spans(
     reasoning block in a copy is stripped by generate_answers."""
 
     def ask(template, fields):
-        prompts = [
-            build_prompt(
-                lm.tokenizer, template.format(**f), chat, instruction="", template_kwargs=template_kwargs
-            )
-            for f in fields
-        ]
-        return [
-            o["answer"]
-            for o in generate_answers(
-                lm, prompts, batch_size, 16, stop_at_newline=True, chat=chat, desc="llm extractor"
-            )
-        ]
+        kw = {"instruction": "", "template_kwargs": template_kwargs}
+        prompts = [build_prompt(lm.tokenizer, template.format(**f), chat, **kw) for f in fields]
+        out = generate_answers(
+            lm, prompts, batch_size, 16, stop_at_newline=True, chat=chat, desc="llm extractor"
+        )
+        return [o["answer"] for o in out]
 
     ea_out = ask(EA_PROMPT, [{"question": q, "answer": a} for q, a in zip(questions, answers, strict=True)])
     eq_out = ask(EQ_PROMPT, [{"question": q} for q in questions])
@@ -263,17 +257,12 @@ def experiment_states(
     ]
     iv.resid_conditions(lm, seqs, probe, layer, conds, batch_size, desc=f"PR {name}", outs=list(pr))
     mean, low = iv.answer_logprobs(lm, seqs, ea, batch_size, desc=f"logits {name}")
-    chat, kwargs = prompt["chat"], prompt["template_kwargs"]
+    chat, kw = prompt["chat"], {"instruction": "", "template_kwargs": prompt["template_kwargs"]}
     texts = [
         iv.P_TRUE_TEMPLATE.format(question=q, answer=a.strip())
         for q, a in zip(table["question"], table["answer"], strict=True)
     ]
-    prompts = [
-        encode_prompt(
-            lm.tokenizer, build_prompt(lm.tokenizer, t, chat, instruction="", template_kwargs=kwargs), chat
-        )
-        for t in texts
-    ]
+    prompts = [encode_prompt(lm.tokenizer, build_prompt(lm.tokenizer, t, chat, **kw), chat) for t in texts]
     p_true = iv.p_true(lm, prompts, batch_size, desc=f"P(True) {name}")
     sal = saliency(lm, seqs, prompt_lens, eq, ea, cfg["saliency_batch_size"], desc=f"saliency {name}")
     scores.update(

@@ -78,12 +78,6 @@ def crossfit_seeds(x, extra: list, y, seeds, k: int, C: float, max_iter: int) ->
     return np.array([crossfit(x, y, seed, k, C, max_iter, extra) for seed in seeds]).swapaxes(0, 1)
 
 
-def delta_p(p_clean: np.ndarray, p_ko_same_class: np.ndarray) -> np.ndarray:
-    """ΔP = 100·(p_ko − p)/p, where p is the probe's probability of its predicted class on the clean state
-    and p_ko the probability of that same class on the knocked-out state."""
-    return 100.0 * (p_ko_same_class - p_clean) / p_clean
-
-
 def anchors(flip_rate: np.ndarray, split: str = "per_layer", fixed_layer: int | None = None) -> np.ndarray:
     """flip_rate: [N, L] in [0, 1] (bool works too). A sample is Q-Anchored at a layer where its prediction
     flips in more than half of its seeds (per_layer); fixed_layer K (1-based): the group assigned at layer
@@ -97,12 +91,13 @@ def anchors(flip_rate: np.ndarray, split: str = "per_layer", fixed_layer: int | 
 
 
 def knockout_effect(prob: np.ndarray, prob_ko: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """prob, prob_ko: [..., N, L] probabilities of 'correct'. Returns (p, delta_p, flipped) with p the
-    probability of the class predicted on the clean state, ΔP (A8) and whether the prediction flips."""
+    """prob, prob_ko: [..., N, L] probabilities of 'correct'. Returns (p, ΔP, flipped): p the probability of
+    the class predicted on the clean state, ΔP = 100·(p_ko − p)/p (A8) with p_ko the probability of that
+    same class on the knocked-out state, and whether the prediction flips."""
     pred = prob >= 0.5
     p = np.where(pred, prob, 1 - prob)
     p_ko = np.where(pred, prob_ko, 1 - prob_ko)
-    return p, delta_p(p, p_ko), pred != (prob_ko >= 0.5)
+    return p, 100.0 * (p_ko - p) / p, pred != (prob_ko >= 0.5)
 
 
 def run_probes(

@@ -96,15 +96,6 @@ def _shouted(word: str) -> bool:
     return len(letters) >= 3 and all(c.isupper() for c in letters)
 
 
-def _head(run: list[Word]) -> list[Word]:
-    """The head of a lowercase answer phrase: its last word, as English noun phrases end in their head ("a
-    professional skier" -> "skier"); a phrase with a connector ("god of war") has its head before it and is
-    kept whole. The head ends where the phrase ends: the probe's position (the last E_A token) stays."""
-    if any(w.lower() in NAME_CONNECTORS for w, _, _ in run):
-        return run
-    return run[-1:]
-
-
 def _is_cap(word: str) -> bool:
     """Capitalized or a number."""
     return word[:1].isupper() or word.lstrip("-")[:1].isdigit()
@@ -246,7 +237,11 @@ def short_answer_span(answer: str, question: str) -> tuple[int, int] | None:
 
         runs = [r for r in map(trimmed, _runs(cw, content, line)) if r]
         if runs:
-            return span_of(_head(runs[0][:MAX_EA_PHRASE]))
+            # the phrase's head: its last word, as English noun phrases end in their head ("a professional
+            # skier" -> "skier"), so the probe's position (the last E_A token) stays; a phrase with a
+            # connector ("god of war") has its head before it and is kept whole
+            run = runs[0][:MAX_EA_PHRASE]
+            return span_of(run if any(w.lower() in NAME_CONNECTORS for w, _, _ in run) else run[-1:])
     # 4. only a restatement of the question
     caps = [r for r in map(trimmed, _runs(words, named, line)) if r]
     if caps:
