@@ -70,7 +70,7 @@ def test_published_and_qualitative_checks():
     )
     depthwise = pl.DataFrame({"model": ["m1"] * 3, "depth": [1, 2, 3], "mink": [2.0, 3.0, 4.2]})
     pooled = pl.DataFrame({"model": ["m1"], "depth": [1], "median": [2.0]})
-    out = compare(published, pathways, depthwise, pooled, check)
+    out = compare(published, {"pathways": pathways, "depthwise": depthwise, "pooled": pooled, "check": check})
     pub = out.filter(pl.col("check") == "published value")
     # the control rows (-99) never enter the published comparison
     assert pub["reproduced"].to_list() == [-45.0, 4.2] and pub["verdict"].to_list() == ["within range"] * 2

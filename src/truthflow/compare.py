@@ -117,11 +117,11 @@ def qualitative_depth(depthwise: pl.DataFrame | None, pooled: pl.DataFrame) -> l
     return rows
 
 
-def compare(published, pathways, depthwise, pooled, check=None, experiments=None) -> pl.DataFrame:
-    """Published values for the paper models that ran; the qualitative checks for every model. A table
-    that is None (its stage is off) gives no rows."""
-    tables = {"pathways": pathways, "depthwise": depthwise, **(experiments or {})}
+def compare(published: pl.DataFrame, tables: dict[str, pl.DataFrame | None]) -> pl.DataFrame:
+    """Published values for the paper models that ran; the qualitative checks for every model. `tables`: this
+    run's tables by name (TABLE_OF_KIND's, check, pooled); a None table (stage off) gives no rows."""
+    check, pooled = tables.get("check"), tables.get("pooled")
     rows = quantitative(published, tables)
     rows += qualitative_pathways(check) if check is not None else []
-    rows += qualitative_depth(depthwise, pooled) if pooled is not None else []
+    rows += qualitative_depth(tables.get("depthwise"), pooled) if pooled is not None else []
     return pl.DataFrame(rows, schema=SCHEMA, orient="row")

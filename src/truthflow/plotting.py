@@ -196,7 +196,7 @@ def draw_styles(ax, sub: pl.DataFrame, column: str, styles: dict, ds: str, n_lay
 
 def band_by_layer(ax, sub: pl.DataFrame, col: str, n_layers: int = 0) -> pl.DataFrame:
     """Mean AUC per layer over seeds as a line, min..max over seeds as a band, over layers 1..n_layers (a
-    layer without rows breaks the line). Returns the per-layer frame."""
+    layer without rows breaks the line; a layer between two such is a point). Returns the per-layer frame."""
     agg = sub.group_by("layer").agg(
         m=pl.col("auc").mean(), lo=pl.col("auc").min(), hi=pl.col("auc").max(), seeds=pl.len()
     )
@@ -206,4 +206,7 @@ def band_by_layer(ax, sub: pl.DataFrame, col: str, n_layers: int = 0) -> pl.Data
     multi = full["seeds"].fill_null(0).to_numpy() > 1
     ax.plot(x, m, color=col, lw=1.6)
     ax.fill_between(x, np.where(multi, lo, np.nan), np.where(multi, hi, np.nan), color=col, alpha=0.15, lw=0)
+    alone = np.isfinite(m) & np.isnan(np.r_[np.nan, m[:-1]]) & np.isnan(np.r_[m[1:], np.nan])
+    if alone.any():
+        ax.plot(x[alone], m[alone], "o", color=col, ms=3)
     return full

@@ -20,9 +20,7 @@ rule compare_published:
         published=checkout_path("workflow", "report", "published.tsv"),
         pathways=optional_input("pathways", res("tables", "pathways_summary.parquet")),
         check=optional_input("pathways", res("tables", "pathways_check.parquet")),
-        experiments=optional_input(
-            "pathways", res("tables", "pathways_experiments.parquet")
-        ),
+        rows=optional_input("pathways", res("tables", "pathways_experiments.parquet")),
         awareness=optional_input(
             "pathways", res("tables", "pathways_awareness.parquet")
         ),

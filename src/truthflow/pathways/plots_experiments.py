@@ -72,7 +72,7 @@ def _samples(per_sample) -> pl.DataFrame:
 
 
 def _row_notes(sub: pl.DataFrame) -> list[str]:
-    notes = sub.filter(pl.col("note").is_not_null() & (pl.col("note") != ""))
+    notes = sub.filter(pl.col("note") != "")  # null: not kept
     return [f"{label(d)}: {n}" for d, n in notes.select("dataset", "note").unique(maintain_order=True).rows()]
 
 
@@ -324,7 +324,7 @@ def plot_saliency(per_sample, models, titles, out_png, out_pdf, caption: str = "
     """Saliency (A15): the density of per-sample S(E_Q→E_A) (averaged over layers) on a log10 x axis, one
     curve per dataset, with a rug of the samples below; non-positive values cannot be drawn on a log scale
     and are counted in a note."""
-    samples = _samples(per_sample).filter(pl.col("s_eq_ea").is_not_null() & pl.col("s_eq_ea").is_not_nan())
+    samples = _samples(per_sample).filter(pl.col("s_eq_ea").is_not_nan())  # null: not kept
     fig, axes = P.figure(len(models))
     P.titles(axes[0], models, titles)
     drawn, small = set(), False
@@ -349,7 +349,7 @@ def plot_awareness(awareness, rows, models, titles, out_png, out_pdf, caption: s
     """Pathway awareness (A16): the cross-fitted AUC of a probe predicting Q- vs A-Anchored from the clean
     states, per layer, mean over seeds (band = min..max over seeds), one line per dataset; dashed at chance
     (0.5); a dotted vertical line at the experiment layer K, which defined the groups and is not probed."""
-    aw = P.table(awareness, AWARENESS_SCHEMA, optional=("n", "n_q", "n_a"))
+    aw = P.table(awareness, AWARENESS_SCHEMA, optional=AWARENESS_OPTIONAL)
     ks = experiment_layers(rows, aw)
     fig, axes = P.figure(len(models))
     P.titles(axes[0], models, titles)
@@ -362,21 +362,12 @@ def plot_awareness(awareness, rows, models, titles, out_png, out_pdf, caption: s
         P.layer_axis(ax)
         for ds in datasets_in(sub):
             d, k = sub.filter(pl.col("dataset") == ds), ks.get((model, ds))
-            ok = d.filter(
-                (pl.col("status") == "ok") & pl.col("auc").is_not_null() & pl.col("auc").is_not_nan()
-            )
+            ok = d.filter((pl.col("status") == "ok") & pl.col("auc").is_not_nan())  # null: not kept
             if ok.height == 0:
                 status = d.filter(pl.col("status") != "ok")["status"]
                 notes.append(f"{label(ds)}: {status[0] if len(status) else 'no AUC'}")
                 continue
             full = P.band_by_layer(ax, ok, colour(ds), k or 0)
-            m = full["m"].cast(pl.Float64).to_numpy()
-            fin = np.isfinite(m)
-            isolated = fin & ~np.r_[False, fin[:-1]] & ~np.r_[fin[1:], False]
-            if isolated.any():
-                ax.plot(
-                    full["layer"].to_numpy()[isolated], m[isolated], "o", color=colour(ds), ms=3, ls="none"
-                )
             extras |= {"band"} if (full["seeds"].fill_null(0) > 1).any() else set()
             low = min(low, float(full["lo"].min()) - 0.03)
             if k is not None:
