@@ -148,6 +148,17 @@ def blank(ax, why: str = "") -> None:
         note(ax, [why])
 
 
+def per_model(axes_row, table: pl.DataFrame, models: list[str], why: str):
+    """(panel, model, the model's rows) per model that has rows; a model without is a blank panel: "`why`
+    for this model"."""
+    for ax, model in zip(axes_row, models, strict=False):
+        sub = table.filter(pl.col("model") == model)
+        if sub.height:
+            yield ax, model, sub
+        else:
+            blank(ax, f"{why} for this model")
+
+
 def layer_axis(ax) -> None:
     ax.set_xlabel("Layer")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))

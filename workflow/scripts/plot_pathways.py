@@ -21,11 +21,8 @@ def main(sm):
 
     plot_pathways(summary, auc, p.models, p.titles, *out("", "pathways"))
     plot_anchored(summary, auc, p.models, p.titles, *out("control_", "pathways_control"), knockout="control")
-    target = "E_Q knockout" if p.target == "exact_question" else "random-token target (negative control)"
-    cap = check_caption(check, p.check)
-    plot_check(
-        summary, check, auc, p.models, p.titles, *out("check_", "pathways_check", cap), target_label=target
-    )
+    check_out = out("check_", "pathways_check", check_caption(check, p.check))
+    plot_check(summary, check, auc, p.models, p.titles, *check_out, target=p.target)
     plot_probe_auc(auc, p.models, p.titles, *out("auc_", "probe_auc"))
 
 

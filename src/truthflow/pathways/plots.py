@@ -15,6 +15,8 @@ from ..plotting import MIN_LINE_N, colour, label
 
 STYLES = {"Q-Anchored": "-", "A-Anchored": "--"}
 KNOCKOUT_STYLES = {"target": "-", "control": ":"}
+# the config's knockout target -> its name in the falsification figure's legend
+TARGETS = {"exact_question": "E_Q knockout", "random": "random-token target (negative control)"}
 _finish = P.finish  # module attribute: tests replace it to inspect the legend
 
 
@@ -91,15 +93,7 @@ def _verdict(r: dict, ds: str) -> str:
 
 
 def plot_check(
-    summary,
-    check,
-    auc,
-    models,
-    titles,
-    out_png,
-    out_pdf,
-    caption: str = "",
-    target_label: str = "E_Q knockout",
+    summary, check, auc, models, titles, out_png, out_pdf, caption: str = "", target: str = "exact_question"
 ) -> None:
     """The falsification test: unsplit mean ΔP (top) and flip rate (bottom) per layer, E_Q knockout (solid)
     against the matched random control (dotted), over the same samples; each panel lists the verdicts
@@ -125,7 +119,7 @@ def plot_check(
         P.note(bottom, verdicts, loc="upper left")
     axes[0][0].set_ylabel("ΔP, all samples")
     axes[1][0].set_ylabel("Flip rate (%)")
-    names = {"target": target_label, "control": "random-token control"}
+    names = {"target": TARGETS[target], "control": "random-token control"}
     shade = shaded and (Patch(color="0.92"), "layers averaged for the verdict")
     handles, labels = _legend(drawn, KNOCKOUT_STYLES, names, shade)
     _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=2 if len(models) == 1 else 4)

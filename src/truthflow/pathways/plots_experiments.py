@@ -99,9 +99,8 @@ def k_caption(rows, awareness, models: list[str], titles: dict[str, str]) -> str
 
 # -------------------------------------------------------------------------------------------- bar figures
 def _bar_panel(ax, sub: pl.DataFrame, conditions: list[str], published: pl.DataFrame, drawn: set) -> None:
-    """Bars per dataset: group-major (Q-Anchored then A-Anchored), one bar per condition inside a group, with
-    the 95% CI; a group with 0 < n < MIN_LINE_N is a point without CI; n is written above every bar; the
-    paper's value, where `published` has it, is a black diamond on the first condition's bar."""
+    """Bars per dataset, group-major, one per condition inside a group, with the 95% CI and n above; a group
+    below MIN_LINE_N is a point; the paper's value (`published`) a diamond on the first condition's bar."""
     datasets = datasets_in(sub)
     present = [c for c in conditions if (sub["condition"] == c).any()]
     gap, width = 0.06, (0.8 - 0.06) / (2 * len(present))
@@ -164,12 +163,8 @@ def plot_bars(experiment, rows, models, titles, out_png, out_pdf, caption: str =
     fig, axes = P.figure(len(models))
     P.titles(axes[0], models, titles)
     drawn, used = set(), []
-    for ax, model in zip(axes[0], models, strict=False):
-        sub = rows.filter(pl.col("model") == model)
+    for ax, model, sub in P.per_model(axes[0], rows, models, f"no {experiment.replace('_', '-')} rows"):
         notes = _row_notes(sub)
-        if sub.height == 0:
-            P.blank(ax, f"no {experiment.replace('_', '-')} rows for this model")
-            continue
         mine = pub.filter((pl.col("kind") == experiment) & (pl.col("model") == model))
         mine = mine.select("dataset", pl.col("anchor").alias("group"), pl.col("published").cast(pl.Float64))
         _bar_panel(ax, sub, list(names), mine, drawn)
@@ -328,11 +323,7 @@ def plot_saliency(per_sample, models, titles, out_png, out_pdf, caption: str = "
     fig, axes = P.figure(len(models))
     P.titles(axes[0], models, titles)
     drawn, small = set(), False
-    for ax, model in zip(axes[0], models, strict=False):
-        sub = samples.filter(pl.col("model") == model)
-        if sub.height == 0:
-            P.blank(ax, f"no {SALIENCY} values for this model")
-            continue
+    for ax, _, sub in P.per_model(axes[0], samples, models, f"no {SALIENCY} values"):
         lines, few = _saliency_panel(ax, sub, drawn)
         small |= few
         ax.set(xlabel=f"{SALIENCY} per sample (log scale)", ylabel="")
@@ -354,11 +345,8 @@ def plot_awareness(awareness, rows, models, titles, out_png, out_pdf, caption: s
     fig, axes = P.figure(len(models))
     P.titles(axes[0], models, titles)
     drawn, extras, low = set(), set(), 0.3
-    for ax, model in zip(axes[0], models, strict=False):
-        sub, info, notes = aw.filter(pl.col("model") == model), [], []
-        if sub.height == 0:
-            P.blank(ax, "no awareness rows for this model")
-            continue
+    for ax, model, sub in P.per_model(axes[0], aw, models, "no awareness rows"):
+        info, notes = [], []
         P.layer_axis(ax)
         for ds in datasets_in(sub):
             d, k = sub.filter(pl.col("dataset") == ds), ks.get((model, ds))
