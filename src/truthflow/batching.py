@@ -65,9 +65,8 @@ def run_batched(
     cost: Sequence[int] | None = None,
     token_budget: int | None = None,
 ) -> int:
-    """Call fn on consecutive slices of `order`; on OOM halve the batch (and the token budget) and retry, for
-    that batch's items only (module docstring). cost[i] (tokens item i occupies, e.g. prompt + new tokens)
-    with token_budget caps each batch's padded size. Returns the smallest batch-size cap used."""
+    """Call fn on consecutive slices of `order`, backing off on OOM (module docstring); cost[i]: the tokens
+    item i occupies (e.g. prompt + new tokens). Returns the smallest batch-size cap used."""
     import torch
 
     i = 0

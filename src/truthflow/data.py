@@ -147,8 +147,7 @@ def read_local_records(path: str | Path, fmt: str = "auto", field: str | None = 
 def load_hub_records(
     hub: str, config: str | None, split: str, revision: str | None, label: str
 ) -> list[dict]:
-    """Every record of one hub split. Transient failures are retried (HUB_ATTEMPTS, exponential wait);
-    anything else (unknown id/config/split, bad files) fails at once with one line."""
+    """Every record of one hub split, retried as the hub module says; a failure is one line."""
     import datasets
 
     try:
@@ -198,8 +197,8 @@ def _shortfall(name: str, n: int | None, usable: int, unit: str, origin: str, dr
 
 def load_qa(name: str, spec: dict) -> tuple[pl.DataFrame, dict]:
     """Load, normalize and subsample one QA dataset; returns the table and a report whose 'dropped' is the
-    dropped table (dataset, id, reason, detail). Unusable rows are dropped before the n-sample is drawn.
-    Without a source, or with the registered hub id, the set's hub defaults (registry.py) fill the source."""
+    dropped table (dataset, id, reason, detail). Without a source, or with the registered hub id, the set's
+    hub defaults (registry.py) fill the source."""
     entry = registry.get(name)  # an unknown name fails here, naming the registered ones
     spec = {**spec, "source": dict(spec["source"])} if spec.get("source") else dict(spec)
     registry.fill_source(name, spec)
@@ -300,7 +299,7 @@ def depthqa_nodes(
 ) -> pl.DataFrame:
     """The nodes table (NODES_SCHEMA) of the graph's records, checked closed: every node named (a predecessor,
     a successor, in node_to_q) exists, every node maps to one question that exists at the node's depth, a
-    group has one D3 node. depth_of: question id -> depth. Messages name the file and the node."""
+    group has one D3 node. depth_of: question id -> depth."""
     wn, wm = where.get("nodes", "nodes"), where.get("node_to_q", "node_to_q")
     if not nodes and not node_to_q:
         return pl.DataFrame(schema=NODES_SCHEMA)
@@ -412,8 +411,7 @@ def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
 # ---------------------------------------------------------------- parse-time checks
 def check_local_sources(config: dict) -> None:
     """Before any job: each local dataset file exists and is not empty, a local DepthQA graph is closed
-    (load_depthqa); DepthQA takes no `columns` or hub `config` (its layout and hub configs are fixed).
-    Messages name the config key and the file."""
+    (load_depthqa); DepthQA takes no `columns` or hub `config` (its layout and hub configs are fixed)."""
     for name, spec in (config.get("datasets") or {}).items():
         src = spec.get("source") or {}
         for unused in ("columns", "config"):

@@ -2,7 +2,6 @@
 CUDA_VISIBLE_DEVICES) uses them as they are. A job that sees more (a local run with --resources gpu=K: every
 job sees every device; without locks all would load onto cuda:0) claims its own with an exclusive flock per
 device, held until the process exits, so a SIGKILLed job frees its GPUs too; it waits while all are taken.
-
 TRUTHFLOW_GPU_ASSIGN = auto (lock when more devices are visible than asked for) | lock | off;
 TRUTHFLOW_GPU_LOCK_DIR = the lock directory (default: per user in the temp directory, per scheduler job).
 """

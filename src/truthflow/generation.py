@@ -114,11 +114,9 @@ def _first_prefix(tokenizer, ids: list[int], pred: Callable[[str], bool]) -> int
 
 
 def strip_think(tokenizer, answer_ids: list[int]) -> tuple[list[int], bool]:
-    """Drop a reasoning block from a generated answer, on token boundaries, so that the answer text is always
-    decode(answer_ids) and E_A character spans map onto these ids. A block that leads the answer (or a lone
-    </think> whose opening tag the prompt wrote) keeps the ids after it; an unclosed leading <think> keeps
-    nothing (the model never answered); a block later in the answer cuts the answer before it.
-    Returns (kept ids, whether anything was dropped)."""
+    """Drop a reasoning block from a generated answer, on token boundaries, so that E_A character spans map
+    onto the kept ids. A leading block (or a lone </think> whose opening tag the prompt wrote) keeps the ids
+    after it; an unclosed leading <think> keeps nothing; a block later in the answer cuts the answer there."""
     text = tokenizer.decode(answer_ids, skip_special_tokens=False)
     open_at, close_at = text.find(THINK_OPEN), text.find(THINK_CLOSE)
     if open_at < 0 and close_at < 0:
@@ -155,9 +153,8 @@ def generate_answers(
     prompt_ids: list[list[int]] | None = None,
 ) -> list[dict]:
     """Greedy-decode every prompt (prompt_ids: already encoded), shortest first, in batches of at most
-    batch_size rows and token_budget tokens (rows x (prompt + max_new_tokens)); stop tokens (EOS, with
-    stop_at_newline every newline token) go to generate as EOS ids. Returns, in input order, prompt/answer
-    token ids and the answer text."""
+    batch_size rows and token_budget tokens; with stop_at_newline every newline token is an EOS id. Returns,
+    in input order, prompt/answer token ids and the answer text."""
     import torch
     from transformers import DynamicCache
 
@@ -175,8 +172,7 @@ def generate_answers(
 
     def step(idx: list[int]) -> None:
         rows = [encoded[i] for i in idx]
-        # the head every row shares (a chat template's system prompt) runs once, for one row; each row's rest
-        # is left-padded after it, so positions and the attention mask are those of the row alone
+        # each row's rest is left-padded after the shared head: positions and attention mask are the row's own
         head = common_head(rows, min(len(r) for r in rows) - 1) if len(rows) > 1 else 0
         head = head if head >= MIN_SHARED_PREFIX else 0
         rest, valid = pad_batch([r[head:] for r in rows], pad_id, side="left")

@@ -2,8 +2,7 @@
 float32 on the last residual stream, so log-probabilities are not rounded to the model's dtype first (bf16
 keeps 8 significant bits: a logit of 20 lands on a grid of 0.125). Used where log-probabilities are the
 result (MIN-K%, Logits-mean/min, P(True)); the saliency loss keeps the model's own head (its float32 copy
-would be held for the backward pass), within the bound tests/test_gpu_paths.py states. The head's weight is
-converted to float32 in chunks of rows, so no float32 copy of a whole head is held."""
+would be held for the backward pass), within the bound tests/test_gpu_paths.py states."""
 
 from __future__ import annotations
 

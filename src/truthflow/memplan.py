@@ -1,9 +1,7 @@
 """Memory plan: each model job's peak GPU memory predicted from the model's config.json alone (no torch),
-checked against the GPUs the config declares before any job runs (config.check_config), and the batch sizes
-that fill them. Dimensions: a `local:` source's config.json; else schemas/model_dims.yaml (the paper
-configs' hub ids, planned before any download); else the prepared resources/models/<name>/config.json,
-checked only (a value derived from it would change once the model is prepared and rerun its jobs).
-
+checked against the GPUs the config declares before any job runs, and the batch sizes that fill them.
+Dimensions: a `local:` source's config.json; else schemas/model_dims.yaml; else the prepared model's
+config.json, checked only (a value derived from it would change once the model is prepared, rerunning jobs).
 Per GPU, in bytes (b: bytes per element of the dtype; a model split over g GPUs holds 1/g of its layers):
 
   weights      P·b/g, P counted from the dims (embeddings, untied head, attention, gated MLP x experts)
@@ -174,8 +172,8 @@ def plan_model(name: str, spec: dict, dims: Dims, jobs: set[str], saliency_batch
 
 def plan_memory(config: dict) -> dict[str, dict]:
     """check_config's memory step, on a valid config before its defaults are filled (so that what it leaves
-    out shows): refuses a model that cannot fit; sets batch_size and token_budget where the config leaves
-    them out and the dims may derive them. Returns the plans by model name."""
+    out shows): plan_model per model, whose batch_size and token_budget are set where the config leaves them
+    out and the dims may derive them. Returns the plans by model name."""
     from .config import fill_defaults
 
     full = fill_defaults(copy.deepcopy(config))

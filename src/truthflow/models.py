@@ -139,7 +139,6 @@ def _is_complete(store: Path, key: dict) -> bool:
 
 def prepare_model(name: str, spec: dict, out_dir: str | Path) -> dict:
     """Make out_dir a local snapshot (config, tokenizer, weights, info file) of model `name`; return its info.
-
     The snapshot is built in resources/models/.prepared/<name>-<digest of weights_key(spec)> (renamed there
     from a temp dir on success; a snapshot of the same key is reused) and out_dir becomes a relative link to
     it, so a failed build never deletes a good snapshot. A `local:` source is linked, never written."""

@@ -56,8 +56,7 @@ def datasets_in(table: pl.DataFrame) -> list[str]:
 
 def table(df: pl.DataFrame | None, schema: Mapping[str, pl.DataType], optional=()) -> pl.DataFrame:
     """The table, or an empty one of `schema` when it is missing, empty or lacks a required column (an empty
-    parquet written without columns reads back as a frame without any); `optional` columns it lacks are
-    added as null."""
+    parquet written without columns reads back without any); `optional` columns it lacks are added as null."""
     optional = [c for c in ("k_layer", *optional) if c in schema]
     if df is None or df.height == 0 or any(c not in df.columns for c in schema if c not in optional):
         return pl.DataFrame(schema=dict(schema))
@@ -113,7 +112,6 @@ def finish(panels, handles, labels, caption: str, png, pdf, ncol: int = 4) -> No
 
 
 def line(col: str, ls: str = "-", **kw) -> Line2D:
-    """A legend handle."""
     return Line2D([], [], color=col, ls=ls, lw=kw.pop("lw", 1.6), **kw)
 
 

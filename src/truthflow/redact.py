@@ -1,8 +1,6 @@
-"""Secrets never reach a terminal or a log: `redact` replaces API keys and tokens in any text with `***`.
-
-It hides the values of the usual secret variables (read at every call, so a key exported later is covered),
-the values that code registers with `add_secret` (the judge registers its configured `api_key_env`), and
-anything shaped like a credential: `Bearer <token>`, `sk-…` (OpenAI) and `hf_…` (Hugging Face).
+"""Secrets never reach a terminal or a log: `redact` replaces API keys and tokens in any text with `***`:
+the values of the usual secret variables (read at every call, so a key exported later is covered), those
+registered with `add_secret` (the judge's `api_key_env`), and anything shaped like a credential.
 """
 
 from __future__ import annotations
@@ -25,7 +23,6 @@ _registered: set[str] = set()
 
 
 def add_secret(value: str | None) -> None:
-    """Hide this value from now on (in this process)."""
     if value and len(value) >= MIN_SECRET_LEN:
         _registered.add(value)
 

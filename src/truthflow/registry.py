@@ -42,7 +42,6 @@ def as_list(value) -> list[str]:
 
 
 def dedup(values: list[str]) -> list[str]:
-    """Stripped, non-empty, each once, in order."""
     return list(dict.fromkeys(v.strip() for v in values if v.strip()))
 
 
@@ -81,8 +80,7 @@ class QASet:
     id_fields: tuple[str, ...] = ("id",)
     # own columns that must be integers (converted after the id is known, so a bad value names the sample)
     int_fields: tuple[str, ...] = ()
-    # E_Q rule: (question, row) -> sorted character spans, or None where it does not apply (then the
-    # generic deterministic rule of pathways.tokens.question_spans is used); None: always the generic rule
+    # E_Q rule: (question, row) -> sorted character spans; None (returned or here): tokens' generic rule
     question_spans: Callable[[str, dict], list[Span] | None] | None = None
 
     def normalize(self, record: dict, i: int) -> dict:
@@ -212,7 +210,6 @@ _BY_NAME = {s.name: s for s in QA_SETS}
 
 
 def qa_names() -> list[str]:
-    """Every registered QA set, in registry order."""
     return [s.name for s in QA_SETS]
 
 

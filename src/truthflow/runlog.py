@@ -152,7 +152,7 @@ def _watch_snakemake() -> threading.Event:
     """SIGTERM to this job once the snakemake that runs it is gone, even by a SIGKILL that Snakemake cannot
     handle (test_hostile_intermediates.py::test_a_job_dies_with_the_snakemake_that_started_it: an orphaned
     model job keeps the cores busy for hours): our side of the tree (this job, or a shell between: conda) is
-    reparented at once, zombie parent or not. Returns the event that ends the watch."""
+    reparented at once, zombie parent or not."""
     stop, chain = threading.Event(), [psutil.Process(), *psutil.Process().parents()]
     top = next((i for i in range(1, len(chain)) if _is_snakemake(chain[i])), None)
     if top is None:

@@ -7,10 +7,9 @@ from __future__ import annotations
 def model_slots(gpus: int | None, gpu_machine: bool) -> int:
     """How many model jobs a local run holds at once: one per GPU given with `--resources gpu=K`; one on a
     machine with a GPU but no such count (jobs that see one device would share it); else two, each on half
-    of the cores, so that one job's single-threaded phases (imports, tokenizer and weights, tokenizing,
-    writing) overlap the other's forward passes. Measured on 2 cores (SmolLM2, 32 x 60 tokens, all hidden
-    states): one 2-thread pass 3.4 s; two 1-thread passes at once 6.2 and 6.5 s, so two at once cost no
-    compute, and a job's loading no longer idles a core."""
+    of the cores, so that one job's single-threaded phases (loading, tokenizing, writing) overlap the other's
+    forward passes. On 2 cores (SmolLM2, 32 x 60 tokens): one 2-thread pass 3.4 s, two 1-thread passes at
+    once 6.2 and 6.5 s: no compute lost."""
     if gpus:
         return int(gpus)
     return 1 if gpu_machine else 2
@@ -26,9 +25,8 @@ def model_threads(cores: int | None, slots: int, default: int = 8) -> int:
 
 def torch_threads(threads: int, cores: int | None, cpus: int) -> int:
     """torch threads for a model job that holds `threads` of a local run's `cores`: the same share of the
-    machine's `cpus` (`snakemake --cores 8` on 2 CPUs, two jobs of 4: one thread each), never more than
-    `threads` (two jobs with a thread per CPU each would both run ~10x slower); 0 where the run gives no
-    core count (a cluster job: it uses its own `threads`)."""
+    machine's `cpus`, never more than `threads` (two jobs with a thread per CPU each would both run ~10x
+    slower); 0 where the run gives no core count (a cluster job: it uses its own `threads`)."""
     if not cores:
         return 0
     return max(1, min(threads, cpus * threads // cores))

@@ -24,10 +24,9 @@ def bootstrap_ci(values: np.ndarray, n_boot: int, seed: int, alpha: float = 0.05
 
 
 def wilson_ci(values: np.ndarray, z: float = 1.959963984540054) -> tuple[float, float]:
-    """Wilson score 95% CI of a rate from per-sample values in [0, 1] (a yes/no outcome, or a share of seeds).
-    p = mean, n = samples; the interval uses the variance bound p(1 - p)/n, which no [0, 1] variable with
-    mean p exceeds, so it is not too narrow for shares either. Unlike a percentile bootstrap, it is not zero
-    width when every sample is 0 (or 1): 0 of 12 gives [0, 0.2425]. Fewer than MIN_CI_N values: NaN."""
+    """Wilson score 95% CI of a rate from per-sample values in [0, 1] (a yes/no outcome, or a share of seeds);
+    the variance bound p(1 - p)/n holds for both (docs/method.md, the experiments: why not a bootstrap).
+    Fewer than MIN_CI_N values: NaN."""
     values = np.asarray(values, dtype=float)
     n = len(values)
     if n < MIN_CI_N:

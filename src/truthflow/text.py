@@ -27,9 +27,8 @@ Word = tuple[str, int, int]
 
 
 def normalized_words(text: str) -> list[Word]:
-    """Words of the normalized text with the [start, end) character span each covers in `text`.
-    Normalization: lowercase, punctuation dropped (it does not split a word: "U.S." -> "us"), articles
-    a/an/the dropped, whitespace folded."""
+    """Words of the normalized text (METHOD A2; punctuation does not split a word: "U.S." -> "us") with the
+    [start, end) character span each covers in `text`."""
     words: list[Word] = []
     for m in re.finditer(r"\S+", text):
         kept = [i for i, ch in enumerate(m.group(0)) if ch not in PUNCT]

@@ -3,8 +3,7 @@ with the traits that change the forward-pass math: Llama-3's rope scaling, Mistr
 q/k norms and tied head, Gemma-3's sliding/full layer mix (a window shorter than any test sequence), scaled
 embeddings and final soft-cap. The default tokenizer is a byte-level stand-in (one token per byte) with a chat
 template in each family's layout; a real tokenizer (the `twin` model source, configs/rehearsal.yaml) is
-adapted to the family's layout instead, and Qwen3's twin then writes `</think>` often (its tied row scaled
-up), so that answers go through the reasoning-block strip.
+adapted to the family's layout instead (THINK_SCALE: Qwen3's twin then writes `</think>`).
 """
 
 from __future__ import annotations
@@ -158,8 +157,7 @@ def build_twin(
     **overrides,
 ) -> LoadedModel:
     """A random-weight twin of `arch` (one of ARCHS) on the CPU, seeded (the global RNG is left as it was).
-    tokenizer: a real tokenizer to adapt (adapt_tokenizer; default: the byte-level stand-in). overrides set
-    config attributes (e.g. sliding_window=4)."""
+    tokenizer: one to adapt (default: the byte-level stand-in); overrides: config attributes."""
     from transformers import AutoModelForCausalLM, GenerationConfig
 
     tok = build_tokenizer(arch) if tokenizer is None else adapt_tokenizer(arch, tokenizer)

@@ -1,7 +1,6 @@
 """Readers for the workflow's own intermediate files. A file cut short by a full disk, overwritten by hand or
-left from another version of the workflow still looks finished to Snakemake ("Nothing to be done"); these
-readers turn the library's error, a missing column, a wrong shape or foreign ids into one line naming the file
-and `snakemake --forcerun FILE`, which reruns the job that writes it (or its benchmark) and what follows."""
+left from another version of the workflow still looks finished to Snakemake; these readers turn the library's
+error, a missing column, a wrong shape or foreign ids into one line naming the file and how to rebuild it."""
 
 from __future__ import annotations
 

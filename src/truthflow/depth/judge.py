@@ -1,9 +1,7 @@
 """Judges that score an answer 1–5 against a reference answer (METHOD B3), with an append-only verdict cache.
-
 Backends: `reference` (token-F1, offline, deterministic), `openai` (any OpenAI-compatible chat endpoint) and
-`hf` (a local transformers model). The LLM backends share one absolute-grading rubric prompt in the style of
-DepthQA / Prometheus: feedback, then `[RESULT] <1-5>`. Settings are the `depth.judge` section of the config,
-its defaults those of the schema (JUDGE_DEFAULTS).
+`hf` (a local transformers model); the LLM backends share one absolute-grading rubric prompt in the style of
+DepthQA / Prometheus: feedback, then `[RESULT] <1-5>`.
 """
 
 from __future__ import annotations
@@ -136,7 +134,6 @@ def read_verdict(text: str | None) -> Verdict:
 
 
 def judge_settings(cfg: Mapping) -> dict:
-    """The `depth.judge` section with every default filled in."""
     return {**JUDGE_DEFAULTS, **cfg}
 
 
@@ -180,12 +177,9 @@ def _one_line(value: object) -> str:
 
 
 class OpenAIJudge:
-    """Chat completions at any OpenAI-compatible endpoint (`openai` SDK), rubric prompt, temperature 0.
-
-    The SDK retries a network error, a timeout, HTTP 408/409/429 and 5xx `retries` times (exponential backoff,
-    Retry-After honoured); any other error (401, 400, an unknown model) stops the job with one line naming
-    the endpoint and the status.
-    """
+    """Chat completions at any OpenAI-compatible endpoint (`openai` SDK), rubric prompt, temperature 0. The
+    SDK retries a network error, a timeout, HTTP 408/409/429 and 5xx `retries` times; any other error (401,
+    400, an unknown model) stops the job with one line naming the endpoint and the status."""
 
     def __init__(self, cfg: Mapping) -> None:
         import openai
@@ -382,11 +376,8 @@ def judge_all(
     rows: Iterable[dict], backend_cfg: Mapping, cache_path: str | Path, progress: bool = True
 ) -> pl.DataFrame:
     """Score every row {qid, question, answer, reference}; returns qid, score, reason, backend, cached.
-
-    Every new verdict is appended to cache_path and flushed before the next, so a rerun or a crash never pays
-    for a verdict twice. A missing verdict (unparseable) is never cached: the next run asks again. The
-    backend is only built when something is uncached.
-    """
+    Each new verdict is appended to cache_path and flushed before the next, so a rerun or a crash never pays
+    for a verdict twice; an unparseable verdict is never cached (the next run asks again)."""
     rows = list(rows)
     settings = judge_settings(backend_cfg)
     backend = settings["backend"]

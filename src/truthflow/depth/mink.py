@@ -25,7 +25,6 @@ def mink_column(k: float, plus_plus: bool = False) -> str:
 
 
 def n_lowest(n: int, k: float) -> int:
-    """⌈k% · n⌉, at least 1."""
     if not 0 < k <= 100:
         raise TruthflowError(f"MIN-K% k={k} must be a percentage in (0, 100]")
     # rounding first keeps float noise (10 * 30 / 100 = 3.0000000000000004) from adding a token
@@ -91,9 +90,8 @@ def batch_token_statistics(
     """Per text, log p of each target and mu, sigma of log p over the vocabulary at each position, for a
     right-padded batch: logits [B, T, V] (any dtype; float32 copies) predicting targets [B, T], row r's first
     lengths[r] positions real. With logits_of (e.g. `float_logits`), `logits` holds what it turns into float32
-    logits (the residual stream [B, T, D]) and vocab is their width. Only the real positions are scored
-    (packed: padding never reaches the head), in chunks of at most CHUNK_ELEMENTS float32 logits (bounded
-    memory); the results reach the host in one copy (no per-row device sync)."""
+    logits (the residual stream [B, T, D]) and vocab is their width. Only the real positions are scored, in
+    chunks of at most CHUNK_ELEMENTS float32 logits, and reach the host in one copy (no per-row sync)."""
     import torch
 
     b, t = logits.shape[:2]
@@ -116,11 +114,8 @@ def batch_token_statistics(
 def score_texts(
     lm: LoadedModel, texts: Sequence[str], k_grid: Sequence[float], batch_size: int, desc: str = "min-k%"
 ) -> pl.DataFrame:
-    """One teacher-forced pass per batch; per text MIN-K% and Min-K%++ for every k of the grid.
-
-    Returns, in input order, columns n_tokens (the scored tokens: all after the first), mink_{k} and
-    minkpp_{k}.
-    """
+    """One teacher-forced pass per batch; per text, in input order, n_tokens (the scored tokens: all after
+    the first) and MIN-K% and Min-K%++ for every k of the grid (mink_{k}, minkpp_{k})."""
     import torch
 
     tok, model = lm.tokenizer, lm.model

@@ -1,11 +1,9 @@
-"""DepthQA tables (METHOD B2, B4, B5): depthwise MIN-K%, score gaps and the memorization split.
-
-Inputs are long tables. `per_question_df`: one row per (model, question) with columns model, qid,
-depth, mink_{k} / minkpp_{k} and score (the judge's 1–5, null when missing). `nodes_df`: the DepthQA graph,
-one row per node: nodeid, group, depth, direct_predecessors, direct_successors, qid. A group is one D3 node
-with all its ancestors through direct_predecessors (D3 → D2 → D1); its label is the D3 node's `group`.
-An empty nodes table (no graph) gives empty group tables; `pooled_by_depth` needs no graph.
-"""
+"""DepthQA tables (METHOD B2, B4, B5): depthwise MIN-K%, score gaps and the memorization split. Inputs are
+long tables. `per_question_df`: one row per (model, question) with columns model, qid, depth, mink_{k} /
+minkpp_{k} and score (the judge's 1–5, null when missing). `nodes_df`: the DepthQA graph, one row per node:
+nodeid, group, depth, direct_predecessors, direct_successors, qid. A group is one D3 node with all its
+ancestors through direct_predecessors (D3 → D2 → D1), labelled by its `group`. An empty nodes table (no
+graph) gives empty group tables; `pooled_by_depth` needs no graph."""
 
 from __future__ import annotations
 
@@ -91,10 +89,8 @@ def group_members(nodes_df: pl.DataFrame) -> pl.DataFrame:
 
 
 def depthwise_average(per_question_df: pl.DataFrame, nodes_df: pl.DataFrame, k: float) -> pl.DataFrame:
-    """Per (model, group, depth): the mean MIN-K% (column mink_{k}) of the group's questions at that depth.
-
-    A question two nodes of one group share counts once.
-    """
+    """Per (model, group, depth): the mean MIN-K% (column mink_{k}) of the group's questions at that depth;
+    a question two nodes of one group share counts once."""
     col = mink_column(k)
     members = group_members(nodes_df)
     if members.height == 0:
@@ -119,11 +115,9 @@ def d3_mink_by_group(depthwise_df: pl.DataFrame) -> pl.DataFrame:
 
 
 def score_gaps(per_question_df: pl.DataFrame, nodes_df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
-    """Per (model, group): gap = (score(D3) − mean score of the D3 node's direct D2 predecessors) / 4.
-
-    Every group gets a row; an excluded one (no D2 predecessor, a missing score) has a null gap and its reason
-    in `excluded`. Returns the table and the number of excluded (model, group) rows.
-    """
+    """Per (model, group): the score gap (METHOD B4). Every group gets a row; an excluded one (no D2
+    predecessor, a missing score) has a null gap and its reason in `excluded`. Returns the table and the
+    number of excluded (model, group) rows."""
     nodes = _node_records(nodes_df)
     if not nodes:
         return pl.DataFrame(schema=GAP_SCHEMA), 0

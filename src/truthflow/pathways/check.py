@@ -1,19 +1,9 @@
-"""The falsification test of the two-pathway finding (METHOD A7, A9; the statistics in docs/method.md A7).
-
-"Q-Anchored ΔP below A-Anchored" follows from the split itself (a flip needs ΔP < 100·(0.5 − p)/p ≤ 0), so
-it is no evidence. The evidence is that knocking out the exact question tokens E_Q moves the probe more
-than knocking out as many random other question tokens. Per (model, dataset) and matched sample:
-diff = E_Q − control of a pre-declared measure (ΔP or flip rate), seeds and control draws averaged first,
-then layers averaged over a pre-declared range. A one-sided paired t-test in the predicted direction, Holm
-over the run's cells, and a ±SESOI equivalence test give three verdicts:
-- **holds**: the Holm-corrected one-sided bound excludes 0 in the predicted direction;
-- **does not hold**: the corrected interval lies within ±SESOI (TOST), or it excludes 0 the wrong way;
-- **inconclusive**: otherwise (with the minimum detectable effect at 80% power and the n needed for
-  SESOI), and whenever no test is made: too few samples, no control, no probe, too little probe signal.
-
-Two stages: `check` runs per cell where the per-sample data is and keeps each (range, measure)'s
-sufficient statistics (n, mean and sd of diff); `family` gathers the cells and makes the verdicts. The
-statistics are vectorised (`verdicts`) so that the same code decides a run and 1,000 simulated ones.
+"""The falsification test of the two-pathway finding (METHOD A7, A9; the statistics and verdicts in
+docs/method.md A7): per matched sample diff = E_Q − control knockout, a one-sided paired t-test, Holm over
+the run's cells and a ±SESOI equivalence test. Two stages: `check` runs per cell where the per-sample data
+is and keeps each (range, measure)'s sufficient statistics (n, mean and sd of diff); `family` gathers the
+cells and makes the verdicts. The statistics are vectorised (`verdicts`) so that the same code decides a run
+and 1,000 simulated ones.
 """
 
 from __future__ import annotations
@@ -175,8 +165,7 @@ def bounds(mean, sd, n, level) -> tuple[np.ndarray, np.ndarray]:
 
 def holm(p, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     """Holm–Bonferroni over the last axis (NaN = not tested, outside the family). Returns (adjusted p, the
-    one-sided level each cell's bound is at): α/(m − k) at step k (0-based) while the step-down rejects,
-    then the level of the step where it stopped, so that a bound excludes 0 exactly when p_holm ≤ α."""
+    one-sided level each cell's bound is at, as METHOD A7's multiple comparisons state)."""
     p = np.asarray(p, dtype=float)
     order = np.argsort(p, axis=-1)  # NaN last
     ps = np.take_along_axis(p, order, -1)
@@ -319,8 +308,7 @@ def _family(rows: pl.DataFrame, cfg: dict) -> pl.DataFrame:
 
 
 def family(cells: pl.DataFrame, cfg: dict | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """From every cell's `check` rows (with model, dataset): (the check table: the configured measure and
-    layer range, Holm over the cells, with the secondary measure (uncorrected) and the means; the
+    """From every cell's `check` rows (with model, dataset): (the check table, Holm over the cells; the
     sensitivity table: the primary measure's verdict under each layer range, Holm within each range)."""
     cfg = {**DEFAULTS, **(cfg or {})}
     primary, chosen = cfg["measure"], "explicit" if isinstance(cfg["layers"], list | tuple) else cfg["layers"]
@@ -382,9 +370,8 @@ def rounded(table: pl.DataFrame) -> pl.DataFrame:
 
 def dropped_table(kept: list[tuple], dropped: pl.DataFrame, data_dropped: pl.DataFrame) -> pl.DataFrame:
     """Where the samples went: one row per (model, dataset, reason) with its count, the kept count as
-    reason 'kept' so nothing is silent. kept: (model, dataset, n) per pair; dropped: the extraction drops
-    (model, dataset, reason); data_dropped: the drops at loading (dataset, reason, detail: repeated ids, no
-    gold answer, n above the usable rows), which hold for every model."""
+    reason 'kept'. kept: (model, dataset, n) per pair; dropped: the extraction drops (model, dataset,
+    reason); data_dropped: the drops at loading (dataset, reason, detail), which hold for every model."""
     loading = data_dropped.group_by(["dataset", "reason"]).agg(
         pl.len().alias("n"), pl.col("detail").drop_nulls().first()
     )

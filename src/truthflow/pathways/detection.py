@@ -1,15 +1,9 @@
-"""Pathway awareness and hallucination detection (paper "Two Pathways to Truthfulness", §4–5, Table 3).
-
-Inputs per sample: a label y (1 = answered correctly / not hallucinated), a group g (True = Q-Anchored,
-False = A-Anchored, from the attention-knockout analysis) and hidden states at one layer x [N, D].
-Every probe is probes.fit_predict and every estimate is cross-fitted (probes.crossfit's seeded stratified
-K-fold split, K = n_folds(test_size)). Data that cannot give an estimate (one class, too few samples per
-class for K folds, missing reweighted states) gives rows whose status says why and whose auc is null; it
-never raises. ValueError is kept for caller bugs (inconsistent shapes, unknown gate / expert names, a PR
-factor without states).
-
-Seeds: a seed argument is an int or a sequence of ints. Random draws use independent numpy streams of it:
-stream 0 the RandomGate draws, stream 1 the VanillaExperts split, stream 2 PR's inner validation split.
+"""Pathway awareness and hallucination detection (paper "Two Pathways to Truthfulness", §4–5, Table 3;
+METHOD A16-A17). Per sample: a label y (1 = correct), a group g (True = Q-Anchored) and hidden states x [N, D]
+at one layer; every estimate is cross-fitted (probes.crossfit). Data that cannot give an estimate (one class,
+too few samples per class for K folds, missing reweighted states) gives rows whose status says why and a
+null auc; ValueError is kept for caller bugs. A seed is an int or a sequence of ints; random draws use
+independent numpy streams of it: 0 the RandomGate draws, 1 the VanillaExperts split, 2 PR's inner split.
 """
 
 from __future__ import annotations
@@ -58,8 +52,7 @@ def _probe_or_rate(x_tr, y_tr, x_te, C: float, max_iter: int) -> tuple[np.ndarra
 
 # ---------------------------------------------------------------------------------------- 1. awareness
 def awareness_auc(resid: np.ndarray, groups, layers: Sequence[int], probe: Mapping) -> pl.DataFrame:
-    """Pathway awareness (§4): can a linear probe read the pathway from the hidden states [N, L, D]? Per
-    seed and 1-based layer (the caller leaves out the one that defined the groups), the AUC of the
+    """Pathway awareness (§4, A16) from hidden states [N, L, D]: per seed and 1-based layer, the AUC of the
     cross-fitted P(Q-Anchored); a split that cannot be made or a layer outside 1..L gives a null auc."""
     g = np.asarray(groups, dtype=bool)
     n, n_layers = resid.shape[0], resid.shape[1]
@@ -160,9 +153,8 @@ def mop_predict(
 
 # ------------------------------------------------------------------------------- 3. Pathway Reweighting
 def pr_states(up, down, x_clean, g, train, test, C: float = 1.0, max_iter: int = 2000):
-    """PR routing: training samples use their own true group (Q-Anchored -> up, A-Anchored -> down); test
-    samples the gate's (gate_probs on x_clean, Q-Anchored where P(Q-Anchored | x) >= 0.5). Returns
-    (train states, test states, q_test, the gate's note)."""
+    """PR routing: training samples by their own group (Q-Anchored -> up, A-Anchored -> down), test samples
+    by the gate on x_clean. Returns (train states, test states, q_test, the gate's note)."""
     w, note = gate_probs(x_clean, g, train, test, C, max_iter)
     q_te = w >= GATE_THRESHOLD
     s_tr = np.where(g[train][:, None], up[train], down[train])
@@ -212,11 +204,9 @@ def _inner_split(y, train, seed: Seed) -> tuple[np.ndarray, np.ndarray] | str:
 def pr_select_and_predict(
     states, x_clean, y, g, train, test, factors, seed: Seed = 0, C=1.0, max_iter=2000
 ) -> tuple[np.ndarray, float, list[str]]:
-    """Pathway Reweighting (§5): (P(y = 1) for the test samples, the chosen factor, notes). states[f] =
-    (up, down) [N, D]: hidden states with the attention on the E_Q -> answer edges multiplied by f (up) or
-    1/f (down); a correctness probe is trained on the routed (pr_states) train states. The factor is chosen
-    on validation data only (`_inner_split`; 1.0, plain probing, when it cannot be made): each candidate is
-    fit on the inner-train part, gate included, and scored by AUC on the rest; ties go to the smallest.
+    """Pathway Reweighting (§5, METHOD A16): (P(y = 1) for the test samples, the chosen factor, notes).
+    states[f] = (up, down) [N, D], the E_Q -> answer attention ×f and ×1/f. The factor is chosen on
+    `_inner_split` only (1.0, plain probing, when it cannot be made), gate included; ties go to the smallest.
     Test samples give only their states, never label or group."""
     cands = _pr_candidates(states, factors)
     inner = _inner_split(y, train, seed)
@@ -252,11 +242,10 @@ def _baseline_row(name: str, seed: int, score, y: np.ndarray) -> dict:
 
 
 def detection_table(x, y, groups, states, baselines: Mapping, factors: Sequence[float], probe: Mapping):
-    """The paper's Table 3 for one (model, dataset): each baseline score (higher = more likely correct; one
-    row per seed so its sd over seeds is 0), then Probing, the MoP variants and PR (`factor`: the factor
-    chosen per fold, e.g. "2,2,4,2,2"). Per seed one stratified K-fold split serves every learned method;
-    fold i of seed s seeds the random draws with (s, i); the AUC is over all N out-of-fold predictions.
-    Fallbacks taken are listed in the status ("ok (fallback: ...)")."""
+    """The paper's Table 3 for one (model, dataset) (METHOD A17): each baseline score (higher = more likely
+    correct; one row per seed, so sd 0), then Probing, the MoP variants and PR (`factor`: the factor chosen
+    per fold, e.g. "2,2,4,2,2"). Fold i of seed s seeds the random draws with (s, i); the AUC is over all N
+    out-of-fold predictions; fallbacks taken are listed in the status ("ok (fallback: ...)")."""
     x, y, g = np.asarray(x, dtype=np.float32), np.asarray(y), np.asarray(groups, dtype=bool)
     if not np.isin(y, [0, 1]).all():
         raise ValueError("y must hold 0/1 (or bools) only")
@@ -305,8 +294,7 @@ def detection_table(x, y, groups, states, baselines: Mapping, factors: Sequence[
 
 def detection_summary(table: pl.DataFrame, keys: Sequence[str] = ()) -> pl.DataFrame:
     """Per (keys, method) in table order: mean and sd (ddof=1) of the AUC over the seeds whose status is ok,
-    n_seeds (how many), n (samples per seed). sd is exactly 0 where every seed gives the same AUC (the
-    baselines) and null with fewer than two seeds; mean is null when no seed is ok."""
+    n_seeds, n (samples per seed). sd is exactly 0 where every seed gives the same AUC (the baselines)."""
     auc = pl.col("auc").filter(pl.col("status").str.starts_with("ok"))
     sd = pl.when(auc.len() < 2).then(None).when(auc.n_unique() == 1).then(0.0).otherwise(auc.std())
     return table.group_by([*keys, "method"], maintain_order=True).agg(
@@ -322,8 +310,7 @@ def _cell(r: dict) -> str:
 
 def table3(detection: pl.DataFrame, display: Mapping[str, str]) -> pl.DataFrame:
     """The paper's Table 3 layout: one row per (model, method), one column per dataset, 'mean ± sd' of the
-    test AUC (%) over the probe seeds; '–' where undefined. display: dataset -> column title, in column
-    order; other datasets follow, sorted, under their own names."""
+    test AUC (%) over the probe seeds. display: dataset -> column title, in column order; others follow."""
     if detection.height == 0:
         return pl.DataFrame(schema={"model": pl.String, "method": pl.String})
     present = set(detection["dataset"])

@@ -1,8 +1,6 @@
 """The Section 3.2-5 experiments from cached states (docs/method.md A12-A17): token patching, answer-only,
-knowledge boundary, saliency and pathway-awareness summaries, each per Q-/A-Anchored group with n as distinct
-samples and seeded bootstrap 95% CIs. The groups are the ΔP stage's: the target knockout's anchor at the
-experiment layer K. Probabilities on new states come from the same cross-fitted probes as the ΔP stage
-(probes.crossfit at layer K): every sample is scored by probes that never saw it.
+knowledge boundary, saliency and pathway-awareness summaries per Q-/A-Anchored group at the layer K, new
+states scored by the ΔP stage's cross-fitted probes (probes.crossfit at K).
 """
 
 from __future__ import annotations
@@ -46,9 +44,8 @@ PER_SAMPLE_SCHEMA = {"id": pl.String, "group": pl.String, "correct": pl.Boolean}
 
 
 def experiment_layer(setting, auc: pl.DataFrame, n_layers: int, model: str = "the model") -> tuple[int, str]:
-    """Layer K (1-based) and why: an integer setting is used as given (checked against the model's depth);
-    'auto' takes the layer of the best mean cross-fitted probe AUC over seeds (ties: the lowest layer), or
-    the middle layer when the probe is undefined."""
+    """Layer K (1-based) and why: an integer setting as given (checked against the model's depth); 'auto' as
+    docs/method.md's experiments state, or the middle layer when the probe is undefined."""
     if isinstance(setting, int) and not isinstance(setting, bool):
         if not 1 <= setting <= n_layers:
             raise TruthflowError(
@@ -77,9 +74,8 @@ def groups_at(deltap: pl.DataFrame, ids: list[str], layer: int) -> np.ndarray:
 
 
 def _group_rows(experiment, condition, values, groups, keep, at: dict, rate: bool = False) -> list[dict]:
-    """Q- and A-Anchored rows of one condition at at["layer"]: n distinct samples, mean, 95% CI. rate:
-    values are % (a yes/no outcome or a share of seeds, x 100) and the CI is Wilson's (`stats.wilson_ci`:
-    not zero width at 0% or 100%); else a percentile bootstrap seeded by at["n_boot"], at["seed"]."""
+    """Q- and A-Anchored rows of one condition at at["layer"]: n distinct samples, mean, 95% CI. rate: values
+    are % and the CI is Wilson's; else a percentile bootstrap seeded by at["n_boot"], at["seed"]."""
     rows = []
     for g, name in ((True, Q_ANCHORED), (False, A_ANCHORED)):
         v = values[keep & (groups == g)]
@@ -94,11 +90,8 @@ def _group_rows(experiment, condition, values, groups, keep, at: dict, rate: boo
 
 
 def patching_rows(prob, prob_patch, prob_control, correct, groups, control_ok, at: dict) -> list[dict]:
-    """Token patching (A12). Eligible: answered correctly and predicted non-hallucinated by the probe (mean
-    clean probability of 'correct' over seeds >= 0.5). Per sample, the flip rate is the share of seeds whose
-    patched probability falls below 0.5 among the seeds that predicted 'correct' on the clean state; the group
-    value is its mean in %. The control (|E_Q| random non-E_Q question tokens given the same donor ids) counts
-    only samples with such a control."""
+    """Token patching (A12, which defines the eligible samples and the flip rate); the control counts only
+    samples with a control (|E_Q| random non-E_Q question tokens given the same donor ids)."""
     eligible = correct.astype(bool) & (prob.mean(axis=0) >= 0.5)
     clean_ok = prob >= 0.5
     denom = np.maximum(clean_ok.sum(axis=0), 1)
@@ -139,8 +132,7 @@ def boundary_rows(deltap: pl.DataFrame, correct: dict, refusal: dict, popularity
 def run(samples, scores, deltap, data, clean, states, probe: dict, boot: dict, factors: list, keys: dict):
     """Every experiment of one (model, dataset) at the layer K of `scores` (extract_experiments' per-sample
     scores): returns the tables (rows, awareness, detection, per_sample), each with the columns of `keys`
-    and k_layer = K in front. states: the patched [2, N, D], answer-only [N, D] and PR [2·F, N, D] arrays.
-    No samples, or no ΔP rows (the probe is undefined), give empty tables."""
+    and k_layer = K in front. states: the patched [2, N, D], answer-only [N, D] and PR [2·F, N, D] arrays."""
     k_layer, name = (int(scores["layer"][0]) if scores.height else None), "/".join(map(str, keys.values()))
     front = [*(pl.lit(v).alias(c) for c, v in keys.items()), pl.lit(k_layer, pl.Int64).alias("k_layer")]
     schemas = (ROW_SCHEMA, AWARENESS_SCHEMA, DETECTION_SCHEMA, PER_SAMPLE_SCHEMA)

@@ -55,9 +55,8 @@ def llm_spans(
     template_kwargs: dict | None = None,
 ) -> tuple[list[tuple[int, int] | None], list[list[tuple[int, int]]]]:
     """The LLM extractor option (as LLMsKnow): the model copies the short answer and the question's
-    subject/property words; a copy not found verbatim gives None/[] (the caller falls back).
-    template_kwargs go to the chat template, as for the answers (Qwen3: {"enable_thinking": False}); a
-    reasoning block in a copy is stripped by generate_answers."""
+    subject/property words; a copy not found verbatim gives None/[] (the caller falls back). template_kwargs
+    go to the chat template, as for the answers; generate_answers strips a reasoning block in a copy."""
 
     def ask(template, fields):
         kw = {"instruction": "", "template_kwargs": template_kwargs}
@@ -138,9 +137,8 @@ def locate_all(
 def control_positions(
     sample_id: str, eq: list[int], question: list[int], seed: int, draw: int = 0
 ) -> list[int] | None:
-    """One draw of the random control (METHOD A7): exactly |E_Q| question tokens outside E_Q, chosen with a
-    seed of (seed, draw, sample id). None when the question has fewer non-E_Q tokens than E_Q has: such a
-    sample cannot be matched and is counted, never blocked with a shorter set."""
+    """One draw of the random control (METHOD A7): exactly |E_Q| question tokens outside E_Q, seeded by
+    (seed, draw, sample id); None when the question has fewer non-E_Q tokens (an unmatched sample)."""
     pool = sorted(set(question) - set(eq))
     if len(pool) < len(eq):
         return None
@@ -156,9 +154,8 @@ def knockout_blocks(
     kept: pl.DataFrame, target: str, control_draws: int, control_seed: int
 ) -> tuple[list[list[int]], list[list[list[int]]], list[bool]]:
     """Blocked positions per sample: the target condition (E_Q, or one random draw for the negative
-    control run `target: random`) and `control_draws` matched random-control draws. A sample whose question
-    has too few non-E_Q tokens gets matched=False (its control rows then block nothing and are left out of
-    every E_Q-vs-control comparison)."""
+    control run `target: random`) and `control_draws` matched random-control draws. An unmatched sample
+    (`control_positions` None) has control rows that block nothing."""
     ids = kept["id"].to_list()
     eqs = kept["eq_positions"].to_list()
     qs = kept["question_positions"].to_list()
@@ -184,8 +181,7 @@ def extract(
     lm: LoadedModel, kept: pl.DataFrame, batch_size: int, cfg: dict, desc: str, out=None
 ) -> pl.DataFrame:
     """Clean pass + the target knockout + each control draw (cfg: pathways.knockout), written into
-    out = (resid_clean, [resid_ko target, resid_ko control draw 0, ...]). Returns the samples table
-    (SAMPLES_SCHEMA): kept with its target blocks, control blocks per draw, matched, |E_Q| and |E_A|."""
+    out = (resid_clean, [resid_ko target, resid_ko control draw 0, ...]). Returns SAMPLES_SCHEMA's table."""
     draws = cfg["control_draws"]
     target_blocks, controls, matched = knockout_blocks(kept, cfg["target"], draws, cfg["control_seed"])
     if kept.height:
@@ -223,12 +219,11 @@ def extract(
 def experiment_states(
     lm: LoadedModel, table: pl.DataFrame, layer: int, cfg: dict, batch_size: int, prompt: dict, outs, name
 ) -> pl.DataFrame:
-    """The new states at layer K of the experiments for the samples of `table`
-    (samples.parquet joined with their labels and question), written into outs = (patch [2, N, D]: E_Q
-    and control patched; answer-only [N, D]; PR [2·F, N, D]: ×f and ×1/f per factor f). Returns the
-    per-sample scores (SCORES_SCHEMA): donors, P(True), answer log-probabilities, saliency per layer.
-    cfg: pathways.experiments (pr_factors, patch_seed, saliency_batch_size); prompt: chat, template_kwargs
-    (P(True)'s prompt is built like the answers')."""
+    """The new states at layer K for `table` (samples.parquet joined with their labels and question),
+    written into outs = (patch [2, N, D]: E_Q and control patched; answer-only [N, D]; PR [2·F, N, D]: ×f
+    and ×1/f per factor f). Returns the per-sample scores (SCORES_SCHEMA): donors, P(True), answer
+    log-probabilities, saliency per layer. cfg: pathways.experiments; prompt: chat, template_kwargs (P(True)'s
+    prompt is built like the answers')."""
     if table.height == 0:
         return pl.DataFrame(schema=SCORES_SCHEMA)
     patch, answer_only, pr = outs

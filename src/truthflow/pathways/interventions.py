@@ -34,10 +34,8 @@ def _rng(seed: int, key: str) -> random.Random:
 
 
 def choose_donors(ids: list[str], eq_lengths: list[int], seed: int) -> list[tuple[int, bool]]:
-    """Donor of each sample: a seeded random OTHER sample of the same dataset with the same |E_Q| (so the
-    swap keeps every length and position), else any other sample (its E_Q ids are then cycled or cut to
-    |E_Q|: length_matched False, counted). Returns (donor index, length_matched) per sample; (-1, False) for
-    a dataset of one sample."""
+    """Donor of each sample (METHOD A12): (donor index, length_matched) per sample; (-1, False) for a dataset
+    of one sample."""
     by_len: dict[int, list[int]] = {}
     for i, n in enumerate(eq_lengths):
         by_len.setdefault(n, []).append(i)
@@ -54,12 +52,10 @@ def choose_donors(ids: list[str], eq_lengths: list[int], seed: int) -> list[tupl
 
 
 def donor_tokens(donor_eq_ids: list[int], n: int) -> list[int]:
-    """The donor's E_Q token ids fitted to n positions: cut, or cycled when shorter."""
     return [donor_eq_ids[k % len(donor_eq_ids)] for k in range(n)] if donor_eq_ids else []
 
 
 def patch(seq: list[int], positions: list[int], tokens: list[int]) -> list[int]:
-    """seq with seq[positions[k]] = tokens[k] (same length, every other token unchanged)."""
     out = list(seq)
     for p, t in zip(positions, tokens, strict=True):
         out[p] = t
@@ -73,9 +69,8 @@ def patched_inputs(
     control_positions: list[list[int] | None],
     seed: int,
 ) -> dict:
-    """The two patching conditions: E_Q replaced by the donor's E_Q ids, and the control: the same donor ids
-    written over |E_Q| random non-E_Q question tokens (the knockout's first matched control draw; None when
-    the sample has none, then its control input is the unpatched sequence and it is left out)."""
+    """The two patching conditions (METHOD A12): E_Q and the knockout's first control draw overwritten with
+    the donor's E_Q ids; an unmatched sample's control input is the unpatched sequence (left out)."""
     eq_ids = [[s[p] for p in e] for s, e in zip(seqs, eq_positions, strict=True)]
     donors = choose_donors(ids, [len(e) for e in eq_positions], seed)
     target, control, donor_ids, matched = [], [], [], []
@@ -111,9 +106,8 @@ def reweight_mask(
     valid: torch.Tensor, queries: torch.Tensor, keys: torch.Tensor, factor: float, dtype: torch.dtype
 ) -> torch.Tensor:
     """The causal padding mask (as knockout_mask, nothing blocked) plus log(factor) on every allowed cell
-    (i, j) with query i in `queries` and key j in `keys` ([B, T] bool each). An additive log(f) before the
-    softmax multiplies those attention weights by f and renormalizes each row: softmax(s + log f · 1_E) ∝
-    exp(s) · f^(1_E)."""
+    (i, j) with query i in `queries` and key j in `keys` ([B, T] bool each): before the softmax, it
+    multiplies those attention weights by f and renormalizes each row (A16)."""
     base = knockout_mask(valid, None, dtype)  # [B, 1, T, T]
     if factor == 1.0:
         return base
@@ -156,8 +150,7 @@ def resid_conditions(
     """Residual stream after decoder layer `layer` (1-based) at probe_pos, [N, D] per condition (the pass
     stops there). A condition is a dict: `seqs` (absent: `seqs`; else same-length token ids, e.g. patched),
     `edges` = (queries, keys) per sample and `factor` (those attention edges reweighted in every layer). The
-    tokens every condition shares with the clean sequences (A12: before the question, A16: before the
-    answer) run once per batch; each condition runs the rest from a copy of their keys and values (exact)."""
+    tokens all conditions share with the clean sequences run once per batch (`_first_change`)."""
     layers = decoder_layers(lm.model)
     if not 1 <= layer <= len(layers):
         raise ValueError(f"layer {layer} is not in 1..{len(layers)}")
@@ -210,9 +203,8 @@ def resid_conditions(
 # ------------------------------------------------------------------ detection baselines (A17)
 def next_token_logits(lm: LoadedModel, rows: list[list[int]], at: list[list[int]]) -> torch.Tensor:
     """Float32 logits [sum of len(at[r]), V] predicting the token after each position at[r] of row r, from one
-    right-padded pass (the shared head run once): the final norm and the LM head run on those positions only
-    (a [B, T, V] tensor of a 262k vocabulary would not fit). Index tensors go on the device of the tensor
-    they index (a model over several GPUs leaves its hidden states on the last)."""
+    right-padded pass; the final norm and LM head run on those positions only (a [B, T, V] tensor of a 262k
+    vocabulary would not fit). Index tensors follow the tensor they index (hidden states: on the last GPU)."""
     base, device, dtype, pad_id = model_parts(lm)
     ids, valid = _batch_tensors(rows, pad_id, device)
     head = common_head(rows, min(p for pos in at for p in pos))
@@ -277,9 +269,8 @@ def verdict_token_ids(tokenizer) -> tuple[list[int], list[int]]:
 
 @torch.inference_mode()
 def p_true(lm: LoadedModel, prompts: list[list[int]], batch_size: int, desc: str = "P(True)") -> np.ndarray:
-    """P(True) (Kadavath et al. 2022): the model's probability of 'True' against 'False' as the next token
-    after a prompt asking whether the proposed answer is true: softmax over the two sets of first-token
-    ids, P = Σ exp(logit True ids) / Σ exp(logit True ∪ False ids), from `next_token_logits`."""
+    """P(True) (Kadavath et al. 2022): the probability of 'True' against 'False' as the next token after a
+    prompt asking whether the proposed answer is true, softmax over the two sets of first-token ids."""
     t_ids, f_ids = verdict_token_ids(lm.tokenizer)
     out = np.full(len(prompts), np.nan)
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))

@@ -1,12 +1,9 @@
-"""Attention knockout (METHOD A7) and the residual stream at the probe position.
-
-The block stops every position *after* an E_Q token from attending to it (E_Q->E_Q stays open). The
-residual stream after layer k depends on layers 1..k only, so ONE pass with the block in every layer gives,
-at each layer k, exactly the cumulative knockout of layers 1..k. The block is an additive float 4D mask;
-boolean 4D masks are silently wrong under eager attention in transformers 5.x. A 4D mask bypasses
-transformers' own masks: `model_mask` folds each layer type's sliding window in, and caches hold every
-position (`DynamicCache()`; a sliding-window cache keeps only the window, which a full-width mask cannot
-address). The tokens every pass of a batch shares run once per batch (`condition_passes`).
+"""Attention knockout (METHOD A7: one pass with the block in every layer gives every layer's cumulative
+knockout) and the residual stream at the probe position. The block is an additive float 4D mask; boolean
+4D masks are silently wrong under eager attention in transformers 5.x. A 4D mask bypasses transformers' own
+masks: `model_mask` folds each layer type's sliding window in, and caches hold every position
+(`DynamicCache()`; a sliding-window cache keeps only the window, which a full-width mask cannot address).
+The tokens every pass of a batch shares run once per batch (`condition_passes`).
 """
 
 from __future__ import annotations
@@ -197,11 +194,9 @@ def resid_sweep_multi(
     out: tuple[np.ndarray, list[np.ndarray]] | None = None,
 ) -> tuple[np.ndarray, list[np.ndarray]]:
     """Residual stream after every layer at probe_pos: clean, and under each knockout condition of
-    `block_sets` (condition c blocks block_sets[c][i] in sample i; e.g. E_Q, then random-control draws).
-    cumulative: one pass per condition with the block in every layer; window: Geva's window of `window`
-    layers centred on k, of which layers <= k matter, one truncated pass per k. Returns (resid_clean
-    [N, L, D], [resid_ko [N, L, D] per condition]). `out` may pass preallocated arrays (e.g.
-    np.lib.format.open_memmap files), so that a dataset of any size streams to disk batch by batch."""
+    `block_sets` (condition c blocks block_sets[c][i] in sample i; e.g. E_Q, then random-control draws);
+    mode cumulative or window (METHOD A7; window: one truncated pass per k). Returns (resid_clean
+    [N, L, D], [resid_ko [N, L, D] per condition]); `out` may pass memory-mapped arrays to stream into."""
     base, device, dtype, pad_id = model_parts(lm)
     layers = base.layers
     shape = (len(seqs), len(layers), lm.model.config.get_text_config().hidden_size)
@@ -249,9 +244,8 @@ def resid_sweep_multi(
 
 
 def shared_prefix(block_sets: list[list[list[int]]], lengths: list[int]) -> int:
-    """Tokens every pass of a batch shares: those before the first blocked position of any row in any
-    condition, and before every row's last token (its probe). The knockout mask differs from the clean one
-    only in query rows after a blocked key, so these rows' keys and values are the same in every pass."""
+    """Tokens every pass of a batch shares: those before any blocked position and every row's probe (the
+    knockout mask differs from the clean one only in query rows after a blocked key)."""
     first = [min(b) for blocks in block_sets for b in blocks if b]
     return max(0, min([*first, *(n - 1 for n in lengths)]))
 

@@ -92,8 +92,8 @@ def _closed(question: str, qw: list[Word], inner: int, outer: int) -> bool:
 def choice_options(question: str, alias: str) -> list[list[str]]:
     """The other options of a choice question that offers `alias` ("Which is larger, Mars or Jupiter?",
     "Between X and Y, which ...", "A, B, or C"): the names joined to the alias's occurrence in the question by
-    or/and/nor/vs (and commas inside such a list). Empty when the question does not offer the alias as one
-    of several options. Each option is returned as its normalized words."""
+    or/and/nor/vs (and commas inside such a list), each as its normalized words; empty when the question
+    does not offer the alias as one of several options."""
     qw = normalized_words(question)
     tokens = [w for w, _, _ in qw]
     target = normalize_text(alias).split()
@@ -173,17 +173,12 @@ def _match_choice(ans: list[str], target: list[str], options: list[list[str]]) -
 
 
 def match_answer(answer: str, aliases: list[str], question: str | None = None) -> AliasMatch:
-    """Match an answer against its gold aliases (METHOD A2). Aliases are tried longest first; the first one
-    that the answer commits to gives the label, the matched alias and its character span in the raw answer.
-    Without a question: plain containment of the normalized alias words. With it, the echo rule:
-    1. yes/no gold: the first "yes" or "no" the answer says decides ("No, they are not" answers "no");
-    2. an alias absent from the question: plain containment;
-    3. a choice question offering the alias among options (`choice_options`): the option the answer names
-       first, by the gold alias or a content word of another option not in the gold ("Lincoln" names
-       "Abraham Lincoln"); options listed together ("Mars or Jupiter") name nothing. "Mars is larger than
-       Jupiter" is wrong, and so is the reversed comparative "Mars is smaller than Jupiter";
-    4. another alias in the question: an occurrence inside a longer verbatim copy of question words that
-       includes a content word is an echo ("It is known as the Red Planet"; "It is the Red Planet" commits).
+    """Match an answer against its gold aliases (METHOD A2 states the echo rule and its examples). Aliases
+    are tried longest first; the first one the answer commits to gives the label, the matched alias and its
+    character span in the raw answer. Without a question: plain containment. With it: 1. yes/no gold; 2. an
+    alias absent from the question; 3. a choice question (`choice_options`): the option named first, by the
+    gold alias or a content word of another option not in the gold ("Lincoln" names "Abraham Lincoln"), even
+    in a reversed comparative ("Mars is smaller than Jupiter" names Mars); 4. another alias in the question.
     Echo-rejected: not correct, and some alias occurs only as an echo (rules 3-4; a contradicted yes/no gold
     is wrong, not an echo)."""
     ans_words = normalized_words(answer)

@@ -1,7 +1,6 @@
 """The Two Pathways figures, one panel per model of a pair (seeds 000-002, 004): the line figure (A11), its
 random-control companion in the same layout, the falsification figure (E_Q vs control, unsplit) and the
-probe-AUC figure. Each function draws from one table and recomputes nothing; the drawing rules are
-plotting's (points below MIN_LINE_N, breaks at missing layers, legends list only what is drawn)."""
+probe-AUC figure. Each function draws from one table and recomputes nothing, by plotting's drawing rules."""
 
 from __future__ import annotations
 
@@ -95,9 +94,8 @@ def _verdict(r: dict, ds: str) -> str:
 def plot_check(
     summary, check, auc, models, titles, out_png, out_pdf, caption: str = "", target: str = "exact_question"
 ) -> None:
-    """The falsification test: unsplit mean ΔP (top) and flip rate (bottom) per layer, E_Q knockout (solid)
-    against the matched random control (dotted), over the same samples; each panel lists the verdicts
-    (with the primary measure's E_Q − control and its corrected CI) and shades the layers they average."""
+    """The falsification figure (METHOD A11): unsplit mean ΔP (top) and flip rate (bottom) per layer, E_Q
+    (solid) vs the matched control (dotted); the verdicts listed, the layers they average shaded."""
     unsplit = summary.filter(pl.col("anchor") == "all").with_columns(pl.col("flip_rate") * 100)
     fig, axes = _panels(models, titles, n_rows=2, height=2.9)
     drawn, shaded = set(), False

@@ -153,10 +153,9 @@ def _bar_legend(drawn: set, names: dict[str, str], narrow: bool) -> tuple[list, 
 
 
 def plot_bars(experiment, rows, models, titles, out_png, out_pdf, caption: str = "", published=None) -> None:
-    """Token patching (A12: the probe's prediction flip rate (%) when the E_Q tokens are replaced by a
-    donor's, solid, and when as many random question tokens are, the control, hatched) or answer-only (A13:
-    −ΔP (%) when the state is recomputed from the answer alone), per dataset, Q- vs A-Anchored, with 95% CI
-    and n. `published`: published.tsv's rows; those of this experiment and a panel's model are diamonds."""
+    """Token patching (A12: flip rate (%), E_Q solid, the control hatched) or answer-only (A13: −ΔP (%)), per
+    dataset, Q- vs A-Anchored, with 95% CI and n. `published`: published.tsv's rows; those of this
+    experiment and a panel's model are diamonds."""
     names, ylabel = BARS[experiment]
     rows = _rows(rows).filter((pl.col("experiment") == experiment) & pl.col("condition").is_in(list(names)))
     pub = P.table(published, PUBLISHED_SCHEMA)
@@ -243,9 +242,8 @@ def _popularity_panel(ax, samples: pl.DataFrame) -> bool:
 
 
 def plot_boundary(rows, per_sample, models, titles, out_png, out_pdf, caption: str = "") -> None:
-    """Knowledge boundary (A14), one row of panels per model: (a) answer accuracy and (b) refusal rate (%) per
-    layer of the groups split at that layer, Q-Anchored solid / A-Anchored dashed, colour = dataset, 95% CI
-    bands; (c) log10 entity popularity by group at layer K (PopQA; per-sample values from `per_sample`)."""
+    """Knowledge boundary (A14), one row of panels per model: (a) accuracy and (b) refusal rate (%) per layer,
+    Q-Anchored solid / A-Anchored dashed, colour = dataset; (c) log10 popularity by group at K (PopQA)."""
     rows, ks = _rows(rows), experiment_layers(rows, None)
     rows, samples = rows.filter(pl.col("experiment") == "boundary"), _samples(per_sample)
     fig, axes = P.figure(3, n_rows=max(1, len(models)), height=2.9)
@@ -316,9 +314,8 @@ def _saliency_panel(ax, sub: pl.DataFrame, drawn: set) -> tuple[list, bool]:
 
 
 def plot_saliency(per_sample, models, titles, out_png, out_pdf, caption: str = "") -> None:
-    """Saliency (A15): the density of per-sample S(E_Q→E_A) (averaged over layers) on a log10 x axis, one
-    curve per dataset, with a rug of the samples below; non-positive values cannot be drawn on a log scale
-    and are counted in a note."""
+    """Saliency (A15): the density of per-sample S(E_Q→E_A) on a log10 x axis, one curve per dataset, with a
+    rug below; non-positive values cannot be drawn on a log scale and are counted in a note."""
     samples = _samples(per_sample).filter(pl.col("s_eq_ea").is_not_nan())  # null: not kept
     fig, axes = P.figure(len(models))
     P.titles(axes[0], models, titles)
@@ -337,9 +334,8 @@ def plot_saliency(per_sample, models, titles, out_png, out_pdf, caption: str = "
 
 # ----------------------------------------------------------------------------------------------- awareness
 def plot_awareness(awareness, rows, models, titles, out_png, out_pdf, caption: str = "") -> None:
-    """Pathway awareness (A16): the cross-fitted AUC of a probe predicting Q- vs A-Anchored from the clean
-    states, per layer, mean over seeds (band = min..max over seeds), one line per dataset; dashed at chance
-    (0.5); a dotted vertical line at the experiment layer K, which defined the groups and is not probed."""
+    """Pathway awareness (A16): the probe AUC per layer (`band_by_layer`), one line per dataset, dashed at
+    chance; a dotted vertical line at layer K, which defined the groups and is not probed."""
     aw = P.table(awareness, AWARENESS_SCHEMA, optional=AWARENESS_OPTIONAL)
     ks = experiment_layers(rows, aw)
     fig, axes = P.figure(len(models))

@@ -1,11 +1,7 @@
-"""Per-layer correctness probes (METHOD A6), ΔP under knockout (A8), the Q-/A-Anchored split (A9) and the
-seeded bootstrap summary over distinct samples (A10).
-
-Probes are cross-fitted: for each seed, a stratified K-fold split with K = round(1 / test_size) (0.2 -> five
-80/20 splits) gives every sample exactly one out-of-fold prediction per seed, from a probe that never saw
-it. Per sample and layer, the seeds are then averaged (ΔP: mean; flip: the fraction of seeds in which the
-prediction flips), so every table counts n as distinct samples, not (seed, sample) rows. `crossfit` is the
-one cross-fitted probe of the package: the ΔP stage, the experiments, awareness and Table 3 all use it.
+"""Per-layer cross-fitted correctness probes (METHOD A6), ΔP under knockout (A8), the Q-/A-Anchored split
+(A9) and the seeded bootstrap summary (A10). Per sample and layer the seeds are averaged (ΔP: mean; flip: the
+share of seeds whose prediction flips), so every table counts n as distinct samples, not (seed, sample) rows.
+`crossfit` is the package's one cross-fitted probe: the ΔP stage, experiments, awareness and Table 3 use it.
 """
 
 from __future__ import annotations
@@ -79,9 +75,8 @@ def crossfit_seeds(x, extra: list, y, seeds, k: int, C: float, max_iter: int) ->
 
 
 def anchors(flip_rate: np.ndarray, split: str = "per_layer", fixed_layer: int | None = None) -> np.ndarray:
-    """flip_rate: [N, L] in [0, 1] (bool works too). A sample is Q-Anchored at a layer where its prediction
-    flips in more than half of its seeds (per_layer); fixed_layer K (1-based): the group assigned at layer
-    K holds for every layer."""
+    """flip_rate: [N, L] in [0, 1] (bool works too) -> the groups of METHOD A9; fixed_layer K (1-based): the
+    group assigned at layer K holds for every layer."""
     q = np.asarray(flip_rate, dtype=float) > 0.5
     if split == "fixed_layer":  # else per_layer (the schema's enum)
         if fixed_layer is None or not 1 <= fixed_layer <= q.shape[1]:
@@ -91,9 +86,8 @@ def anchors(flip_rate: np.ndarray, split: str = "per_layer", fixed_layer: int | 
 
 
 def knockout_effect(prob: np.ndarray, prob_ko: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """prob, prob_ko: [..., N, L] probabilities of 'correct'. Returns (p, ΔP, flipped): p the probability of
-    the class predicted on the clean state, ΔP = 100·(p_ko − p)/p (A8) with p_ko the probability of that
-    same class on the knocked-out state, and whether the prediction flips."""
+    """prob, prob_ko: [..., N, L] probabilities of 'correct'. Returns (p, ΔP, flipped) as METHOD A8 defines
+    them: p the probability of the class predicted on the clean state, and whether the prediction flips."""
     pred = prob >= 0.5
     p = np.where(pred, prob, 1 - prob)
     p_ko = np.where(pred, prob_ko, 1 - prob_ko)
@@ -104,9 +98,8 @@ def run_probes(
     resid_clean, resid_kos: list, labels: np.ndarray, ids: list[str], probe: dict, matched=None, **split
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Probe every layer for every seed, cross-fitted. resid_kos[0] is the target knockout, resid_kos[1:]
-    the random-control draws; probe: seeds, test_size, C, max_iter; split: `anchors`' split and fixed_layer.
-    Returns (auc table: AUC_SCHEMA; per sample × layer × knockout table, SAMPLES_SCHEMA, seeds (and
-    control draws) averaged per sample)."""
+    the random-control draws; split: `anchors`' split and fixed_layer. Returns (AUC_SCHEMA table;
+    SAMPLES_SCHEMA table per sample × layer × knockout, seeds and control draws averaged per sample)."""
     n, n_layers, _ = resid_clean.shape
     seeds, k = probe["seeds"], n_folds(probe["test_size"])
     reason = split_reason(labels, k)
@@ -150,8 +143,7 @@ def run_probes(
 
 def summarize(samples: pl.DataFrame, n_boot: int = 1000, seed: int = 0) -> pl.DataFrame:
     """Per (knockout, anchor, layer): n distinct samples, mean ΔP, its seeded bootstrap 95% CI and the mean
-    flip rate; anchor 'all' is the unsplit mean over the matched samples (those with a control of exactly
-    |E_Q| tokens), the same set for the target and the control. Control rows are matched samples only."""
+    flip rate; anchor 'all' and every control row are over the matched samples only (METHOD A7, A10)."""
     split = samples.filter((pl.col("knockout") == TARGET) | pl.col("matched"))
     unsplit = samples.filter(pl.col("matched")).with_columns(pl.lit(ALL).alias("anchor"))
     rows = []

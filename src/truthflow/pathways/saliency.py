@@ -1,17 +1,8 @@
-"""Attention saliency ("Two Pathways to Truthfulness", Fig. 1): how much the loss on the model's own answer
-flows through attention edges leaving the exact question tokens E_Q.
-
-One sequence x_0..x_{n-1} is the prompt ids then the model's own answer ids, the answer starting at s. The
-loss is the mean NLL of the answer tokens, teacher-forced, L = -1/(n - s) * sum_{t=s}^{n-1} log p(x_t | x_<t).
-With A^l_h the attention probabilities [n, n] of layer l, head h (query i, key j), exactly as the model's
-eager attention multiplies them with the values, the saliency of edge j -> i is
-
-    S^l(i, j) = sum_h | A^l_h(i, j) * dL/dA^l_h(i, j) |.
-
-Per sample and layer: S(E_Q->E_A) = mean of S^l over {(i, j) : i in E_A, j in E_Q}; S(E_Q->*) = mean over
-{(i, j) : j in E_Q, j < i < n} (every later position, padding never counted). An empty set gives NaN;
-duplicate positions count once. Cells the loss cannot see have S = 0 exactly (the last query row; in the
-last layer, query rows before s - 1).
+"""Attention saliency ("Two Pathways to Truthfulness", Fig. 1; METHOD A15 defines L, S^l and the two
+means): how much the loss on the model's own answer flows through attention edges leaving E_Q. A sequence is
+the prompt ids then the answer ids, the answer starting at s. An empty cell set gives NaN; duplicate
+positions count once. Cells the loss cannot see have S = 0 exactly (the last query row; in the last layer,
+query rows before s - 1).
 
 dL/dA needs the probabilities in the autograd graph, so the stage runs under `eager` attention (a model
 loaded otherwise is switched for the call and back), with `output_attentions=True`; the graph is rooted at
@@ -87,7 +78,6 @@ def eager_attention(model):
 
 @contextmanager
 def frozen_parameters(model):
-    """requires_grad False on every parameter for the block (restored after it)."""
     flags = [(p, p.requires_grad) for p in model.parameters()]
     try:
         for p, _ in flags:
@@ -130,8 +120,7 @@ def attention_and_grads(
     lm: LoadedModel, seqs: list[list[int]], answer_start: list[int], head: int = 0
 ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
     """One right-padded batch, inside `eager_attention` (and `frozen_parameters`): (summed per-sample loss,
-    [A^l [B, H, T - head, T]], [dL/dA^l], valid [B, T]). head > 0: the first `head` tokens, common to every
-    row and before every cell read and scored position, run once without a graph (module docstring)."""
+    [A^l [B, H, T - head, T]], [dL/dA^l], valid [B, T]); the shared head runs once (module docstring)."""
     model = lm.model
     base, device, dtype, pad_id = model_parts(lm)
     ids, valid = _batch_tensors(seqs, pad_id, device)

@@ -97,7 +97,6 @@ def _shouted(word: str) -> bool:
 
 
 def _is_cap(word: str) -> bool:
-    """Capitalized or a number."""
     return word[:1].isupper() or word.lstrip("-")[:1].isdigit()
 
 
@@ -152,12 +151,11 @@ def _runs(words: list[Word], keep, text: str | None, bridges=NAME_CONNECTORS, al
 
 
 def short_answer_span(answer: str, question: str) -> tuple[int, int] | None:
-    """Deterministic E_A for a wrong answer (METHOD A3 spells the rule out): the entity or short phrase that
-    answers, so that |E_A| is comparable with the matched alias span of correct answers. Returns the [start,
-    end) span in `answer` (the stripped generation), or None when nothing is left. In order: a leading yes/no;
-    the first quoted span or named run not copied from the question (one right after a relation word restated
-    from the question preferred); the head of the first lowercase content phrase; the first capitalized run;
-    the last non-stop word."""
+    """Deterministic E_A for a wrong answer (METHOD A3 spells the rule out): the [start, end) span in `answer`
+    (the stripped generation) of the entity or short phrase that answers, so that |E_A| is comparable with
+    the matched alias span of correct answers; None when nothing is left. Steps: 1. a leading yes/no; 2. a
+    quoted span or named run; 3. a lowercase phrase's head; 4. a capitalized run, else the last non-stop
+    word."""
     line = answer.split("\n", 1)[0]
     start = len(line) - len(line.lstrip())
     while (m := _LEADING_ANY.match(line, start)) and m.end() > start and line[m.end() :].strip():
@@ -187,9 +185,8 @@ def short_answer_span(answer: str, question: str) -> tuple[int, int] | None:
         return run
 
     def untitled(run: list[Word]) -> list[Word]:
-        # "Roman Emperor Claudius Blackwood" -> "Claudius Blackwood", "King Louis XF" -> "Louis XF": leading
-        # words up to the last title are dropped when a name follows the title directly ("Queen of England"
-        # keeps its title); gold aliases name people without their titles
+        # "King Louis XF" -> "Louis XF" ("Queen of England" keeps its title): gold aliases name people
+        # without their titles
         last = max((k for k, (w, _, _) in enumerate(run) if _norm(w) in TITLE_WORDS), default=-1)
         named = 0 <= last < len(run) - 1 and _is_cap(run[last + 1][0])
         if named and run[last + 1][0].lower() not in NAME_CONNECTORS:
@@ -197,9 +194,8 @@ def short_answer_span(answer: str, question: str) -> tuple[int, int] | None:
         return run
 
     def unshouted(run: list[Word]) -> list[Word]:
-        # "BROWN BARBADO OPERA" -> "OPERA": shouted text, not a name (see _shouted); capitals split into many
-        # sub-word tokens (SmolLM2: 11 for these 3 words), so it keeps its last word (the probe's position,
-        # where the run ends, does not move)
+        # "BROWN BARBADO OPERA" -> "OPERA": capitals split into many sub-word tokens (SmolLM2: 11 for these
+        # 3 words); the last word keeps the probe's position
         if len(run) >= 2 and all(_shouted(w) for w, _, _ in run):
             return run[-1:]
         return run
@@ -237,9 +233,8 @@ def short_answer_span(answer: str, question: str) -> tuple[int, int] | None:
 
         runs = [r for r in map(trimmed, _runs(cw, content, line)) if r]
         if runs:
-            # the phrase's head: its last word, as English noun phrases end in their head ("a professional
-            # skier" -> "skier"), so the probe's position (the last E_A token) stays; a phrase with a
-            # connector ("god of war") has its head before it and is kept whole
+            # the head: English noun phrases end in it ("a professional skier" -> "skier"), so the probe's
+            # position stays; one with a connector ("god of war") has its head before it and is kept whole
             run = runs[0][:MAX_EA_PHRASE]
             return span_of(run if any(w.lower() in NAME_CONNECTORS for w, _, _ in run) else run[-1:])
     # 4. only a restatement of the question
@@ -254,14 +249,11 @@ def question_spans(
     question: str, dataset: str, subj: str | None = None, prop: str | None = None, row: dict | None = None
 ) -> list[tuple[int, int]]:
     """Deterministic E_Q (METHOD A4 spells the rule out): the question's subject and property words, as
-    sorted [start, end) character spans in `question`. A set's own rule in registry.py first (`row`: the
-    sample's other columns); else, past the first word, the quoted spans, capitalized runs and numbers, unless
-    all are numbers; else (NQ-open is all lowercase, so capitals cannot mark its names) the subject chunk of
-    content words, the property (the first non-numeric content word) and every number: "who sang i will always
-    love you" -> "sang", "always", "love"."""
+    sorted [start, end) character spans in `question`; a set's own rule in registry.py first (`row`: the
+    sample's other columns). "who sang i will always love you" -> "sang", "always", "love"."""
     own_rule = registry.get(dataset).question_spans if registry.is_qa(dataset) else None
     own = own_rule(question, {**(row or {}), "subj": subj, "prop": prop}) if own_rule else None
-    if own is not None:  # the set's own E_Q rule (registry.py); None where it does not apply
+    if own is not None:  # None where the set's own rule does not apply
         return own
     words = _words(question)
     mixed = any(_is_cap(w) and not w.isdigit() and w != "I" for w, _, _ in words[1:])
@@ -362,8 +354,7 @@ def position_only_auc(correct: np.ndarray, value: np.ndarray) -> float:
 def class_table(samples: pl.DataFrame, model: str, dataset: str) -> pl.DataFrame:
     """Per answer class of one (model, dataset): n, mean |E_A| and |E_Q| in tokens, the median E_Q share of
     the question tokens, the samples without a matched random control, and the position confound check (A3):
-    the AUC of |E_A| alone and of the probe position alone (the same on both rows). A probe AUC not clearly
-    above these could be reading position, not truthfulness."""
+    the AUC of |E_A| alone and of the probe position alone (the same on both rows)."""
     correct = samples["correct"].to_numpy()
     auc_len = position_only_auc(correct, samples["n_ea"].to_numpy())
     auc_pos = position_only_auc(correct, samples["probe_position"].to_numpy())
