@@ -170,22 +170,23 @@ def _unknown_node_in_node_to_q(d):
     return f"{d / 'node_to_q.jsonl'}: maps node '99_d3', which is not in {d / 'nodes.jsonl'}"
 
 
-def _unknown_predecessor(d):
-    def edit(recs):
-        recs[0]["direct_predecessors"] = [*recs[0]["direct_predecessors"], "1_d2_n9"]
-        return recs
+def _unknown_link(index, field, node, kind, missing):
+    def damage(d):
+        _rewrite_jsonl(
+            d / "nodes.jsonl",
+            lambda recs: [
+                *recs[:index],
+                {**recs[index], field: [*recs[index][field], missing]},
+                *recs[index + 1 :],
+            ],
+        )
+        return f"{d / 'nodes.jsonl'}: node '{node}' names {kind} '{missing}', which is not a node"
 
-    _rewrite_jsonl(d / "nodes.jsonl", edit)
-    return f"{d / 'nodes.jsonl'}: node '1_d3' names predecessor '1_d2_n9', which is not a node"
+    return damage
 
 
-def _unknown_successor(d):
-    def edit(recs):
-        recs[1]["direct_successors"] = [*recs[1]["direct_successors"], "1_d3_n9"]
-        return recs
-
-    _rewrite_jsonl(d / "nodes.jsonl", edit)
-    return f"{d / 'nodes.jsonl'}: node '1_d2_n1' names successor '1_d3_n9', which is not a node"
+_unknown_predecessor = _unknown_link(0, "direct_predecessors", "1_d3", "predecessor", "1_d2_n9")
+_unknown_successor = _unknown_link(1, "direct_successors", "1_d2_n1", "successor", "1_d3_n9")
 
 
 def _unknown_question(d):
