@@ -43,6 +43,15 @@ HANDOFFS = {
     "src/truthflow/depth/judge.py": {"cfg": ("depth", "judge"), "settings": ("depth", "judge")},
     # pathways.check: the verdict's settings, rule param `check` passed whole to check.family / caption
     "src/truthflow/pathways/check.py": {"cfg": ("pathways", "check")},
+    # the probe settings (pathways.probe) passed whole to the cross-fitted probes
+    "src/truthflow/pathways/probes.py": {"probe": ("pathways", "probe")},
+    "src/truthflow/pathways/detection.py": {"probe": ("pathways", "probe")},
+    "src/truthflow/pathways/experiments.py": {"probe": ("pathways", "probe")},
+    # extract(..., knockout, ...): pathways.knockout; experiment_states(..., cfg, ...): pathways.experiments
+    "src/truthflow/pathways/extract.py": {
+        "knockout": ("pathways", "knockout"),
+        "cfg": ("pathways", "experiments"),
+    },
 }
 # rule params built by a comprehension over literal keys, not by a chain: the section they are a part of
 PARAM_SECTIONS = {

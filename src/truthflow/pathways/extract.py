@@ -178,12 +178,14 @@ def knockout_blocks(
 
 
 def extract(
-    lm: LoadedModel, kept: pl.DataFrame, batch_size: int, cfg: dict, desc: str, out=None
+    lm: LoadedModel, kept: pl.DataFrame, batch_size: int, knockout: dict, desc: str, out=None
 ) -> pl.DataFrame:
-    """Clean pass + the target knockout + each control draw (cfg: pathways.knockout), written into
+    """Clean pass + the target knockout + each control draw (knockout: pathways.knockout), written into
     out = (resid_clean, [resid_ko target, resid_ko control draw 0, ...]). Returns SAMPLES_SCHEMA's table."""
-    draws = cfg["control_draws"]
-    target_blocks, controls, matched = knockout_blocks(kept, cfg["target"], draws, cfg["control_seed"])
+    draws = knockout["control_draws"]
+    target_blocks, controls, matched = knockout_blocks(
+        kept, knockout["target"], draws, knockout["control_seed"]
+    )
     if kept.height:
         resid_sweep_multi(
             lm,
@@ -191,8 +193,8 @@ def extract(
             kept["probe_position"].to_list(),
             [target_blocks, *controls],
             batch_size,
-            mode=cfg["mode"],
-            window=cfg["window"],
+            mode=knockout["mode"],
+            window=knockout["window"],
             desc=desc,
             out=out,
         )
