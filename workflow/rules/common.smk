@@ -4,8 +4,7 @@ import os
 import sys
 from pathlib import Path
 
-SRC = str(Path(workflow.basedir) / "src")
-sys.path.insert(0, SRC)
+SRC = str(Path(workflow.basedir) / "src")  # on sys.path since the Snakefile
 # script jobs (local, SLURM or in a conda env) import the package from this checkout
 os.environ["PYTHONPATH"] = os.pathsep.join(
     filter(None, [SRC, os.environ.get("PYTHONPATH")])
@@ -45,7 +44,7 @@ MODEL_THREADS = model_threads(
     model_slots(_gpus if isinstance(_gpus, int) and _gpus > 0 else None, _gpu_machine),
 )
 _cpus = (
-    len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 )
 TORCH_THREADS = torch_threads(MODEL_THREADS, _cores, _cpus)
 
@@ -80,11 +79,20 @@ def checkout_path(*parts):
     return os.path.relpath(Path(workflow.basedir, *parts), Path.cwd())
 
 
+def caption_files(*names):
+    """The caption files (workflow/report/<name>.rst) a plot script writes under its figures: inputs, so that
+    editing one redraws them."""
+    return [checkout_path("workflow", "report", f"{name}.rst") for name in names]
+
+
 @functools.cache
 def _script_modules(script):
     """The truthflow files a script imports, transitively (imports inside functions count)."""
     finder = modulefinder.ModuleFinder(path=[SRC])
-    finder.run_script(script)
+    try:
+        finder.run_script(script)
+    except SyntaxError as exc:
+        raise WorkflowError(f"cannot read the imports of {exc.filename}: {exc.msg} (line {exc.lineno})")
     files = {
         m.__file__
         for name, m in finder.modules.items()

@@ -76,7 +76,6 @@ rule depth_tables:
     input:
         mink=expand(rules.score_mink.output[0], model=config["depth"]["models"]),
         scores=expand(rules.judge_answers.output[0], model=config["depth"]["models"]),
-        questions=rules.download_depthqa.output.questions,
         nodes=rules.download_depthqa.output.nodes,
         code=code(),
     output:
@@ -91,7 +90,6 @@ rule depth_tables:
     conda:
         "../../envs/truthflow.yaml"
     params:
-        models=config["depth"]["models"],
         k_plot=config["depth"]["mink"]["k_plot"],
         memorization=config["depth"]["memorization"],
     script:
@@ -102,6 +100,7 @@ rule plot_depth:
     input:
         depthwise=res("tables", "depth_depthwise.parquet"),
         subsets=res("tables", "depth_memorization_subsets.parquet"),
+        captions=caption_files("depth_boxes", "depth_gap"),
         code=code(),
     output:
         boxes_png=report(

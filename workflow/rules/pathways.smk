@@ -98,6 +98,7 @@ rule plot_pathways:
         summary=res("tables", "pathways_summary.parquet"),
         auc=res("tables", "probe_auc.parquet"),
         check=res("tables", "pathways_check.parquet"),
+        captions=caption_files("pathways", "probe_auc", "pathways_control", "pathways_check"),
         code=code(),
     output:
         png=report(
@@ -227,6 +228,9 @@ rule plot_experiments:
         awareness=res("tables", "pathways_awareness.parquet"),
         per_sample=res("tables", "pathways_experiment_samples.parquet"),
         published=checkout_path("workflow", "report", "published.tsv"),
+        captions=caption_files(
+            *(f"pathways_{f}" for f in ("patching", "answer_only", "boundary", "saliency", "awareness"))
+        ),
         code=code(),
     output:
         patching_png=report(
