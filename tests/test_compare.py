@@ -1,4 +1,5 @@
 import polars as pl
+import pytest
 
 from truthflow.compare import compare
 from truthflow.pathways.check import CHECK_SCHEMA
@@ -85,3 +86,11 @@ def test_published_and_qualitative_checks():
     assert qual[("m1", "MIN-K% rises with depth")]["verdict"] == "holds"
     # the old tautological check is gone
     assert not any("below A-Anchored" in c for c in out["check"].to_list())
+
+
+def test_an_unknown_published_kind_is_one_line():
+    from truthflow.compare import reproduced
+    from truthflow.errors import TruthflowError
+
+    with pytest.raises(TruthflowError, match="published.tsv: unknown kind 'auroc' \\(known: "):
+        reproduced({"kind": "auroc", "model": "m", "dataset": "all", "source": "x"}, {})

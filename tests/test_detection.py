@@ -340,3 +340,18 @@ def test_awareness_summary_over_seeds_with_an_auc():
         np.std([0.6, 0.8], ddof=1)
     )
     assert awareness_summary(aware.clear()).height == 0
+
+
+def test_detection_table_takes_the_callers_probing_predictions():
+    """experiments.run hands over the layer-K probe it already fit: the same table as fitting it again."""
+    from truthflow.pathways.probes import crossfit_seeds, n_folds
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(60, 16)).astype(np.float32)
+    y = (x[:, 0] + rng.normal(size=60) > 0).astype(int)
+    g, score = rng.random(60) < 0.4, {"length": np.arange(60.0)}
+    probe = {"seeds": [0, 1], "C": 1.0, "max_iter": 2000, "test_size": 0.2}
+    prob = crossfit_seeds(x, [x], y, probe["seeds"], n_folds(0.2), 1.0, 2000)[0]
+    own = detection_table(x, y, g, {}, score, [2.0], probe)
+    assert detection_table(x, y, g, {}, score, [2.0], probe, probing=prob).equals(own)
+    assert not detection_table(x, y, g, {}, score, [2.0], probe, probing=1 - prob).equals(own)

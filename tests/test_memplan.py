@@ -128,3 +128,14 @@ def test_kv_cache_term_is_the_models_own_cache():
         sum(p.numel() for p in lm.model.parameters()), rel=0.01
     )
     assert per_token["weights"] * memplan.GIB == dims.params * 2
+
+
+def test_a_config_json_the_plan_cannot_read_gives_no_plan(tmp_path):
+    """A local model whose config.json is not JSON, or has other names for its sizes (GPT-2: n_embd,
+    n_layer), gets no derived batch sizes instead of a traceback at parse time."""
+    from truthflow.memplan import dims_for
+
+    (tmp_path / "config.json").write_text('{"n_embd": 768, "n_layer": 12, "n_head": 12}')
+    assert dims_for("gpt2", {"local": str(tmp_path)}) is None
+    (tmp_path / "config.json").write_text("{not json")
+    assert dims_for("gpt2", {"local": str(tmp_path)}) is None

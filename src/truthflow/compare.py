@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from .errors import TruthflowError
+
 SCHEMA = {
     "check": pl.String,
     "model": pl.String,
@@ -31,7 +33,7 @@ def reproduced(p: dict, tables: dict[str, pl.DataFrame | None]) -> tuple[float, 
     """This run's value for one published.tsv row with its description, or None when the run has no such
     row (model not run, stage off, undefined)."""
     if p["kind"] not in TABLE_OF_KIND:
-        raise ValueError(f"published.tsv: unknown kind '{p['kind']}'")
+        raise TruthflowError(f"published.tsv: unknown kind '{p['kind']}' (known: {', '.join(TABLE_OF_KIND)})")
     table, kind, src = tables.get(TABLE_OF_KIND[p["kind"]]), p["kind"], p["source"]
     if table is None:
         return None

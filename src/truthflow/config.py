@@ -16,6 +16,14 @@ SCHEMA = Path(__file__).resolve().parent / "schemas" / "config.schema.yaml"  # p
 SCHEMA_DOC = "src/truthflow/schemas/config.schema.yaml"
 
 
+def schema_defaults(*section: str) -> dict:
+    """The schema's default of every key of one config section (`schema_defaults("pathways", "check")`)."""
+    node = yaml.safe_load(SCHEMA.read_text())
+    for key in section:
+        node = node["properties"][key]
+    return {key: spec["default"] for key, spec in node["properties"].items()}
+
+
 # Snakemake's validate dumps the schema: test_hostile_config::test_schema_error_is_one_line_naming_the_key
 def check_schema(config: dict) -> None:
     """The config against the schema, in one line naming the key: jsonschema's best_match, then a count."""

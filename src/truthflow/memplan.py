@@ -116,16 +116,25 @@ def _table() -> dict:
     return yaml.safe_load(DIMS_FILE.read_text())
 
 
+def _dims_of(path: Path) -> Dims | None:
+    try:
+        return Dims.of(json.loads(path.read_text()))
+    except (ValueError, KeyError, TypeError):  # not JSON, or not the keys a plan reads (GPT-2's n_embd, …)
+        return None
+
+
 def dims_for(name: str, source: dict) -> tuple[Dims, bool] | None:
     """(dims, whether batch sizes may be derived from them), or None where nothing is known."""
     local = Path(source.get("local", ""), "config.json")
     if "local" in source and not source.get("gguf_file") and local.is_file():
-        return Dims.of(json.loads(local.read_text())), True
+        dims = _dims_of(local)
+        return (dims, True) if dims else None
     if source.get("hub") in _table():
         return Dims.of(_table()[source["hub"]]), True
     prepared = Path("resources", "models", name, "config.json")
     if "hub" in source and prepared.is_file():
-        return Dims.of(json.loads(prepared.read_text())), False
+        dims = _dims_of(prepared)
+        return (dims, False) if dims else None
     return None
 
 

@@ -20,17 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
-import yaml
 from tqdm.auto import tqdm
 
+from ..config import schema_defaults
 from ..errors import TruthflowError
 from ..redact import add_secret, redact
 from ..text import normalize_text
 
 REFERENCE_MODEL = "token-f1"
-SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
-_JUDGE_SCHEMA = yaml.safe_load(SCHEMA.read_text())["properties"]["depth"]["properties"]["judge"]["properties"]
-JUDGE_DEFAULTS: dict = {key: spec["default"] for key, spec in _JUDGE_SCHEMA.items()}
+JUDGE_DEFAULTS: dict = schema_defaults("depth", "judge")
 OPENAI_WORKERS = 4  # requests in flight
 # bump when parse_verdict reads a text differently: cached verdicts of the old parser are then asked again
 PARSER_VERSION = 1

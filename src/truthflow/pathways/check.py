@@ -13,10 +13,9 @@ import math
 import numpy as np
 import polars as pl
 import polars.selectors as cs
-import yaml
 from scipy import optimize, stats
 
-from ..config import SCHEMA
+from ..config import schema_defaults
 from .probes import CONTROL, TARGET
 
 HOLDS, NOT_HOLD, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
@@ -26,8 +25,7 @@ UNITS = {"delta_p": "ΔP points", "flip_rate": "flip-rate points (%)"}
 NAMES = {"delta_p": "ΔP", "flip_rate": "flip rate"}
 POWER = 0.8
 # config: the verdict's settings, the schema's defaults of pathways.check
-_CHECK = yaml.safe_load(SCHEMA.read_text())["properties"]["pathways"]["properties"]["check"]["properties"]
-DEFAULTS = {key: spec["default"] for key, spec in _CHECK.items()}
+DEFAULTS = schema_defaults("pathways", "check")
 
 CELL_SCHEMA = {
     "range": pl.String,  # all | second_half | explicit | middle_third (the explicit stand-in)

@@ -241,11 +241,14 @@ def _baseline_row(name: str, seed: int, score, y: np.ndarray) -> dict:
     return {**row, "auc": float(roc_auc_score(y[ok], score[ok])), "status": status}
 
 
-def detection_table(x, y, groups, states, baselines: Mapping, factors: Sequence[float], probe: Mapping):
+def detection_table(
+    x, y, groups, states, baselines: Mapping, factors: Sequence[float], probe: Mapping, probing=None
+):
     """The paper's Table 3 for one (model, dataset) (METHOD A17): each baseline score (higher = more likely
     correct; one row per seed, so sd 0), then Probing, the MoP variants and PR (`factor`: the factor chosen
     per fold, e.g. "2,2,4,2,2"). Fold i of seed s seeds the random draws with (s, i); the AUC is over all N
-    out-of-fold predictions; fallbacks taken are listed in the status ("ok (fallback: ...)")."""
+    out-of-fold predictions; fallbacks taken are listed in the status ("ok (fallback: ...)"). `probing`: the
+    [seeds, N] out-of-fold probabilities of `crossfit_seeds` on the same x where the caller has them."""
     x, y, g = np.asarray(x, dtype=np.float32), np.asarray(y), np.asarray(groups, dtype=bool)
     if not np.isin(y, [0, 1]).all():
         raise ValueError("y must hold 0/1 (or bools) only")
@@ -262,13 +265,13 @@ def detection_table(x, y, groups, states, baselines: Mapping, factors: Sequence[
     except ValueError as err:
         pr_reason = str(err)
     rows = []
-    for seed in probe["seeds"]:
+    for s, seed in enumerate(probe["seeds"]):
         rows += [_baseline_row(name, seed, score, y) for name, score in baselines.items()]
         if reason:
             rows += [{"method": m, "seed": seed, "n": n, "status": f"undefined: {reason}"} for m in LEARNED]
             continue
         oof = {m: np.zeros(n) for m in LEARNED}
-        oof["Probing"] = crossfit(x, y, seed, k, C, max_iter)[0]
+        oof["Probing"] = probing[s] if probing is not None else crossfit(x, y, seed, k, C, max_iter)[0]
         notes: dict[str, list[str]] = {m: [] for m in LEARNED}
         chosen = []
         for i, (train, test) in enumerate(folds(y, k, seed)):

@@ -169,7 +169,7 @@ def run(samples, scores, deltap, data, clean, states, probe: dict, boot: dict, f
     pr_states = {f: (pr[2 * i], pr[2 * i + 1]) for i, f in enumerate(factors)}
     baselines = {"P(True)": "p_true", "Logits-mean": "logit_mean", "Logits-min": "logit_min"}
     baselines = {name: scores[c].to_numpy() for name, c in baselines.items()}
-    det = detection_table(clean[:, layer - 1], labels, groups, pr_states, baselines, factors, probe)
+    det = detection_table(x, labels, groups, pr_states, baselines, factors, probe, probing=prob)
     rows = pl.DataFrame(rows, schema=ROW_SCHEMA)
     for r in rows.filter(pl.col("experiment") != "boundary").iter_rows(named=True):
         print(

@@ -127,8 +127,9 @@ def locate_all(
                 ).strip(),
             }
         )
-    # kept: the samples table's first columns (id .. ea_text) and the token sequence
-    schema = {"seq": _POS, **{c: SAMPLES_SCHEMA[c] for c in list(SAMPLES_SCHEMA)[:9]}}
+    # kept: the samples table's columns up to ea_text and the token sequence
+    kept_columns = list(SAMPLES_SCHEMA)[: list(SAMPLES_SCHEMA).index("ea_text") + 1]
+    schema = {"seq": _POS, **{c: SAMPLES_SCHEMA[c] for c in kept_columns}}
     return pl.DataFrame(kept, schema=schema), pl.DataFrame(
         dropped, schema={"id": pl.String, "reason": pl.String}
     )

@@ -15,16 +15,14 @@ from matplotlib.patches import Patch
 from .. import plotting as P
 from ..plotting import MIN_LINE_N, NOTE_COLOUR, colour, datasets_in, label
 from .detection import AWARENESS_SCHEMA as DETECTION_AWARENESS_SCHEMA
-from .experiments import ROW_SCHEMA
+from .experiments import GROUPS, ROW_SCHEMA, TABLE_KEYS
 from .plots import STYLES
 
-GROUPS = ("Q-Anchored", "A-Anchored")
 # group colours of the bar and box figures (datasets are on the x axis there); not the datasets' tab10 hues
 GROUP_COLOURS = {"Q-Anchored": "#542788", "A-Anchored": "#b35806"}
-_KEYS = {"model": pl.String, "dataset": pl.String, "k_layer": pl.Int64}
 # the tables as experiment_tables writes them: the per-(model, dataset) schemas with the keys in front
-ROWS_SCHEMA = {**_KEYS, **ROW_SCHEMA}
-AWARENESS_SCHEMA = {**_KEYS, **DETECTION_AWARENESS_SCHEMA}
+ROWS_SCHEMA = {**TABLE_KEYS, **ROW_SCHEMA}
+AWARENESS_SCHEMA = {**TABLE_KEYS, **DETECTION_AWARENESS_SCHEMA}
 SAMPLES_SCHEMA = {"model": pl.String, "dataset": pl.String, "id": pl.String, "group": pl.String}
 VALUES = ("s_pop", "s_eq_ea")  # per-sample values a samples table may lack (added as null)
 # the columns a table may lack (plotting.table adds them, and k_layer, as null); the others are required
