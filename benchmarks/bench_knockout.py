@@ -31,6 +31,7 @@ from truthflow.pathways.knockout import (  # noqa: E402
     decoder_layers,
     knockout_mask,
     layer_windows,
+    model_parts,
     positions_tensor,
     resid_sweep_multi,
 )
@@ -57,9 +58,7 @@ def two_pass_reference(lm, seqs, probe, blocks, batch):
     """The plain reference: per length-sorted batch, two forward passes (clean mask, knockout mask) with
     output_hidden_states=True, gathered at the probe position and copied to the host once per pass. Its
     inputs reach the device as the sweep's do, one copy per tensor per batch (never one per row)."""
-    base = getattr(lm.model, lm.model.base_model_prefix)
-    dtype = next(lm.model.parameters()).dtype
-    device = next(lm.model.parameters()).device
+    base, device, dtype, _ = model_parts(lm)  # the input embeddings' device, as the sweep takes it
     order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
     for i in range(0, len(order), batch):
         idx = order[i : i + batch]
@@ -84,9 +83,7 @@ def naive_loop(lm, seqs, probe, blocks, batch):
     """The per-layer loop: for each k a full pass with the block in layers 1..k (L passes + 1 clean)."""
     model = lm.model
     layers = decoder_layers(model)
-    base = getattr(model, model.base_model_prefix)
-    dtype = next(model.parameters()).dtype
-    device = next(model.parameters()).device
+    base, device, dtype, _ = model_parts(lm)
     for i in range(0, len(seqs), batch):
         ids, valid = pad_batch(seqs[i : i + batch], 0, side="right")
         ids, valid = ids.to(device), valid.to(device)
