@@ -140,8 +140,13 @@ def test_figure_pair_of_a_model_with_itself_is_refused():
          "config key 'datasets.squad': 'squad' is not a registered dataset"),
         (lambda c: c["datasets"]["nq"]["source"].update(local="/nonexistent/missing.jsonl"),
          "dataset 'nq' (config key 'datasets.nq.source.local'): '/nonexistent/missing.jsonl' does not exist"),
+        (lambda c: c["depth"].update(mink={"k_grid": [10, 30], "k_plot": 20}),
+         "config key 'depth.mink.k_plot' (20) must be one of depth.mink.k_grid [10, 30]"),
+        (lambda c: c["depth"].update(memorization={"lower_quantile": 0.8, "upper_quantile": 0.2}),
+         "config key 'depth.memorization.lower_quantile' must be below upper_quantile, got 0.8 and 0.2"),
     ],
-    ids=["unknown-key", "wrong-type", "undefined-model", "unregistered-dataset", "missing-local-file"],
+    ids=["unknown-key", "wrong-type", "undefined-model", "unregistered-dataset", "missing-local-file",
+         "k_plot-not-in-grid", "quantiles-crossed"],
 )  # fmt: skip
 def test_bad_config_is_refused_naming_the_culprit(mutate, message):
     cfg = small_config()

@@ -187,6 +187,21 @@ def check_names(config: dict) -> None:
         )
 
 
+def check_depth(depth: dict) -> None:
+    """Settings of the depth section that must agree with each other (its defaults filled)."""
+    mink, memo = depth["mink"], depth["memorization"]
+    if depth["models"] and mink["k_plot"] not in mink["k_grid"]:
+        raise TruthflowError(
+            f"config key 'depth.mink.k_plot' ({mink['k_plot']:g}) must be one of depth.mink.k_grid "
+            f"{mink['k_grid']}"
+        )
+    if depth["models"] and memo["lower_quantile"] >= memo["upper_quantile"]:
+        raise TruthflowError(
+            "config key 'depth.memorization.lower_quantile' must be below upper_quantile, got "
+            f"{memo['lower_quantile']} and {memo['upper_quantile']}"
+        )
+
+
 def check_config(config: dict, configfiles: Iterable = (), environ: Mapping[str, str] | None = None) -> dict:
     """Every check before any job, each a TruthflowError naming the key or file; fills the defaults in place.
     The memory plan derives batch_size and token_budget before the schema's defaults fill them; the judge is
@@ -201,6 +216,7 @@ def check_config(config: dict, configfiles: Iterable = (), environ: Mapping[str,
     plan_memory(config)
     fill_defaults(config)
     check_names(config)
+    check_depth(config["depth"])
     check_local_sources(config)
     if config["depth"]["models"]:
         check_judge_config(config["depth"]["judge"], os.environ if environ is None else environ)
