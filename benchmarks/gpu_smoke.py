@@ -183,7 +183,7 @@ def stage_saliency(lm, n: int):
     seqs, probe, eq, _ = case(min(n, 8), lm.model.config.vocab_size, seed=4)
     starts = [p - 3 for p in probe]
     ea = [[p - 1, p] for p in probe]
-    s = saliency(lm, seqs, starts, eq, ea, batch_size=4)
+    s = saliency(lm, seqs, starts, eq, ea, batch_size=4).scores
     sync()
     assert s.shape == (len(seqs), lm.model.config.num_hidden_layers, 2) and np.isfinite(s).all()
     return f"{len(seqs)} samples x {s.shape[1]} layers, eager attention backward"

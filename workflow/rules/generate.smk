@@ -9,7 +9,10 @@ rule generate_answers:
         res("logs", "generate_answers", "{model}", "{dataset}.log"),
     benchmark:
         res("benchmarks", "generate_answers", "{model}", "{dataset}.tsv")
-    # a chain's later model stages first; the DepthQA model jobs (priority 0) fill the slots it leaves idle
+    # a chain's later model stages first (extract_pathways 2, extract_experiments 3); the short jobs that
+    # start a model job (label_answers, probe_deltap: 4) before any model job, so that no chain waits for a
+    # slot behind model jobs (a chain held back ran alone at the end, one CPU idle); the DepthQA model jobs
+    # (1) beside the generation, not at the end
     priority: 1
     conda:
         "../../envs/truthflow.yaml"
@@ -37,6 +40,7 @@ rule label_answers:
         accuracy=res("labels", "{model}", "{dataset}.accuracy.tsv"),
     log:
         res("logs", "label_answers", "{model}", "{dataset}.log"),
+    priority: 4
     conda:
         "../../envs/truthflow.yaml"
     script:

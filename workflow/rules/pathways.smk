@@ -49,6 +49,7 @@ rule probe_deltap:
         check=pw_dir("check.parquet"),
     log:
         res("logs", "probe_deltap", "{model}", "{dataset}.log"),
+    priority: 4
     conda:
         "../../envs/truthflow.yaml"
     params:
@@ -98,7 +99,9 @@ rule plot_pathways:
         summary=res("tables", "pathways_summary.parquet"),
         auc=res("tables", "probe_auc.parquet"),
         check=res("tables", "pathways_check.parquet"),
-        captions=caption_files("pathways", "probe_auc", "pathways_control", "pathways_check"),
+        captions=caption_files(
+            "pathways", "probe_auc", "pathways_control", "pathways_check"
+        ),
         code=code(),
     output:
         png=report(
@@ -229,7 +232,16 @@ rule plot_experiments:
         per_sample=res("tables", "pathways_experiment_samples.parquet"),
         published=checkout_path("workflow", "report", "published.tsv"),
         captions=caption_files(
-            *(f"pathways_{f}" for f in ("patching", "answer_only", "boundary", "saliency", "awareness"))
+            *(
+                f"pathways_{f}"
+                for f in (
+                    "patching",
+                    "answer_only",
+                    "boundary",
+                    "saliency",
+                    "awareness",
+                )
+            )
         ),
         code=code(),
     output:

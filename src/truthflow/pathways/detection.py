@@ -12,9 +12,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import polars as pl
-from sklearn.metrics import roc_auc_score
 
-from .probes import A_ANCHORED, Q_ANCHORED, crossfit, fit_predict, folds, n_folds, split_reason
+from .probes import A_ANCHORED, Q_ANCHORED, crossfit, fit_predict, folds, n_folds, roc_auc, split_reason
 
 Seed = int | Sequence[int]
 
@@ -77,7 +76,7 @@ def awareness_auc(resid: np.ndarray, groups, layers: Sequence[int], probe: Mappi
         x = np.asarray(resid[:, layer - 1], dtype=np.float32)  # one (memory-mapped) layer at a time
         for seed in probe["seeds"]:
             oof = crossfit(x, g, seed, k, probe["C"], probe["max_iter"])[0]
-            rows.append({**base, "seed": seed, "auc": float(roc_auc_score(g, oof)), "status": "ok"})
+            rows.append({**base, "seed": seed, "auc": roc_auc(g, oof), "status": "ok"})
     return pl.DataFrame(rows, schema=AWARENESS_SCHEMA).sort(["layer", "seed"])
 
 
@@ -217,7 +216,7 @@ def pr_select_and_predict(
     else:
         for f, pair in cands.items():  # ascending: strict '>' keeps the smallest factor on ties
             p, _ = _pr_fit(pair, x_clean, y, g, *inner, C, max_iter)
-            auc = roc_auc_score(y[inner[1]], p)
+            auc = roc_auc(y[inner[1]], p)
             if auc > best:
                 chosen, best = f, auc
     p, fit_notes = _pr_fit(cands[chosen], x_clean, y, g, train, test, C, max_iter)
@@ -238,7 +237,7 @@ def _baseline_row(name: str, seed: int, score, y: np.ndarray) -> dict:
         return {**row, "status": f"undefined: one class only among the finite scores ({counts})"}
     dropped = len(y) - row["n"]
     status = "ok" if not dropped else f"ok ({dropped} non-finite scores dropped)"
-    return {**row, "auc": float(roc_auc_score(y[ok], score[ok])), "status": status}
+    return {**row, "auc": roc_auc(y[ok], score[ok]), "status": status}
 
 
 def detection_table(
@@ -291,7 +290,7 @@ def detection_table(
                 continue
             uniq = list(dict.fromkeys(notes[m]))
             status = "ok" if not uniq else "ok (fallback: " + "; ".join(uniq) + ")"
-            rows.append({**row, "auc": float(roc_auc_score(y, oof[m])), "status": status})
+            rows.append({**row, "auc": roc_auc(y, oof[m]), "status": status})
     return pl.DataFrame(rows, schema=DETECTION_SCHEMA)
 
 

@@ -254,7 +254,6 @@ def experiment_states(
         {"edges": (answer_pos, eq), "factor": fac} for f in cfg["pr_factors"] for fac in (float(f), 1 / f)
     ]
     iv.resid_conditions(lm, seqs, probe, layer, conds, batch_size, desc=f"PR {name}", outs=list(pr))
-    mean, low = iv.answer_logprobs(lm, seqs, ea, batch_size, desc=f"logits {name}")
     chat, kw = prompt["chat"], {"instruction": "", "template_kwargs": prompt["template_kwargs"]}
     texts = [
         iv.P_TRUE_TEMPLATE.format(question=q, answer=a.strip())
@@ -268,9 +267,9 @@ def experiment_states(
         donor_length_matched=inputs["length_matched"],
         patch_control_matched=[c is not None for c in ctrl0],
         p_true=p_true,
-        logit_mean=mean,
-        logit_min=low,
-        s_eq_ea=sal[:, :, 0].tolist(),
-        s_eq_all=sal[:, :, 1].tolist(),
+        logit_mean=sal.logit_mean,
+        logit_min=sal.logit_min,
+        s_eq_ea=sal.scores[:, :, 0].tolist(),
+        s_eq_all=sal.scores[:, :, 1].tolist(),
     )
     return pl.DataFrame(scores, schema=SCORES_SCHEMA)

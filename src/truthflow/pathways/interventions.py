@@ -201,20 +201,36 @@ def resid_conditions(
 
 
 # ------------------------------------------------------------------ detection baselines (A17)
+def logits_at(model, resid: torch.Tensor, at: list[list[int]], offset: int = 0) -> torch.Tensor:
+    """Float32 logits [sum of len(at[r]), V] predicting the token after each position at[r] of row r, from a
+    residual stream [B, T, D] (positions offset..) taken under `unnormed`; the final norm and the LM head run
+    on those positions only (a [B, T, V] tensor of a 262k vocabulary would not fit), in one call per batch
+    (the head's weights are read once). Index tensors follow the tensor they index (on the last GPU)."""
+    row_of = torch.tensor([r for r, pos in enumerate(at) for _ in pos], device=resid.device)
+    cols = torch.tensor([p - offset for pos in at for p in pos], device=resid.device)
+    return float_logits(model, resid[row_of, cols])
+
+
 def next_token_logits(lm: LoadedModel, rows: list[list[int]], at: list[list[int]]) -> torch.Tensor:
-    """Float32 logits [sum of len(at[r]), V] predicting the token after each position at[r] of row r, from one
-    right-padded pass; the final norm and LM head run on those positions only (a [B, T, V] tensor of a 262k
-    vocabulary would not fit). Index tensors follow the tensor they index (hidden states: on the last GPU)."""
+    """`logits_at` of one right-padded pass over rows (the shared head run once, `head_cache`)."""
     base, device, dtype, pad_id = model_parts(lm)
     ids, valid = _batch_tensors(rows, pad_id, device)
     head = common_head(rows, min(p for pos in at for p in pos))
     head = head if head >= MIN_SHARED_PREFIX else 0
     with unnormed(lm.model):
         h = last_hidden_after_head(base, ids, valid, head, dtype)
-    row_of = torch.tensor([r for r, pos in enumerate(at) for _ in pos], device=h.device)
-    cols = torch.tensor([p - head for pos in at for p in pos], device=h.device)
-    # one LM-head call per batch: the head's weights (262k x D for Gemma) are read once, not once per row
-    return float_logits(lm.model, h[row_of, cols])
+    return logits_at(lm.model, h, at, head)
+
+
+def logprob_stats(logits: torch.Tensor, targets: list[list[int]]) -> list[tuple[float, float]]:
+    """Logits-mean / Logits-min of each row: the mean and the minimum log-probability of its target tokens,
+    targets[r] scored by consecutive rows of `logits` (`logits_at`); NaN for a row without targets."""
+    lp = torch.log_softmax(logits, dim=-1)
+    flat = torch.tensor([t for ts in targets for t in ts], device=lp.device)
+    vals = lp[torch.arange(len(flat), device=lp.device), flat].cpu().numpy()
+    cuts = np.cumsum([len(t) for t in targets])[:-1]
+    nan = (math.nan, math.nan)
+    return [(float(v.mean()), float(v.min())) if len(v) else nan for v in np.split(vals, cuts)]
 
 
 @torch.inference_mode()
@@ -225,8 +241,10 @@ def answer_logprobs(
     batch_size: int,
     desc: str = "logits",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Logits-mean / Logits-min: the mean and the minimum log-probability of the E_A tokens, teacher-forced
-    (token at position p scored from position p-1, `next_token_logits`)."""
+    """Logits-mean / Logits-min of the E_A tokens, teacher-forced (token at position p scored from position
+    p-1), from their own clean pass. The workflow takes them from the saliency pass instead (`saliency`,
+    the same `logits_at` and `logprob_stats` on its residual stream); this is the separate computation its
+    tests compare with."""
     mean = np.full(len(seqs), np.nan)
     low = np.full(len(seqs), np.nan)
     ends = [max(e) + 1 if e else 0 for e in ea_positions]
@@ -237,14 +255,9 @@ def answer_logprobs(
         if not any(scored):
             return
         rows = [seqs[i][: max(1, ends[i])] for i in idx]
-        lp = torch.log_softmax(next_token_logits(lm, rows, [[p - 1 for p in pos] for pos in scored]), dim=-1)
-        target = torch.tensor(
-            [seqs[i][p] for i, pos in zip(idx, scored, strict=True) for p in pos], device=lp.device
-        )
-        vals = lp[torch.arange(len(target), device=lp.device), target].cpu().numpy()
-        for i, v in zip(idx, np.split(vals, np.cumsum([len(p) for p in scored])[:-1]), strict=True):
-            if len(v):
-                mean[i], low[i] = float(v.mean()), float(v.min())
+        logits = next_token_logits(lm, rows, [[p - 1 for p in pos] for pos in scored])
+        targets = [[seqs[i][p] for p in pos] for i, pos in zip(idx, scored, strict=True)]
+        mean[idx], low[idx] = np.array(logprob_stats(logits, targets)).T
 
     run_batched(order, batch_size, step, desc=desc)
     return mean, low

@@ -104,15 +104,14 @@ class ResidCapture:
 
     def _hook(self, i: int):
         def hook(_mod, _args, output):
-            if not self.active:
-                return
-            hidden = output[0] if isinstance(output, tuple) else output  # [B, T, D]
-            if self._rows is None or self._rows.device != hidden.device:
-                self._rows = torch.arange(hidden.shape[0], device=hidden.device)
-                self.positions = self.positions.to(hidden.device)
-            self.resid_post[i] = hidden[self._rows, self.positions]  # [B, D], on the device
+            if self.active:
+                hidden = output[0] if isinstance(output, tuple) else output  # [B, T, D]
+                if self._rows is None or self._rows.device != hidden.device:
+                    self._rows = torch.arange(hidden.shape[0], device=hidden.device)
+                    self.positions = self.positions.to(hidden.device)
+                self.resid_post[i] = hidden[self._rows, self.positions]  # [B, D], on the device
             if self.stop_after is not None and i == self.stop_after:
-                raise _Stop
+                raise _Stop  # a pass stopped at layer K (the shared prefix's too: no cache above K is read)
 
         return hook
 
@@ -262,6 +261,8 @@ def condition_passes(base, cap: ResidCapture, ids, valid, probes: list[int], pre
             cache = head_cache(base, ids, head, base.dtype) if head else DynamicCache()
             if prefix > head:
                 run_from(base, ids, knockout_mask(valid, None, base.dtype), cache, head, prefix)
+        except _Stop:
+            pass
         finally:
             cap.active = True
     cap.set_positions([p - prefix for p in probes])
@@ -278,7 +279,10 @@ def head_cache(base, ids: torch.Tensor, head: int, dtype):
     repeated for the batch (equal to a batched pass up to float rounding: a matmul over 1 row vs B)."""
     one = ids[:1, :head]
     cache = DynamicCache()
-    run_from(base, one, knockout_mask(torch.ones_like(one, dtype=torch.bool), None, dtype), cache, 0)
+    try:
+        run_from(base, one, knockout_mask(torch.ones_like(one, dtype=torch.bool), None, dtype), cache, 0)
+    except _Stop:  # passes that stop at layer K (`ResidCapture.stop_after`) read no cache above it
+        pass
     cache.batch_repeat_interleave(ids.shape[0])
     return cache
 

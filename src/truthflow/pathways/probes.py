@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
-from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import roc_auc_score
-from sklearn.model_selection import StratifiedKFold
-from sklearn.preprocessing import StandardScaler
 
 from ..stats import bootstrap_ci
 
@@ -45,8 +41,19 @@ def split_reason(labels: np.ndarray, k: int, pos: str = "correct", neg: str = "w
     return None
 
 
+# scikit-learn is imported where it is used: the model jobs import these modules' helpers and schemas, and
+# its import (about 1 s, with scipy) would start every one of them
+def roc_auc(y, score) -> float:
+    from sklearn.metrics import roc_auc_score
+
+    return float(roc_auc_score(y, score))
+
+
 def fit_predict(x_train, y_train, tests: list[np.ndarray], C: float, max_iter: int) -> list[np.ndarray]:
     """The probe: StandardScaler + LogisticRegression(C, max_iter); P(class 1) for each array in tests."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
     scaler = StandardScaler().fit(x_train)
     clf = LogisticRegression(C=C, max_iter=max_iter)
     clf.fit(scaler.transform(x_train), y_train)
@@ -55,6 +62,8 @@ def fit_predict(x_train, y_train, tests: list[np.ndarray], C: float, max_iter: i
 
 def folds(y, k: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """The seeded stratified K-fold split over y that every cross-fitted estimate uses."""
+    from sklearn.model_selection import StratifiedKFold
+
     return list(StratifiedKFold(n_splits=k, shuffle=True, random_state=seed).split(np.zeros(len(y)), y))
 
 
@@ -114,7 +123,7 @@ def run_probes(
         # one layer of each (memory-mapped) array at a time: memory stays bounded in n and L
         x, *x_ko = (np.asarray(r[:, layer], dtype=np.float32) for r in [resid_clean, *resid_kos])
         prob[..., layer] = crossfit_seeds(x, x_ko, labels, seeds, k, probe["C"], probe["max_iter"])
-        auc[:, layer] = [roc_auc_score(labels, prob[0, s, :, layer]) for s in range(len(seeds))]
+        auc[:, layer] = [roc_auc(labels, prob[0, s, :, layer]) for s in range(len(seeds))]
     frames = []
     groups = [(TARGET, prob[1:2])] + ([(CONTROL, prob[2:])] if len(resid_kos) > 1 else [])
     for name, pk in groups:

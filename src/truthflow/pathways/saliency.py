@@ -17,13 +17,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import contextmanager
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from ..batching import MIN_SHARED_PREFIX, common_head, run_batched
 from ..errors import TruthflowError
+from ..logits import final_norm, unnormed
 from ..models import LoadedModel
+from .interventions import logits_at, logprob_stats
 from .knockout import _batch_tensors, head_cache, model_parts
 
 
@@ -118,9 +121,10 @@ def answer_loss(
 
 def attention_and_grads(
     lm: LoadedModel, seqs: list[list[int]], answer_start: list[int], head: int = 0
-) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
+) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], torch.Tensor, torch.Tensor]:
     """One right-padded batch, inside `eager_attention` (and `frozen_parameters`): (summed per-sample loss,
-    [A^l [B, H, T - head, T]], [dL/dA^l], valid [B, T]); the shared head runs once (module docstring)."""
+    [A^l [B, H, T - head, T]], [dL/dA^l], valid [B, T], the residual stream before the final norm
+    [B, T - head, D], detached); the shared head runs once (module docstring)."""
     model = lm.model
     base, device, dtype, pad_id = model_parts(lm)
     ids, valid = _batch_tensors(seqs, pad_id, device)
@@ -131,7 +135,8 @@ def attention_and_grads(
         kwargs["position_ids"] = torch.arange(head, ids.shape[1], device=device)[None].expand(len(seqs), -1)
     with torch.enable_grad():
         embeds = model.get_input_embeddings()(ids[:, head:]).detach().requires_grad_(True)
-        out = base(inputs_embeds=embeds, attention_mask=valid.long(), output_attentions=True, **kwargs)
+        with unnormed(model):  # the residual stream, for the E_A log-probabilities (`saliency`)
+            out = base(inputs_embeds=embeds, attention_mask=valid.long(), output_attentions=True, **kwargs)
         attns = list(out.attentions or ())
         n_layers = model.config.get_text_config().num_hidden_layers
         if len(attns) != n_layers or any(a is None for a in attns):
@@ -139,13 +144,22 @@ def attention_and_grads(
                 f"saliency: the model returned {len(attns)} attention maps for {n_layers} layers "
                 f"(attention '{model.config._attn_implementation}' must be eager)"
             )
-        loss = answer_loss(model, out.last_hidden_state, ids, [len(s) for s in seqs], answer_start, head)
-        del out
+        resid = out.last_hidden_state
+        norm = final_norm(model)
+        hidden = resid if norm is None else norm(resid)  # the model's own final norm, as its pass applies it
+        loss = answer_loss(model, hidden, ids, [len(s) for s in seqs], answer_start, head)
+        del out, hidden
         grads = list(torch.autograd.grad(loss, attns))
-    return loss.detach(), [a.detach() for a in attns], grads, valid
+    return loss.detach(), [a.detach() for a in attns], grads, valid, resid.detach()
 
 
 # ------------------------------------------------------------------------------------------------- stage
+class Saliency(NamedTuple):
+    scores: np.ndarray  # float32 [N, L, 2]: [..., 0] = S(E_Q->E_A), [..., 1] = S(E_Q->*), layers 1..L
+    logit_mean: np.ndarray  # [N] Logits-mean / Logits-min of the E_A tokens (A17), from the same pass
+    logit_min: np.ndarray
+
+
 def saliency(
     lm: LoadedModel,
     seqs: list[list[int]],
@@ -154,13 +168,15 @@ def saliency(
     ea_positions: list[list[int]],
     batch_size: int,
     desc: str = "saliency",
-) -> np.ndarray:
-    """Attention saliency of every sample at every layer: float32 [N, L, 2], [..., 0] = S(E_Q->E_A),
-    [..., 1] = S(E_Q->*), layers 1..L in order (module docstring)."""
+) -> Saliency:
+    """Attention saliency of every sample at every layer (module docstring), and the E_A tokens'
+    Logits-mean / Logits-min read off the same clean pass: its residual stream through the float32 head
+    (`interventions.logits_at`), as `interventions.answer_logprobs` computes them in a pass of its own."""
     n = len(seqs)
     model = lm.model
     n_layers = model.config.get_text_config().num_hidden_layers
     result = np.full((n, n_layers, 2), np.nan, dtype=np.float32)
+    mean, low = np.full(n, np.nan), np.full(n, np.nan)
     for s, a, eq, ea in zip(seqs, answer_start, eq_positions, ea_positions, strict=True):  # same lengths
         if not 1 <= a < len(s):  # bad inputs fail before any model work
             raise ValueError(f"answer_start {a} must lie in [1, {len(s) - 1}] for {len(s)} tokens")
@@ -173,7 +189,15 @@ def saliency(
         limit = min(min([*eq_positions[i], answer_start[i] - 1]) for i in idx)
         head = common_head(rows, limit)
         head = head if head >= MIN_SHARED_PREFIX else 0
-        _, attns, grads, valid = attention_and_grads(lm, rows, [answer_start[i] for i in idx], head)
+        _, attns, grads, valid, resid = attention_and_grads(lm, rows, [answer_start[i] for i in idx], head)
+        # token p of E_A scored from position p - 1 (>= the head: E_A lies in the answer)
+        at = [[p - 1 for p in ea_positions[i] if p >= 1] for i in idx]
+        if any(at):
+            with torch.no_grad():
+                logits = logits_at(model, resid, at, head)
+            targets = [[seqs[i][p + 1] for p in pos] for i, pos in zip(idx, at, strict=True)]
+            mean[idx], low[idx] = np.array(logprob_stats(logits, targets)).T
+        del resid
         width = valid.shape[1]
         masks = [pair_masks(len(seqs[i]), eq_positions[i], ea_positions[i], width) for i in idx]
         to_answer = torch.stack([m[0][head:] for m in masks]).to(valid.device)  # [B, T - head, T]
@@ -188,4 +212,4 @@ def saliency(
 
     with eager_attention(model), frozen_parameters(model):
         run_batched(order, batch_size, step, desc=desc)
-    return result
+    return Saliency(result, mean, low)

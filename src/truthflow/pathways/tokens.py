@@ -9,10 +9,10 @@ from itertools import accumulate, pairwise
 
 import numpy as np
 import polars as pl
-from sklearn.metrics import roc_auc_score
 
 from .. import registry
 from ..text import NAME_CONNECTORS, STOPWORDS, Word
+from .probes import roc_auc
 
 # words that frame a question or an answer without being its subject, property or answer
 FRAME_WORDS = set("answer question called named known type kind sort example year".split())
@@ -347,7 +347,7 @@ def position_only_auc(correct: np.ndarray, value: np.ndarray) -> float:
     wrong = ~np.asarray(correct, dtype=bool)
     if wrong.all() or not wrong.any():
         return float("nan")
-    auc = float(roc_auc_score(wrong, np.asarray(value, dtype=float)))
+    auc = roc_auc(wrong, np.asarray(value, dtype=float))
     return max(auc, 1.0 - auc)
 
 
