@@ -9,11 +9,11 @@ rule generate_answers:
         res("logs", "generate_answers", "{model}", "{dataset}.log"),
     benchmark:
         res("benchmarks", "generate_answers", "{model}", "{dataset}.tsv")
-    # a chain's later model stages first (extract_pathways 2, extract_experiments 3); the short jobs that
-    # start a model job (label_answers, probe_deltap: 4) before any model job, so that no chain waits for a
-    # slot behind model jobs (a chain held back ran alone at the end, one CPU idle); the DepthQA model jobs
-    # (1) beside the generation, not at the end
-    priority: 1
+    # priorities follow the work a job unlocks (longest chain first): the short jobs that start a model job
+    # (label_answers, probe_deltap: 5), then generate_answers (4: each starts a chain of ~150 s),
+    # extract_pathways (3), extract_experiments (2), the DepthQA model jobs (1: no chain behind them). Chains
+    # taken depth first left one chain's generation for the end, run alone with a CPU idle.
+    priority: 4
     conda:
         "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
@@ -40,7 +40,7 @@ rule label_answers:
         accuracy=res("labels", "{model}", "{dataset}.accuracy.tsv"),
     log:
         res("logs", "label_answers", "{model}", "{dataset}.log"),
-    priority: 4
+    priority: 5
     conda:
         "../../envs/truthflow.yaml"
     script:

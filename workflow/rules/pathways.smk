@@ -14,7 +14,7 @@ rule extract_pathways:
         res("logs", "extract_pathways", "{model}", "{dataset}.log"),
     benchmark:
         res("benchmarks", "extract_pathways", "{model}", "{dataset}.tsv")
-    priority: 2
+    priority: 3
     conda:
         "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
@@ -49,7 +49,7 @@ rule probe_deltap:
         check=pw_dir("check.parquet"),
     log:
         res("logs", "probe_deltap", "{model}", "{dataset}.log"),
-    priority: 4
+    priority: 5
     conda:
         "../../envs/truthflow.yaml"
     params:
@@ -165,7 +165,7 @@ rule extract_experiments:
         res("logs", "extract_experiments", "{model}", "{dataset}.log"),
     benchmark:
         res("benchmarks", "extract_experiments", "{model}", "{dataset}.tsv")
-    priority: 3
+    priority: 2
     conda:
         "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
