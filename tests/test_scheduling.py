@@ -13,7 +13,7 @@ def test_model_slots():
 
 @pytest.mark.parametrize(
     "cores,slots,expected",
-    [(8, 2, 3), (16, 2, 7), (2, 2, 1), (1, 2, 1), (3, 2, 1), (5, 2, 2), (16, 4, 3), (None, 2, 8)],
+    [(8, 2, 4), (16, 2, 8), (2, 2, 1), (1, 2, 1), (3, 2, 2), (16, 4, 4), (None, 2, 8)],
 )
 def test_model_threads(cores, slots, expected):
     assert model_threads(cores, slots) == expected
@@ -22,7 +22,7 @@ def test_model_threads(cores, slots, expected):
 @pytest.mark.parametrize(
     "threads,cores,cpus,expected",
     [
-        (3, 8, 2, 1),  # the demo: --cores 8 on this 2-CPU machine, two jobs of 3 threads: one torch thread
+        (4, 8, 2, 1),  # the demo: --cores 8 on this 2-CPU machine, two jobs of 4 threads: one torch thread
         (8, 16, 16, 8),  # --cores 16 on 16 CPUs, two jobs: half each
         (8, 16, 64, 8),  # never more than the job's threads
         (1, 1, 2, 1),
@@ -47,9 +47,8 @@ def test_two_demo_model_jobs_never_oversubscribe():
 @pytest.mark.workflow
 def test_model_jobs_get_their_share_in_a_real_dry_run(tmp_path):
     """The one real dry run of this family: the Snakefile reads --cores and --resources gpu=K off Snakemake
-    (two model jobs at once, a GPU each: (16 - 1) // 2 = 7 threads, a core left to the short jobs) and hands
-    the job its torch threads. The other cases (--cores 8 alone: 3 threads on a CPU machine) are the hand
-    cases above."""
+    (two model jobs at once, a GPU each: 16 // 2 = 8 threads) and hands the job its torch threads. The other
+    cases (--cores 8 alone: 4 threads on a CPU machine) are the hand cases above."""
     import re
 
     from conftest import small_config, snakemake, write_config
@@ -60,5 +59,5 @@ def test_model_jobs_get_their_share_in_a_real_dry_run(tmp_path):
     assert proc.returncode == 0, out[-3000:]
     block = out[out.index("rule generate_answers:") :]
     block = block[: block.index("\n\n")]
-    assert re.search(r"^\s+threads: 7$", block, re.M), block
+    assert re.search(r"^\s+threads: 8$", block, re.M), block
     assert re.search(r"torch_threads=\d+", block), block

@@ -16,14 +16,11 @@ def model_slots(gpus: int | None, gpu_machine: bool) -> int:
 
 
 def model_threads(cores: int | None, slots: int, default: int = 8) -> int:
-    """Snakemake threads of a model job: its slot's share of a local run's --cores less one core, which the
-    short jobs (labels, probes, tables: one thread each) use beside the model jobs, or `default` where the
-    run gives no core count (a cluster run: profiles set theirs with set-threads). Without the spare core
-    every short job waited for a model slot and held it while it ran: on the demo (--cores 8 on 2 CPUs)
-    about 10% of the run had one CPU idle."""
+    """Snakemake threads of a model job: its slot's share of a local run's --cores, or `default` where the
+    run gives no core count (a cluster run: profiles set theirs with set-threads)."""
     if not cores:
         return default
-    return max(1, (cores - 1) // max(1, slots))
+    return max(1, -(-cores // max(1, slots)))
 
 
 def torch_threads(threads: int, cores: int | None, cpus: int) -> int:

@@ -44,9 +44,7 @@ MODEL_THREADS = model_threads(
     model_slots(_gpus if isinstance(_gpus, int) and _gpus > 0 else None, _gpu_machine),
 )
 _cpus = (
-    len(os.sched_getaffinity(0))
-    if hasattr(os, "sched_getaffinity")
-    else os.cpu_count() or 1
+    len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 )
 TORCH_THREADS = torch_threads(MODEL_THREADS, _cores, _cpus)
 
@@ -94,9 +92,7 @@ def _script_modules(script):
     try:
         finder.run_script(script)
     except SyntaxError as exc:
-        raise WorkflowError(
-            f"cannot read the imports of {exc.filename}: {exc.msg} (line {exc.lineno})"
-        )
+        raise WorkflowError(f"cannot read the imports of {exc.filename}: {exc.msg} (line {exc.lineno})")
     files = {
         m.__file__
         for name, m in finder.modules.items()

@@ -9,7 +9,6 @@ rule score_mink:
         res("logs", "score_mink", "{model}.log"),
     benchmark:
         res("benchmarks", "score_mink", "{model}.tsv")
-    priority: 1  # generate.smk says why
     conda:
         "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
@@ -34,7 +33,6 @@ rule answer_depthqa:
         res("logs", "answer_depthqa", "{model}.log"),
     benchmark:
         res("benchmarks", "answer_depthqa", "{model}.tsv")
-    priority: 1  # generate.smk says why
     conda:
         "../../envs/truthflow.yaml"
     threads: MODEL_THREADS

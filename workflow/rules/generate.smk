@@ -9,11 +9,8 @@ rule generate_answers:
         res("logs", "generate_answers", "{model}", "{dataset}.log"),
     benchmark:
         res("benchmarks", "generate_answers", "{model}", "{dataset}.tsv")
-    # priorities follow the work a job unlocks (longest chain first): the short jobs that start a model job
-    # (label_answers, probe_deltap: 5), then generate_answers (4: each starts a chain of ~150 s),
-    # extract_pathways (3), extract_experiments (2), the DepthQA model jobs (1: no chain behind them). Chains
-    # taken depth first left one chain's generation for the end, run alone with a CPU idle.
-    priority: 4
+    # a chain's later model stages first; the DepthQA model jobs (priority 0) fill the slots it leaves idle
+    priority: 1
     conda:
         "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
@@ -40,7 +37,6 @@ rule label_answers:
         accuracy=res("labels", "{model}", "{dataset}.accuracy.tsv"),
     log:
         res("logs", "label_answers", "{model}", "{dataset}.log"),
-    priority: 5
     conda:
         "../../envs/truthflow.yaml"
     script:

@@ -14,7 +14,7 @@ rule extract_pathways:
         res("logs", "extract_pathways", "{model}", "{dataset}.log"),
     benchmark:
         res("benchmarks", "extract_pathways", "{model}", "{dataset}.tsv")
-    priority: 3
+    priority: 2
     conda:
         "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
@@ -49,7 +49,6 @@ rule probe_deltap:
         check=pw_dir("check.parquet"),
     log:
         res("logs", "probe_deltap", "{model}", "{dataset}.log"),
-    priority: 5
     conda:
         "../../envs/truthflow.yaml"
     params:
@@ -99,9 +98,7 @@ rule plot_pathways:
         summary=res("tables", "pathways_summary.parquet"),
         auc=res("tables", "probe_auc.parquet"),
         check=res("tables", "pathways_check.parquet"),
-        captions=caption_files(
-            "pathways", "probe_auc", "pathways_control", "pathways_check"
-        ),
+        captions=caption_files("pathways", "probe_auc", "pathways_control", "pathways_check"),
         code=code(),
     output:
         png=report(
@@ -165,7 +162,7 @@ rule extract_experiments:
         res("logs", "extract_experiments", "{model}", "{dataset}.log"),
     benchmark:
         res("benchmarks", "extract_experiments", "{model}", "{dataset}.tsv")
-    priority: 2
+    priority: 3
     conda:
         "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
@@ -232,16 +229,7 @@ rule plot_experiments:
         per_sample=res("tables", "pathways_experiment_samples.parquet"),
         published=checkout_path("workflow", "report", "published.tsv"),
         captions=caption_files(
-            *(
-                f"pathways_{f}"
-                for f in (
-                    "patching",
-                    "answer_only",
-                    "boundary",
-                    "saliency",
-                    "awareness",
-                )
-            )
+            *(f"pathways_{f}" for f in ("patching", "answer_only", "boundary", "saliency", "awareness"))
         ),
         code=code(),
     output:
