@@ -49,6 +49,7 @@ rule probe_deltap:
         check=pw_dir("check.parquet"),
     log:
         res("logs", "probe_deltap", "{model}", "{dataset}.log"),
+    priority: 2
     conda:
         "../../envs/truthflow.yaml"
     params:
@@ -162,7 +163,7 @@ rule extract_experiments:
         res("logs", "extract_experiments", "{model}", "{dataset}.log"),
     benchmark:
         res("benchmarks", "extract_experiments", "{model}", "{dataset}.tsv")
-    priority: 3
+    priority: 1
     conda:
         "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
