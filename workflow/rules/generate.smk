@@ -9,11 +9,8 @@ rule generate_answers:
         res("logs", "generate_answers", "{model}", "{dataset}.log"),
     benchmark:
         res("benchmarks", "generate_answers", "{model}", "{dataset}.tsv")
-    # stage by stage (generate_answers and label_answers 3, extract_pathways and probe_deltap 2,
-    # extract_experiments 1): the short job that starts the next model job goes with it, so no chain waits
-    # behind model jobs and none is left to run alone at the end; the DepthQA model jobs (0) and the shorter
-    # jobs after the extraction fill the end, where two slots finish together
-    priority: 3
+    # a chain's later model stages first; the DepthQA model jobs (priority 0) fill the slots it leaves idle
+    priority: 1
     conda:
         "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
@@ -40,7 +37,6 @@ rule label_answers:
         accuracy=res("labels", "{model}", "{dataset}.accuracy.tsv"),
     log:
         res("logs", "label_answers", "{model}", "{dataset}.log"),
-    priority: 3
     conda:
         "../../envs/truthflow.yaml"
     script:

@@ -49,7 +49,6 @@ rule probe_deltap:
         check=pw_dir("check.parquet"),
     log:
         res("logs", "probe_deltap", "{model}", "{dataset}.log"),
-    priority: 2
     conda:
         "../../envs/truthflow.yaml"
     params:
@@ -163,7 +162,7 @@ rule extract_experiments:
         res("logs", "extract_experiments", "{model}", "{dataset}.log"),
     benchmark:
         res("benchmarks", "extract_experiments", "{model}", "{dataset}.tsv")
-    priority: 1
+    priority: 3
     conda:
         "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
