@@ -29,6 +29,14 @@ RUNS = {
             r"peak memory",
         ],
     ),
+    "bench_experiments.py": (
+        ["--n", "8", "--batch", "4", "--length", "12", "--prefix", "8"],
+        [
+            r"project, saliency \+ baseline from its pass: .* samples/s",
+            r"reference, saliency \+ its own clean pass: .* samples/s",
+            r"baselines differ by at most",
+        ],
+    ),
     "bench_depth.py": (
         ["--n", "8", "--batch", "4", "--max-new-tokens", "4"],
         [r"score_mink 8 questions in .* questions/s", r"answer_depthqa 8 answers, \d+ new tokens"],
