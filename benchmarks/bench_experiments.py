@@ -18,9 +18,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from common import peak_mb, sync  # noqa: E402
+from common import bench_models, peak_mb, sync  # noqa: E402
 
-from truthflow.models import load_model  # noqa: E402
 from truthflow.pathways.interventions import answer_logprobs  # noqa: E402
 from truthflow.pathways.saliency import saliency  # noqa: E402
 
@@ -77,21 +76,8 @@ def main():
     ap.add_argument("--prefix", type=int, default=30, help="tokens every sequence shares (a chat header)")
     args = ap.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
-    if args.shape:
-        from shapes import random_model
-
-        bench(
-            random_model(args.shape),
-            f"{args.shape} (random weights)",
-            args.n,
-            args.length,
-            args.batch,
-            args.prefix,
-        )
-        return
-    for name in args.models:
-        lm = load_model(Path("resources/models") / name, "float32")
-        bench(lm, f"{name} (cpu, fp32)", args.n, args.length, args.batch, args.prefix)
+    for lm, label in bench_models(args.shape, args.models):
+        bench(lm, label, args.n, args.length, args.batch, args.prefix)
 
 
 if __name__ == "__main__":

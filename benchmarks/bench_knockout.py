@@ -21,10 +21,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from common import peak_mb, sync  # noqa: E402
+from common import bench_models, peak_mb, sync  # noqa: E402
 
 from truthflow.batching import pad_batch  # noqa: E402
-from truthflow.models import load_model  # noqa: E402
 from truthflow.pathways.knockout import (  # noqa: E402
     LayerMasks,
     ResidCapture,
@@ -152,29 +151,8 @@ def main():
     ap.add_argument("--prefix", type=int, default=40, help="tokens every sequence shares (a chat header)")
     args = ap.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
-    if args.shape:
-        from shapes import random_model
-
-        bench(
-            random_model(args.shape),
-            f"{args.shape} (random weights, bf16, sdpa)",
-            args.n,
-            args.length,
-            args.batch,
-            args.naive_n,
-            args.prefix,
-        )
-        return
-    for name in args.models:
-        bench(
-            load_model(Path("resources/models") / name, "float32"),
-            f"{name} (cpu, fp32)",
-            args.n,
-            args.length,
-            args.batch,
-            args.naive_n,
-            args.prefix,
-        )
+    for lm, label in bench_models(args.shape, args.models):
+        bench(lm, label, args.n, args.length, args.batch, args.naive_n, args.prefix)
 
 
 if __name__ == "__main__":

@@ -222,15 +222,14 @@ def next_token_logits(lm: LoadedModel, rows: list[list[int]], at: list[list[int]
     return logits_at(lm.model, h, at, head)
 
 
-def logprob_stats(logits: torch.Tensor, targets: list[list[int]]) -> list[tuple[float, float]]:
+def logprob_stats(logits: torch.Tensor, targets: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     """Logits-mean / Logits-min of each row: the mean and the minimum log-probability of its target tokens,
     targets[r] scored by consecutive rows of `logits` (`logits_at`); NaN for a row without targets."""
     lp = torch.log_softmax(logits, dim=-1)
     flat = torch.tensor([t for ts in targets for t in ts], device=lp.device)
     vals = lp[torch.arange(len(flat), device=lp.device), flat].cpu().numpy()
-    cuts = np.cumsum([len(t) for t in targets])[:-1]
-    nan = (math.nan, math.nan)
-    return [(float(v.mean()), float(v.min())) if len(v) else nan for v in np.split(vals, cuts)]
+    per_row = np.split(vals, np.cumsum([len(t) for t in targets])[:-1])
+    return tuple(np.array([f(v) if len(v) else math.nan for v in per_row]) for f in (np.mean, np.min))
 
 
 @torch.inference_mode()
@@ -257,7 +256,7 @@ def answer_logprobs(
         rows = [seqs[i][: max(1, ends[i])] for i in idx]
         logits = next_token_logits(lm, rows, [[p - 1 for p in pos] for pos in scored])
         targets = [[seqs[i][p] for p in pos] for i, pos in zip(idx, scored, strict=True)]
-        mean[idx], low[idx] = np.array(logprob_stats(logits, targets)).T
+        mean[idx], low[idx] = logprob_stats(logits, targets)
 
     run_batched(order, batch_size, step, desc=desc)
     return mean, low

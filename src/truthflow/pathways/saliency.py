@@ -196,7 +196,7 @@ def saliency(
             with torch.no_grad():
                 logits = logits_at(model, resid, at, head)
             targets = [[seqs[i][p + 1] for p in pos] for i, pos in zip(idx, at, strict=True)]
-            mean[idx], low[idx] = np.array(logprob_stats(logits, targets)).T
+            mean[idx], low[idx] = logprob_stats(logits, targets)
         del resid
         width = valid.shape[1]
         masks = [pair_masks(len(seqs[i]), eq_positions[i], ea_positions[i], width) for i in idx]
