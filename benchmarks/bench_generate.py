@@ -140,7 +140,9 @@ def compare(lm, label, prompts, encoded, chat, stop_at_newline, args) -> None:
     n_ours = sum(o["n_new_tokens"] for o in ours)
     n_plain = sum(len(a) for a in plain)
     same = sum(o["answer_ids"] == a for o, a in zip(ours, plain, strict=True))
-    assert again == ours, "the project's answers changed between two identical runs"
+    # CPU fp32: the two runs agree exactly (tests/test_benchmarks.py); a GPU in bf16 on random weights has
+    # near-tied logits that a cold first call's kernels can flip (seen on an H200), so count, do not assert
+    repeat = sum(a == o for a, o in zip(again, ours, strict=True))
     lens = sorted(len(e) for e in encoded)
     rate_ours, rate_plain = n_ours / t_ours, n_plain / t_plain
     device = lm.device
@@ -158,7 +160,7 @@ def compare(lm, label, prompts, encoded, chat, stop_at_newline, args) -> None:
         f"  plain        : {n_plain:6,} new tokens in {t_plain:6.1f} s = {rate_plain:8,.1f} tokens/s, "
         f"peak {peak_plain:8,.0f} MiB (fixed batch {args.batch}, given order)\n"
         f"  ratio project/plain: {rate_ours / rate_plain:.2f}x (cold: {n_ours / t_cold / rate_plain:.2f}x); "
-        f"identical answers {same}/{len(encoded)}",
+        f"identical answers {same}/{len(encoded)}; the project's two runs agree on {repeat}/{len(encoded)}",
         flush=True,
     )
 

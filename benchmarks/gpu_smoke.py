@@ -112,23 +112,30 @@ def per_layer_reference(lm, seq: list[int], probe: int, block: list[int]) -> tup
         per_layer.remove()
 
 
+def rel_err(a: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.abs(a - ref).max() / max(np.abs(ref).max(), 1e-6))
+
+
 def stage_extraction(lm, n: int, dtype: str):
     vocab = lm.model.config.vocab_size
     seqs, probe, eq, controls = case(n, vocab)
     clean, kos = ko.resid_sweep_multi(lm, seqs, probe, [eq, *controls], batch_size=64, out_dtype=np.float32)
     sync()
-    worst = 0.0
+    worst = noise = 0.0
     for i in range(3):  # exactness: one-pass cumulative knockout vs the per-layer reference passes
         ref_clean, ref_ko = per_layer_reference(lm, seqs[i], probe[i], eq[i])
         for k in range(ref_ko.shape[0]):
-            scale = max(np.abs(ref_ko[k]).max(), 1e-6)
-            worst = max(worst, float(np.abs(kos[0][i, k] - ref_ko[k]).max() / scale))
-    tol = TOLERANCE[dtype]
-    assert worst <= tol, f"one-pass vs per-layer knockout: max relative error {worst:.2e} > {tol:.0e}"
+            worst = max(worst, rel_err(kos[0][i, k], ref_ko[k]))
+            noise = max(noise, rel_err(clean[i, k], ref_clean[k]))
+    # the bound: the dtype's tolerance, or twice the rounding noise of the same two paths' CLEAN states
+    # (batched with a shared head vs one row in full: in bf16 it grows with depth, 5e-2 at 36 layers); a
+    # knockout that blocked nothing or the wrong tokens is off by O(1), far above either
+    tol = max(TOLERANCE[dtype], 2 * noise)
+    assert worst <= tol, f"one-pass vs per-layer knockout: max relative error {worst:.2e} > {tol:.1e}"
     return (
         clean,
         kos,
-    ), f"{n} samples, clean + E_Q + 3 controls; one-pass vs per-layer max rel. err {worst:.1e}"
+    ), f"{n} samples, clean + E_Q + 3 controls; one-pass vs per-layer max rel. err {worst:.1e} (clean {noise:.1e})"
 
 
 def stage_probes(arrays, n: int):
@@ -273,6 +280,10 @@ def main() -> int:
         stages.append(("two-GPU split", lambda: stage_split(lm, chat_lm, min(args.n, 32), args.dtype)))
     for name, fn in stages:
         t = time.perf_counter()
+        if name.startswith("probes") and arrays is None:
+            failed += 1
+            print(f"  SKIP {name:<22} needs the extraction stage's states", flush=True)
+            continue
         try:
             result = fn()
             if name.startswith("extraction"):
