@@ -133,9 +133,13 @@ def stage_extraction(lm, n: int, dtype: str):
     tol = max(TOLERANCE[dtype], 2 * noise)
     assert worst <= tol, f"one-pass vs per-layer knockout: max relative error {worst:.2e} > {tol:.1e}"
     return (
-        clean,
-        kos,
-    ), f"{n} samples, clean + E_Q + 3 controls; one-pass vs per-layer max rel. err {worst:.1e} (clean {noise:.1e})"
+        (
+            clean,
+            kos,
+        ),
+        f"{n} samples, clean + E_Q + 3 controls; one-pass vs per-layer max rel. err {worst:.1e} "
+        f"(clean {noise:.1e})",
+    )
 
 
 def stage_probes(arrays, n: int):

@@ -287,6 +287,26 @@ def test_saliency_pass_gives_the_separate_logits_baseline(twin):
             assert got.logit_min[i] == pytest.approx(np.min(vals), abs=1e-5)
 
 
+def test_saliency_pass_gives_the_knockouts_clean_states(twin):
+    """extract_pathways takes resid_clean off the saliency pass (eager attention, whole sequences past the
+    probe, batches of saliency_batch_size from their own shared head) instead of a clean knockout pass (sdpa,
+    the additive mask, sequences cut at the probe): equal to it at every layer, across the sliding window;
+    the knockout conditions are unchanged when their clean pass is left out."""
+    seqs, starts, eqs, eas = _sal_case()
+    probes = [e[-1] for e in eas]
+    blocks = [[q[0]] for q in eqs]
+    ref_clean, (ref_ko,) = ko.resid_sweep_multi(twin, seqs, probes, [blocks], 3, out_dtype=np.float32)
+    got = np.full_like(ref_clean, np.nan)
+    sal.saliency(twin, seqs, starts, eqs, eas, batch_size=2, states=(probes, got))
+    np.testing.assert_allclose(got, ref_clean, rtol=1e-4, atol=1e-5 * np.abs(ref_clean).max())
+    none, (ko_only,) = ko.resid_sweep_multi(
+        twin, seqs, probes, [blocks], 3, out_dtype=np.float32, clean=False
+    )
+    assert none is None and np.array_equal(ko_only, ref_ko) and not np.allclose(ko_only, ref_clean)
+    with pytest.raises(ValueError, match="states positions of samples"):  # inside the shared head
+        sal.saliency(twin, seqs, starts, eqs, eas, 2, states=([0, 0, 0], got))
+
+
 # ------------------------------------------------------------------ MIN-K% (B1)
 TEXTS = [
     "What is a proton gradient and why does it matter?",

@@ -391,6 +391,7 @@ def test_run_gives_every_table_with_k_layer():
 
 def test_extract_writes_the_passes_and_the_samples_table(tiny):
     from truthflow.pathways.extract import SAMPLES_SCHEMA, extract
+    from truthflow.pathways.saliency import saliency
 
     seqs = _seqs()
     kept = pl.DataFrame(
@@ -399,6 +400,7 @@ def test_extract_writes_the_passes_and_the_samples_table(tiny):
             "correct": [True, False, True],
             "refusal": [False] * 3,
             "seq": seqs,
+            "answer_start": [9, 8, 12],
             "eq_positions": [[1, 2], [3], [2, 3, 4]],
             "ea_positions": [[9, 10], [8], [13]],
             "probe_position": [10, 8, 13],
@@ -415,8 +417,13 @@ def test_extract_writes_the_passes_and_the_samples_table(tiny):
         "window": 9,
     }
     out = (np.zeros((3, 3, 32), np.float32), [np.zeros((3, 3, 32), np.float32) for _ in range(3)])
-    samples = extract(tiny, kept, 2, cfg, "test", out)
-    assert samples.schema == pl.Schema(SAMPLES_SCHEMA)
+    samples, scores = extract(tiny, kept, 2, cfg, 2, "test", out)
+    assert samples.schema == pl.Schema(SAMPLES_SCHEMA) and scores.schema == pl.Schema(ex.SALIENCY_SCHEMA)
+    # the saliency table is the separate saliency stage's; resid_clean its pass's states (checked below)
+    sep = saliency(tiny, seqs, [9, 8, 12], kept["eq_positions"].to_list(), kept["ea_positions"].to_list(), 2)
+    assert scores["id"].to_list() == ["a", "b", "c"]
+    np.testing.assert_allclose(scores["logit_mean"].to_numpy(), sep.logit_mean)
+    np.testing.assert_allclose(np.array(scores["s_eq_ea"].to_list()), sep.scores[:, :, 0], equal_nan=True)
     assert samples["blocked_positions"].to_list() == kept["eq_positions"].to_list()
     assert samples["control_matched"].to_list() == [True, True, False] and samples["n_eq"].to_list() == [
         2,
@@ -427,8 +434,10 @@ def test_extract_writes_the_passes_and_the_samples_table(tiny):
     eq = kept["eq_positions"].to_list()
     clean, (ko,) = resid_sweep_multi(tiny, seqs, [10, 8, 13], [eq], 2, out_dtype=np.float32)
     assert np.allclose(out[0], clean, atol=1e-5) and np.allclose(out[1][0], ko, atol=1e-5)
-    empty = extract(tiny, kept.clear(), 2, cfg, "test", (np.zeros((0, 3, 32)), [np.zeros((0, 3, 32))] * 3))
+    none = (np.zeros((0, 3, 32)), [np.zeros((0, 3, 32))] * 3)
+    empty, no_scores = extract(tiny, kept.clear(), 2, cfg, 2, "test", none)
     assert empty.height == 0 and empty.schema == pl.Schema(SAMPLES_SCHEMA)
+    assert no_scores.height == 0 and no_scores.schema == pl.Schema(ex.SALIENCY_SCHEMA)
 
 
 @pytest.mark.model
@@ -455,6 +464,11 @@ def test_experiment_states_on_a_real_model(smollm):
             "probe_position": ends,
             "control_positions": [[[len(p) - 6, len(p) - 5]] for p in prompts],
             "control_matched": [True, True, False],
+            # extract_pathways' saliency.parquet, passed through to the scores
+            "logit_mean": [-1.0, -2.0, -3.0],
+            "logit_min": [-2.0, -3.0, -4.0],
+            "s_eq_ea": [[0.1, 0.2]] * 3,
+            "s_eq_all": [[0.3, 0.4]] * 3,
         }
     )
     hidden = smollm.info["hidden_size"]
@@ -468,7 +482,11 @@ def test_experiment_states_on_a_real_model(smollm):
     scores = experiment_states(smollm, table, 3, cfg, 3, prompt, outs, "t")
     assert scores.schema == pl.Schema(ex.SCORES_SCHEMA) and scores["layer"].to_list() == [3] * 3
     assert scores["patch_control_matched"].to_list() == [True, True, False]
-    assert ((scores["p_true"] > 0) & (scores["p_true"] < 1)).all() and scores["s_eq_ea"].list.len().min() > 0
+    assert ((scores["p_true"] > 0) & (scores["p_true"] < 1)).all()
+    assert scores["logit_min"].to_list() == [-2.0, -3.0, -4.0] and scores["s_eq_all"][2].to_list() == [
+        0.3,
+        0.4,
+    ]
     seqs = [p + a for p, a in zip(prompts, answers, strict=True)]
     inputs = iv.patched_inputs(
         ["a", "b", "c"],

@@ -10,6 +10,7 @@ rule extract_pathways:
         resid_clean=pw_dir("resid_clean.npy"),
         resid_ko=pw_dir("resid_ko.npy"),
         resid_control=pw_dir("resid_control.npy"),
+        saliency=pw_dir("saliency.parquet"),
     log:
         res("logs", "extract_pathways", "{model}", "{dataset}.log"),
     benchmark:
@@ -31,6 +32,8 @@ rule extract_pathways:
             else None
         ),
         knockout=config["pathways"]["knockout"],
+        # saliency runs here (its clean pass gives resid_clean); the rest of the experiments wait for K
+        saliency_batch_size=config["pathways"]["experiments"]["saliency_batch_size"],
     script:
         "../scripts/extract_pathways.py"
 
@@ -148,6 +151,7 @@ rule plot_pathways:
 rule extract_experiments:
     input:
         samples=rules.extract_pathways.output.samples,
+        saliency=rules.extract_pathways.output.saliency,
         labels=rules.label_answers.output.labels,
         data=rules.download_dataset.output.data,
         auc=rules.probe_deltap.output.auc,

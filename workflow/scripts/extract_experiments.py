@@ -2,7 +2,7 @@ import numpy as np
 
 from truthflow import runlog, validate
 from truthflow.jobs import load_job_model
-from truthflow.pathways.experiments import experiment_layer
+from truthflow.pathways.experiments import SALIENCY_SCHEMA, experiment_layer
 from truthflow.pathways.extract import experiment_states
 
 
@@ -14,8 +14,11 @@ def main(sm):
     labels = validate.read_parquet(sm.input.labels, ["id", "prompt_ids", "answer_ids", "answer"])
     questions = validate.read_parquet(sm.input.data, ["id", "question"])
     auc = validate.read_parquet(sm.input.auc, ["layer", "auc", "status"])
-    table = samples.join(labels, on="id", how="left").join(
-        questions.select("id", "question"), on="id", how="left"
+    saliency = validate.read_parquet(sm.input.saliency, list(SALIENCY_SCHEMA))
+    table = (
+        samples.join(labels, on="id", how="left")
+        .join(questions.select("id", "question"), on="id", how="left")
+        .join(saliency, on="id", how="left")
     )
     lm = load_job_model(sm)
     n, hidden = table.height, lm.info["hidden_size"]

@@ -29,10 +29,12 @@ def main(sm):
         for path, s in zip(paths, (shape, shape, (draws, *shape)), strict=True)
     )
     out = (clean, [ko, *(ctrl[d] for d in range(draws))])
-    samples = extract(lm, kept, bs, sm.params.knockout, f"knockout {model}/{dataset}", out)
+    sal_bs = sm.params.saliency_batch_size
+    samples, scores = extract(lm, kept, bs, sm.params.knockout, sal_bs, f"knockout {model}/{dataset}", out)
     for arr in (clean, ko, ctrl):
         arr.flush()
     samples.write_parquet(sm.output.samples)
+    scores.write_parquet(sm.output.saliency)
     dropped.with_columns(model=pl.lit(model), dataset=pl.lit(dataset)).write_parquet(sm.output.dropped)
 
 

@@ -40,6 +40,10 @@ SCORES_SCHEMA = {
     "s_eq_ea": pl.List(pl.Float64),
     "s_eq_all": pl.List(pl.Float64),
 }
+# saliency.parquet: extract_pathways' saliency pass (A15) and the Logits baselines read off it (A17)
+SALIENCY_SCHEMA = {"id": pl.String} | {
+    c: SCORES_SCHEMA[c] for c in ("logit_mean", "logit_min", "s_eq_ea", "s_eq_all")
+}
 PER_SAMPLE_SCHEMA = {"id": pl.String, "group": pl.String, "correct": pl.Boolean}
 
 

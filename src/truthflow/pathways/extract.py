@@ -13,7 +13,7 @@ from ..generation import build_prompt, encode_prompt, generate_answers
 from ..models import LoadedModel
 from . import interventions as iv
 from . import tokens as et
-from .experiments import SCORES_SCHEMA
+from .experiments import SALIENCY_SCHEMA, SCORES_SCHEMA
 from .knockout import resid_sweep_multi
 from .saliency import saliency
 
@@ -82,8 +82,8 @@ def locate_all(
     batch_size: int = 32,
     template_kwargs: dict | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """table: labelled answers joined with their questions. Returns (kept samples with token positions,
-    dropped samples with their reason)."""
+    """table: labelled answers joined with their questions. Returns (kept samples with their token sequence,
+    answer start and token positions, dropped samples with their reason)."""
     rows = table.to_dicts()
     llm_ea: list = [None] * len(rows)
     llm_eq: list = [[] for _ in rows]
@@ -117,6 +117,7 @@ def locate_all(
                 "correct": bool(r["correct"]),
                 "refusal": bool(r["refusal"]),
                 "seq": list(r["prompt_ids"]) + list(r["answer_ids"]),
+                "answer_start": len(r["prompt_ids"]),
                 "eq_positions": eq,
                 "ea_positions": ea,
                 "probe_position": ea[-1],
@@ -129,7 +130,7 @@ def locate_all(
         )
     # kept: the samples table's columns up to ea_text and the token sequence
     kept_columns = list(SAMPLES_SCHEMA)[: list(SAMPLES_SCHEMA).index("ea_text") + 1]
-    schema = {"seq": _POS, **{c: SAMPLES_SCHEMA[c] for c in kept_columns}}
+    schema = {"seq": _POS, "answer_start": pl.Int64, **{c: SAMPLES_SCHEMA[c] for c in kept_columns}}
     return pl.DataFrame(kept, schema=schema), pl.DataFrame(
         dropped, schema={"id": pl.String, "reason": pl.String}
     )
@@ -179,26 +180,60 @@ def knockout_blocks(
 
 
 def extract(
-    lm: LoadedModel, kept: pl.DataFrame, batch_size: int, knockout: dict, desc: str, out=None
-) -> pl.DataFrame:
-    """Clean pass + the target knockout + each control draw (knockout: pathways.knockout), written into
-    out = (resid_clean, [resid_ko target, resid_ko control draw 0, ...]). Returns SAMPLES_SCHEMA's table."""
+    lm: LoadedModel,
+    kept: pl.DataFrame,
+    batch_size: int,
+    knockout: dict,
+    saliency_batch: int,
+    desc: str,
+    out=None,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The clean states, the target knockout and each control draw (knockout: pathways.knockout), written
+    into out = (resid_clean, [resid_ko target, resid_ko control draw 0, ...]), and the attention saliency
+    and Logits-mean/min of every kept sample (A15, A17). The saliency pass is a clean pass over the whole
+    sequence: in cumulative mode its states at the probe are resid_clean (the knockout runs no clean pass of
+    its own; tested equal to it). Returns (SAMPLES_SCHEMA's table, SALIENCY_SCHEMA's table)."""
     draws = knockout["control_draws"]
     target_blocks, controls, matched = knockout_blocks(
         kept, knockout["target"], draws, knockout["control_seed"]
     )
+    ids, seqs, probe = kept["id"].to_list(), kept["seq"].to_list(), kept["probe_position"].to_list()
+    shared = knockout["mode"] == "cumulative"
+    sal = None
     if kept.height:
+        clean, kos = out if out is not None else (None, None)
+        eq, ea = kept["eq_positions"].to_list(), kept["ea_positions"].to_list()
+        sal = saliency(
+            lm,
+            seqs,
+            kept["answer_start"].to_list(),
+            eq,
+            ea,
+            saliency_batch,
+            desc=f"saliency {desc}",
+            states=(probe, clean) if shared and clean is not None else None,
+        )
         resid_sweep_multi(
             lm,
-            kept["seq"].to_list(),
-            kept["probe_position"].to_list(),
+            seqs,
+            probe,
             [target_blocks, *controls],
             batch_size,
             mode=knockout["mode"],
             window=knockout["window"],
             desc=desc,
             out=out,
+            clean=not (shared and clean is not None),
         )
+    values = {c: [] for c in SALIENCY_SCHEMA if c != "id"}
+    if sal is not None:
+        values = {
+            "logit_mean": sal.logit_mean,
+            "logit_min": sal.logit_min,
+            "s_eq_ea": sal.scores[:, :, 0].tolist(),
+            "s_eq_all": sal.scores[:, :, 1].tolist(),
+        }
+    scores = pl.DataFrame({"id": ids, **values}, schema=SALIENCY_SCHEMA)
     n_unmatched = len(matched) - sum(matched)
     if n_unmatched:
         print(
@@ -216,17 +251,17 @@ def extract(
         pl.Series("control_matched", matched, dtype=pl.Boolean),
         pl.col("eq_positions").list.len().cast(pl.Int64).alias("n_eq"),
         pl.col("ea_positions").list.len().cast(pl.Int64).alias("n_ea"),
-    ).select(list(SAMPLES_SCHEMA))
+    ).select(list(SAMPLES_SCHEMA)), scores
 
 
 def experiment_states(
     lm: LoadedModel, table: pl.DataFrame, layer: int, cfg: dict, batch_size: int, prompt: dict, outs, name
 ) -> pl.DataFrame:
-    """The new states at layer K for `table` (samples.parquet joined with their labels and question),
-    written into outs = (patch [2, N, D]: E_Q and control patched; answer-only [N, D]; PR [2·F, N, D]: ×f
-    and ×1/f per factor f). Returns the per-sample scores (SCORES_SCHEMA): donors, P(True), answer
-    log-probabilities, saliency per layer. cfg: pathways.experiments; prompt: chat, template_kwargs (P(True)'s
-    prompt is built like the answers')."""
+    """The new states at layer K for `table` (samples.parquet joined with their labels, question and
+    saliency.parquet), written into outs = (patch [2, N, D]: E_Q and control patched; answer-only [N, D];
+    PR [2·F, N, D]: ×f and ×1/f per factor f). Returns the per-sample scores (SCORES_SCHEMA): donors,
+    P(True), and the table's answer log-probabilities and saliency per layer. cfg: pathways.experiments;
+    prompt: chat, template_kwargs (P(True)'s prompt is built like the answers')."""
     if table.height == 0:
         return pl.DataFrame(schema=SCORES_SCHEMA)
     patch, answer_only, pr = outs
@@ -234,7 +269,7 @@ def experiment_states(
     scores = {"id": ids, "layer": [layer] * n}
     seqs = [list(p) + list(a) for p, a in zip(table["prompt_ids"], table["answer_ids"], strict=True)]
     prompt_lens = table["prompt_ids"].list.len().to_list()
-    eq, ea, probe = (table[c].to_list() for c in ("eq_positions", "ea_positions", "probe_position"))
+    eq, probe = (table[c].to_list() for c in ("eq_positions", "probe_position"))
     ctrl0 = [
         c[0] if m and c else None
         for c, m in zip(table["control_positions"].to_list(), table["control_matched"], strict=True)
@@ -260,16 +295,11 @@ def experiment_states(
         for q, a in zip(table["question"], table["answer"], strict=True)
     ]
     prompts = [encode_prompt(lm.tokenizer, build_prompt(lm.tokenizer, t, chat, **kw), chat) for t in texts]
-    p_true = iv.p_true(lm, prompts, batch_size, desc=f"P(True) {name}")
-    sal = saliency(lm, seqs, prompt_lens, eq, ea, cfg["saliency_batch_size"], desc=f"saliency {name}")
     scores.update(
         donor=inputs["donor"],
         donor_length_matched=inputs["length_matched"],
         patch_control_matched=[c is not None for c in ctrl0],
-        p_true=p_true,
-        logit_mean=sal.logit_mean,
-        logit_min=sal.logit_min,
-        s_eq_ea=sal.scores[:, :, 0].tolist(),
-        s_eq_all=sal.scores[:, :, 1].tolist(),
+        p_true=iv.p_true(lm, prompts, batch_size, desc=f"P(True) {name}"),
+        **{c: table[c] for c in SALIENCY_SCHEMA if c != "id"},  # extract_pathways' saliency pass
     )
     return pl.DataFrame(scores, schema=SCORES_SCHEMA)

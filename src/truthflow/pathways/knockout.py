@@ -105,7 +105,7 @@ class ResidCapture:
     def _hook(self, i: int):
         def hook(_mod, _args, output):
             if self.active:
-                hidden = output[0] if isinstance(output, tuple) else output  # [B, T, D]
+                hidden = (output[0] if isinstance(output, tuple) else output).detach()  # [B, T, D]
                 if self._rows is None or self._rows.device != hidden.device:
                     self._rows = torch.arange(hidden.shape[0], device=hidden.device)
                     self.positions = self.positions.to(hidden.device)
@@ -190,21 +190,28 @@ def resid_sweep_multi(
     window: int = 9,
     desc: str = "knockout",
     out_dtype=np.float16,
-    out: tuple[np.ndarray, list[np.ndarray]] | None = None,
-) -> tuple[np.ndarray, list[np.ndarray]]:
+    out: tuple[np.ndarray | None, list[np.ndarray]] | None = None,
+    clean: bool = True,
+) -> tuple[np.ndarray | None, list[np.ndarray]]:
     """Residual stream after every layer at probe_pos: clean, and under each knockout condition of
     `block_sets` (condition c blocks block_sets[c][i] in sample i; e.g. E_Q, then random-control draws);
     mode cumulative or window (METHOD A7; window: one truncated pass per k). Returns (resid_clean
-    [N, L, D], [resid_ko [N, L, D] per condition]); `out` may pass memory-mapped arrays to stream into."""
+    [N, L, D], [resid_ko [N, L, D] per condition]); `out` may pass memory-mapped arrays to stream into.
+    clean=False: no clean pass in cumulative mode (resid_clean None; the caller has the clean states from
+    another pass of the same tokens, as `extract` from saliency's)."""
     base, device, dtype, pad_id = model_parts(lm)
     layers = base.layers
     shape = (len(seqs), len(layers), lm.model.config.get_text_config().hidden_size)
+    keep_clean = clean or mode == "window"  # window mode's clean pass is the mask its passes start from
     if out is None:
-        clean = np.zeros(shape, dtype=out_dtype)
-        kos = [np.zeros_like(clean) for _ in block_sets]
+        kos = [np.zeros(shape, dtype=out_dtype) for _ in block_sets]
+        clean = np.zeros(shape, dtype=out_dtype) if keep_clean else None
     else:
         clean, kos = out
-        if clean.shape != shape or len(kos) != len(block_sets) or any(k.shape != shape for k in kos):
+        clean = clean if keep_clean else None
+        if len(kos) != len(block_sets) or any(
+            a.shape != shape for a in [*kos, *([clean] if keep_clean else [])]
+        ):
             raise ValueError(f"out arrays must have shape {shape}, one per condition")
     # probe position is the last token we need: drop everything after it
     seqs = [s[: p + 1] for s, p in zip(seqs, probe_pos, strict=True)]
@@ -222,14 +229,15 @@ def resid_sweep_multi(
         if mode == "window":
             masks, prefix = [clean_mask], 0
         else:
-            masks = itertools.chain([clean_mask], ko_masks)
+            masks = itertools.chain([clean_mask] if keep_clean else [], ko_masks)
             prefix = shared_prefix([[b[i] for i in idx] for b in block_sets], lengths)
             prefix = prefix if prefix >= MIN_SHARED_PREFIX else 0
         cap = ResidCapture(layers)
         try:
             probes = [probe_pos[i] for i in idx]
             passes = condition_passes(base, cap, ids, valid, probes, prefix, ((ids, m) for m in masks))
-            for _, dst, name in zip(passes, [clean, *kos], names, strict=False):
+            dsts = list(zip([clean, *kos], names, strict=True))[0 if keep_clean else 1 :]
+            for _, (dst, name) in zip(passes, dsts, strict=False):
                 store(dst, idx, cap.stacked().numpy(), f"{desc}: {name}")
             if mode == "window":
                 for dst, name, m in zip(kos, names[1:], ko_masks, strict=True):

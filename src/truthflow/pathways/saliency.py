@@ -27,7 +27,7 @@ from ..errors import TruthflowError
 from ..logits import final_norm, unnormed
 from ..models import LoadedModel
 from .interventions import logits_at, logprob_stats
-from .knockout import _batch_tensors, head_cache, model_parts
+from .knockout import ResidCapture, _batch_tensors, head_cache, model_parts, store
 
 
 # ------------------------------------------------------------------------------------------- reduction
@@ -120,11 +120,16 @@ def answer_loss(
 
 
 def attention_and_grads(
-    lm: LoadedModel, seqs: list[list[int]], answer_start: list[int], head: int = 0
+    lm: LoadedModel,
+    seqs: list[list[int]],
+    answer_start: list[int],
+    head: int = 0,
+    capture: ResidCapture | None = None,
 ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], torch.Tensor, torch.Tensor]:
     """One right-padded batch, inside `eager_attention` (and `frozen_parameters`): (summed per-sample loss,
     [A^l [B, H, T - head, T]], [dL/dA^l], valid [B, T], the residual stream before the final norm
-    [B, T - head, D], detached); the shared head runs once (module docstring)."""
+    [B, T - head, D], detached); the shared head runs once (module docstring). `capture` (positions relative
+    to the head) records this clean pass's states after every layer, not the head's."""
     model = lm.model
     base, device, dtype, pad_id = model_parts(lm)
     ids, valid = _batch_tensors(seqs, pad_id, device)
@@ -135,8 +140,16 @@ def attention_and_grads(
         kwargs["position_ids"] = torch.arange(head, ids.shape[1], device=device)[None].expand(len(seqs), -1)
     with torch.enable_grad():
         embeds = model.get_input_embeddings()(ids[:, head:]).detach().requires_grad_(True)
-        with unnormed(model):  # the residual stream, for the E_A log-probabilities (`saliency`)
-            out = base(inputs_embeds=embeds, attention_mask=valid.long(), output_attentions=True, **kwargs)
+        if capture is not None:
+            capture.active = True
+        try:
+            with unnormed(model):  # the residual stream, for the E_A log-probabilities (`saliency`)
+                out = base(
+                    inputs_embeds=embeds, attention_mask=valid.long(), output_attentions=True, **kwargs
+                )
+        finally:
+            if capture is not None:
+                capture.active = False
         attns = list(out.attentions or ())
         n_layers = model.config.get_text_config().num_hidden_layers
         if len(attns) != n_layers or any(a is None for a in attns):
@@ -168,19 +181,32 @@ def saliency(
     ea_positions: list[list[int]],
     batch_size: int,
     desc: str = "saliency",
+    states: tuple[list[int], np.ndarray] | None = None,
 ) -> Saliency:
     """Attention saliency of every sample at every layer (module docstring), and the E_A tokens'
     Logits-mean / Logits-min read off the same clean pass: its residual stream through the float32 head
-    (`interventions.logits_at`), as `interventions.answer_logprobs` computes them in a pass of its own."""
+    (`interventions.logits_at`), as `interventions.answer_logprobs` computes them in a pass of its own.
+    states = (positions, out [N, L, D]): the same pass's residual stream after every layer at one position
+    per sample (at or after its first E_Q token and answer_start - 1), written into out: the clean states of
+    the knockout (`extract`), which then needs no clean pass of its own."""
     n = len(seqs)
     model = lm.model
     n_layers = model.config.get_text_config().num_hidden_layers
+    base_layers = model_parts(lm)[0].layers
     result = np.full((n, n_layers, 2), np.nan, dtype=np.float32)
     mean, low = np.full(n, np.nan), np.full(n, np.nan)
     for s, a, eq, ea in zip(seqs, answer_start, eq_positions, ea_positions, strict=True):  # same lengths
         if not 1 <= a < len(s):  # bad inputs fail before any model work
             raise ValueError(f"answer_start {a} must lie in [1, {len(s) - 1}] for {len(s)} tokens")
         pair_masks(len(s), eq, ea)
+    states_at, out = states if states is not None else (None, None)
+    if states_at is not None:
+        cases = zip(states_at, seqs, answer_start, eq_positions, strict=True)
+        bad = [i for i, (p, s, a, eq) in enumerate(cases) if not min([*eq, a - 1]) <= p < len(s)]
+        if bad:
+            raise ValueError(
+                f"states positions of samples {bad[:5]} lie before E_Q and the answer, or past it"
+            )
     order = sorted(range(n), key=lambda i: -len(seqs[i]))
 
     def step(idx: list[int]) -> None:
@@ -189,7 +215,20 @@ def saliency(
         limit = min(min([*eq_positions[i], answer_start[i] - 1]) for i in idx)
         head = common_head(rows, limit)
         head = head if head >= MIN_SHARED_PREFIX else 0
-        _, attns, grads, valid, resid = attention_and_grads(lm, rows, [answer_start[i] for i in idx], head)
+        cap = None
+        if out is not None:
+            cap = ResidCapture(base_layers)
+            cap.active = False
+            cap.set_positions([states_at[i] - head for i in idx])
+        try:
+            _, attns, grads, valid, resid = attention_and_grads(
+                lm, rows, [answer_start[i] for i in idx], head, cap
+            )
+            if cap is not None:
+                store(out, idx, cap.stacked().numpy(), f"{desc}: resid_clean")
+        finally:
+            if cap is not None:
+                cap.remove()
         # token p of E_A scored from position p - 1 (>= the head: E_A lies in the answer)
         at = [[p - 1 for p in ea_positions[i] if p >= 1] for i in idx]
         if any(at):
