@@ -162,7 +162,7 @@ KILLED = {  # rule: (one of its outputs, the progress bar it is stopped at, its 
     "extract_pathways": (
         RUN / "pathways/smollm2-135m/nq/samples.parquet",
         "knockout smollm2-135m/nq",
-        ["samples.parquet", "dropped.parquet", *RESID],  # the arrays are written as they are computed
+        ["samples.parquet", "dropped.parquet", "saliency.parquet", *RESID],  # arrays: written as computed
     ),
     "score_mink": (RUN / "depth/smollm2-135m/mink.parquet", "min-k% smollm2-135m", ["mink.parquet"]),
 }
