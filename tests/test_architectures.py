@@ -300,7 +300,7 @@ def test_saliency_pass_gives_the_knockouts_clean_states(twin):
     sal.saliency(twin, seqs, starts, eqs, eas, batch_size=2, states=(probes, got))
     np.testing.assert_allclose(got, ref_clean, rtol=1e-4, atol=1e-5 * np.abs(ref_clean).max())
     none, (ko_only,) = ko.resid_sweep_multi(
-        twin, seqs, probes, [blocks], 3, out_dtype=np.float32, clean=False
+        twin, seqs, probes, [blocks], 3, out_dtype=np.float32, clean_pass=False
     )
     assert none is None and np.array_equal(ko_only, ref_ko) and not np.allclose(ko_only, ref_clean)
     with pytest.raises(ValueError, match="states positions of samples"):  # inside the shared head

@@ -533,3 +533,35 @@ def test_qwen3_32b_shape_has_qwen3_32bs_parameters(monkeypatch):
     lm = shapes.random_model("qwen3-32b", device="meta")
     n = sum(p.numel() for p in lm.model.parameters())
     assert 32.7e9 < n < 32.9e9 and lm.info["n_layers"] == 64  # Qwen3-32B: 32.8B parameters
+
+
+# ------------------------------------------------------------------ gpu_smoke's bounds can fail
+def test_gpu_smoke_exactness_checks_fail_on_a_wrong_knockout_or_wrong_clean_states(monkeypatch):
+    """gpu_smoke bounds the one-pass knockout and the clean states taken off the saliency pass by the dtype's
+    tolerance or twice the clean paths' rounding noise: a knockout that blocked nothing, or states off by a
+    sliver of their scale, fail those checks (on the tiny shape, float32: noise 0, so the bound is 1e-4)."""
+    smoke = _bench("gpu_smoke", monkeypatch)
+    shapes = _bench("shapes", monkeypatch)
+    lm = shapes.random_model("tiny", "float32", "cpu")
+    assert smoke.stage_extraction(lm, 8, "float32")[1].startswith("8 samples")  # passes as it is
+    assert "eager attention backward" in smoke.stage_saliency(lm, 8, "float32")
+
+    real_sweep, real_saliency = smoke.ko.resid_sweep_multi, smoke.saliency
+
+    def blocks_nothing(lm, seqs, probe, block_sets, *args, **kwargs):
+        clean, kos = real_sweep(lm, seqs, probe, block_sets, *args, **kwargs)
+        return clean, [clean.copy() for _ in kos]
+
+    monkeypatch.setattr(smoke.ko, "resid_sweep_multi", blocks_nothing)
+    with pytest.raises(AssertionError, match="one-pass vs per-layer knockout"):
+        smoke.stage_extraction(lm, 8, "float32")
+    monkeypatch.setattr(smoke.ko, "resid_sweep_multi", real_sweep)
+
+    def off_states(*args, states=None, **kwargs):
+        out = real_saliency(*args, states=states, **kwargs)
+        states[1][:, -1] += 1e-2 * np.abs(states[1]).max()  # the last layer's states, 1% of the scale off
+        return out
+
+    monkeypatch.setattr(smoke, "saliency", off_states)
+    with pytest.raises(AssertionError, match="clean states off the saliency pass"):
+        smoke.stage_saliency(lm, 8, "float32")

@@ -9,12 +9,13 @@ from truthflow.pathways.extract import experiment_states
 def main(sm):
     cfg = sm.params.experiments
     model, dataset = sm.wildcards.model, sm.wildcards.dataset
-    columns = ["id", "correct", "eq_positions", "ea_positions", "probe_position", "control_positions"]
+    columns = ["id", "correct", "eq_positions", "probe_position", "control_positions"]
     samples = validate.read_parquet(sm.input.samples, [*columns, "control_matched"])
     labels = validate.read_parquet(sm.input.labels, ["id", "prompt_ids", "answer_ids", "answer"])
     questions = validate.read_parquet(sm.input.data, ["id", "question"])
     auc = validate.read_parquet(sm.input.auc, ["layer", "auc", "status"])
     saliency = validate.read_parquet(sm.input.saliency, list(SALIENCY_SCHEMA))
+    validate.check_ids(samples, sm.input.samples, "id", saliency["id"], sm.input.saliency)  # no null join
     table = (
         samples.join(labels, on="id", how="left")
         .join(questions.select("id", "question"), on="id", how="left")

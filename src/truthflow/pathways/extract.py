@@ -198,10 +198,10 @@ def extract(
         kept, knockout["target"], draws, knockout["control_seed"]
     )
     ids, seqs, probe = kept["id"].to_list(), kept["seq"].to_list(), kept["probe_position"].to_list()
-    shared = knockout["mode"] == "cumulative"
+    # cumulative mode writing into `out`: resid_clean comes off the saliency pass
+    from_saliency = knockout["mode"] == "cumulative" and out is not None
     sal = None
     if kept.height:
-        clean, kos = out if out is not None else (None, None)
         eq, ea = kept["eq_positions"].to_list(), kept["ea_positions"].to_list()
         sal = saliency(
             lm,
@@ -211,7 +211,7 @@ def extract(
             ea,
             saliency_batch,
             desc=f"saliency {desc}",
-            states=(probe, clean) if shared and clean is not None else None,
+            states=(probe, out[0]) if from_saliency else None,
         )
         resid_sweep_multi(
             lm,
@@ -223,7 +223,7 @@ def extract(
             window=knockout["window"],
             desc=desc,
             out=out,
-            clean=not (shared and clean is not None),
+            clean_pass=not from_saliency,
         )
     values = {c: [] for c in SALIENCY_SCHEMA if c != "id"}
     if sal is not None:

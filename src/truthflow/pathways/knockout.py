@@ -191,27 +191,26 @@ def resid_sweep_multi(
     desc: str = "knockout",
     out_dtype=np.float16,
     out: tuple[np.ndarray | None, list[np.ndarray]] | None = None,
-    clean: bool = True,
+    clean_pass: bool = True,
 ) -> tuple[np.ndarray | None, list[np.ndarray]]:
     """Residual stream after every layer at probe_pos: clean, and under each knockout condition of
     `block_sets` (condition c blocks block_sets[c][i] in sample i; e.g. E_Q, then random-control draws);
     mode cumulative or window (METHOD A7; window: one truncated pass per k). Returns (resid_clean
     [N, L, D], [resid_ko [N, L, D] per condition]); `out` may pass memory-mapped arrays to stream into.
-    clean=False: no clean pass in cumulative mode (resid_clean None; the caller has the clean states from
+    clean_pass=False: no clean pass in cumulative mode (resid_clean None; the caller has the clean states from
     another pass of the same tokens, as `extract` from saliency's)."""
     base, device, dtype, pad_id = model_parts(lm)
     layers = base.layers
     shape = (len(seqs), len(layers), lm.model.config.get_text_config().hidden_size)
-    keep_clean = clean or mode == "window"  # window mode's clean pass is the mask its passes start from
+    keep_clean = clean_pass or mode == "window"  # window mode's clean pass is the mask its passes start from
     if out is None:
         kos = [np.zeros(shape, dtype=out_dtype) for _ in block_sets]
         clean = np.zeros(shape, dtype=out_dtype) if keep_clean else None
     else:
         clean, kos = out
         clean = clean if keep_clean else None
-        if len(kos) != len(block_sets) or any(
-            a.shape != shape for a in [*kos, *([clean] if keep_clean else [])]
-        ):
+        arrays = [clean, *kos] if keep_clean else kos
+        if len(kos) != len(block_sets) or any(a.shape != shape for a in arrays):
             raise ValueError(f"out arrays must have shape {shape}, one per condition")
     # probe position is the last token we need: drop everything after it
     seqs = [s[: p + 1] for s, p in zip(seqs, probe_pos, strict=True)]
