@@ -259,6 +259,10 @@ def _corrupt(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+def _drop_first_row(path: Path) -> None:
+    pl.read_parquet(path).slice(1).write_parquet(path)
+
+
 def _cut_tsv(path: Path) -> None:
     path.write_bytes(path.read_bytes()[:-3])
 
@@ -275,6 +279,7 @@ CASES = {
         "unreadable parquet (",
     ),
     "parquet corrupted": (f"{PW}/samples.parquet", _corrupt, "probe_deltap", "unreadable parquet"),
+    "parquet row gone": (f"{PW}/saliency.parquet", _drop_first_row, "extract_experiments", "1 of the "),
     "parquet column gone": (
         "results/demo/answers/smollm2-135m/nq.parquet",
         _drop_column,

@@ -15,7 +15,13 @@ def main(sm):
     questions = validate.read_parquet(sm.input.data, ["id", "question"])
     auc = validate.read_parquet(sm.input.auc, ["layer", "auc", "status"])
     saliency = validate.read_parquet(sm.input.saliency, list(SALIENCY_SCHEMA))
-    validate.check_ids(samples, sm.input.samples, "id", saliency["id"], sm.input.saliency)  # no null join
+    missing = set(samples["id"]) - set(saliency["id"])  # a left join would give those samples nulls
+    if missing:
+        raise validate.bad_file(
+            sm.input.saliency,
+            f"{len(missing)} of the {samples.height} samples of {sm.input.samples} have no row in it "
+            f"(first: {sorted(missing)[0]!r})",
+        )
     table = (
         samples.join(labels, on="id", how="left")
         .join(questions.select("id", "question"), on="id", how="left")
