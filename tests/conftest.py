@@ -30,17 +30,24 @@ DEMO_MODELS = _demo_models()
 
 def _models_root(tmp_path_factory) -> Path:
     """Where the session prepares the demo models (never the checkout's resources/). TRUTHFLOW_TEST_MODELS
-    names a folder kept between sessions (prepare_model reuses a snapshot whose weights key matches)."""
+    names a folder kept between sessions (prepare_model reuses a snapshot whose weights key matches). The
+    workers of `pytest -n 2` (pytest-xdist) each have a base temp dir under one parent: they share it."""
     kept = os.environ.get("TRUTHFLOW_TEST_MODELS")
-    return Path(kept).resolve() if kept else tmp_path_factory.getbasetemp() / "models"
+    if kept:
+        return Path(kept).resolve()
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "models"
 
 
 def _prepared(name: str, tmp_path_factory) -> Path:
+    from filelock import FileLock
+
     from truthflow.models import prepare_model
 
     root = _models_root(tmp_path_factory)
     root.mkdir(parents=True, exist_ok=True)
-    prepare_model(name, DEMO_MODELS[name], root / name)
+    with FileLock(root / f".{name}.lock"):  # one worker prepares, the other then finds it prepared
+        prepare_model(name, DEMO_MODELS[name], root / name)
     return root / name
 
 
@@ -248,6 +255,7 @@ def _same_fs(a: Path, b: Path) -> bool:
 MODEL_FIXTURES = {"smollm", "gemma", "smollm_dir", "gemma_dir", "demo_models_root", "demo_model_dir"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(items):
     """`model` on every test that uses a real demo model, `workflow` on every test of the shared run, so that
     `pytest -m "not model and not workflow and not slurm"` (the development loop) prepares no model."""
@@ -259,3 +267,6 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.model)
         if "demo_run" in used:
             item.add_marker(pytest.mark.workflow)
+            # `pytest -n 2 --dist loadgroup`: the shared run and every test of it on one worker (the run is
+            # made once), which takes them first (the largest group); the other worker takes the rest
+            item.add_marker(pytest.mark.xdist_group("shared_run"))
