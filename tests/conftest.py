@@ -215,7 +215,20 @@ def new_checkout(dst: Path) -> Path:
 def demo_run(tmp_path_factory, demo_models_root) -> Path:
     """THE shared run: a copy of this checkout with the test config as its config.yaml, run once per session
     (`snakemake --cores 2` typed in it). Tests only read it or dry-run it, and restore what they change;
-    a test that needs another config or a damaged tree works in `copy_run(demo_run, tmp_path)`."""
+    a test that needs another config or a damaged tree works in `copy_run(demo_run, tmp_path)`. Under
+    pytest-xdist one worker makes it (the `shared_run` group): a second worker asking for it fails."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        claim = tmp_path_factory.getbasetemp().parent / "shared_run.worker"
+        try:
+            fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            pytest.fail(
+                f"the shared run is already made by worker {claim.read_text()}: its tests must run on one "
+                "worker (`--dist loadgroup`, with a pytest that pytest-xdist groups on: see pyproject.toml)"
+            )
+        os.write(fd, worker.encode())
+        os.close(fd)
     ck = new_checkout(tmp_path_factory.mktemp("run") / "truthflow")
     new_workdir(ck, demo_models_root, checkout_config())
     proc = snakemake(ck)
