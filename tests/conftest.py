@@ -27,6 +27,17 @@ def _demo_models() -> dict:
 
 DEMO_MODELS = _demo_models()
 
+# torch threads of this test process: its share of the CPUs among pytest-xdist's workers (`-n 2`), as a model
+# job gets its share of a local run's cores; two workers with a thread per CPU each ran ~4x slower
+THREADS = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+
+
+def pytest_configure(config):
+    if THREADS < (os.cpu_count() or 1):  # a worker of several: torch's default is a thread per CPU
+        import torch
+
+        torch.set_num_threads(THREADS)
+
 
 def _models_root(tmp_path_factory) -> Path:
     """Where the session prepares the demo models (never the checkout's resources/). TRUTHFLOW_TEST_MODELS
@@ -70,14 +81,14 @@ def demo_models_root(smollm_dir, gemma_dir) -> Path:
 def smollm(smollm_dir):
     from truthflow.models import load_model
 
-    return load_model(smollm_dir, "float32", threads=os.cpu_count())
+    return load_model(smollm_dir, "float32", threads=THREADS)
 
 
 @pytest.fixture(scope="session")
 def gemma(gemma_dir):
     from truthflow.models import load_model
 
-    return load_model(gemma_dir, "float32", threads=os.cpu_count())
+    return load_model(gemma_dir, "float32", threads=THREADS)
 
 
 @pytest.fixture(scope="module")
@@ -268,10 +279,16 @@ def _same_fs(a: Path, b: Path) -> bool:
 MODEL_FIXTURES = {"smollm", "gemma", "smollm_dir", "gemma_dir", "demo_models_root", "demo_model_dir"}
 
 
+# the longest test that is not one of the shared run's: collected first after them, so that the other worker
+# starts with it while the shared run is made
+FIRST = "test_rehearsal.py::test_rehearsal_runs_every_paper_rule_on_the_four_twins"
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(items):
     """`model` on every test that uses a real demo model, `workflow` on every test of the shared run, so that
-    `pytest -m "not model and not workflow and not slurm"` (the development loop) prepares no model."""
+    `pytest -m "not model and not workflow and not slurm"` (the development loop) prepares no model. The
+    shared run's tests come first, then FIRST, then the rest in their order."""
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         callspec = getattr(item, "callspec", None)  # a fixture named by a parameter (request.getfixturevalue)
@@ -283,3 +300,5 @@ def pytest_collection_modifyitems(items):
             # `pytest -n 2 --dist loadgroup`: the shared run and every test of it on one worker (the run is
             # made once), which takes them first (the largest group); the other worker takes the rest
             item.add_marker(pytest.mark.xdist_group("shared_run"))
+    shared = {id(i) for i in items if i.get_closest_marker("xdist_group")}
+    items.sort(key=lambda i: 0 if id(i) in shared else 1 if i.nodeid.endswith(FIRST) else 2)
