@@ -222,29 +222,56 @@ def new_checkout(dst: Path) -> Path:
     return dst
 
 
+def _shared_tmp(tmp_path_factory) -> Path:
+    """This session's temp dir, or under pytest-xdist the parent that every worker's temp dir shares."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def _shared_run(tmp_path_factory, models_root: Path) -> Path:
+    """Makes the shared run once per test session, whichever pytest-xdist worker asks first (the other waits
+    on the lock): run/ (`demo_run`) and a copy of it as it finished, pristine/ (`pristine_run`)."""
+    from filelock import FileLock
+
+    root = _shared_tmp(tmp_path_factory) / "shared_run"
+    root.mkdir(exist_ok=True)
+    with FileLock(root / ".lock"):
+        if not (root / "done").exists():
+            ck = new_checkout(root / "run" / "truthflow")
+            new_workdir(ck, models_root, checkout_config())
+            proc = snakemake(ck)
+            assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+            _copy_tree(ck, root / "pristine" / "truthflow")
+            (root / "done").touch()
+    return root
+
+
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory, demo_models_root) -> Path:
     """THE shared run: a copy of this checkout with the test config as its config.yaml, run once per session
-    (`snakemake --cores 2` typed in it). Tests only read it or dry-run it, and restore what they change;
-    a test that needs another config or a damaged tree works in `copy_run(demo_run, tmp_path)`. Under
-    pytest-xdist one worker makes it (the `shared_run` group): a second worker asking for it fails."""
+    (`snakemake --cores 2` typed in it). Its tests only read it or dry-run it, and restore what they change,
+    so under pytest-xdist they all run on one worker (the `shared_run` group): a second worker asking for it
+    fails. A test that needs another config or a damaged tree works in a copy of `pristine_run`."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
-        claim = tmp_path_factory.getbasetemp().parent / "shared_run.worker"
+        claim = _shared_tmp(tmp_path_factory) / "shared_run.worker"
         try:
             fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
             pytest.fail(
-                f"the shared run is already made by worker {claim.read_text()}: its tests must run on one "
+                f"the shared run is already used by worker {claim.read_text()}: its tests must run on one "
                 "worker (`--dist loadgroup`, with a pytest that pytest-xdist groups on: see pyproject.toml)"
             )
         os.write(fd, worker.encode())
         os.close(fd)
-    ck = new_checkout(tmp_path_factory.mktemp("run") / "truthflow")
-    new_workdir(ck, demo_models_root, checkout_config())
-    proc = snakemake(ck)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    return ck
+    return _shared_run(tmp_path_factory, demo_models_root) / "run" / "truthflow"
+
+
+@pytest.fixture(scope="session")
+def pristine_run(tmp_path_factory, demo_models_root) -> Path:
+    """The shared run as it finished, which no test changes: tests that kill, damage or rerun work in
+    `copy_run(pristine_run, tmp_path)` and compare with it, on either pytest-xdist worker."""
+    return _shared_run(tmp_path_factory, demo_models_root) / "pristine" / "truthflow"
 
 
 _UP_TO_DATE: set[Path] = set()
@@ -259,6 +286,10 @@ def copy_run(src: Path, dst: Path) -> Path:
         if "Nothing to be done" not in dry.stdout + dry.stderr:
             pytest.fail(f"the session's run in {src} is out of date (code changed while it ran?): run again")
         _UP_TO_DATE.add(src)
+    return _copy_tree(src, dst)
+
+
+def _copy_tree(src: Path, dst: Path) -> Path:
     dst.mkdir(parents=True, exist_ok=True)
     for item in src.iterdir():
         if item.name == "resources":
@@ -279,27 +310,31 @@ def _same_fs(a: Path, b: Path) -> bool:
 MODEL_FIXTURES = {"smollm", "gemma", "smollm_dir", "gemma_dir", "demo_models_root", "demo_model_dir"}
 
 
-# the longest test that is not one of the shared run's, a workflow on both cores: collected last, so that the
-# other worker runs it beside the shared run's tests (kills, reruns of single jobs: mostly one core), not
-# beside the shared run itself (measured in CI: 850 s first, 808 s in the middle of the order)
-LAST = "test_rehearsal.py::test_rehearsal_runs_every_paper_rule_on_the_four_twins"
+# the longest test outside the shared run, a workflow on both cores: after the other tests, not beside the
+# shared run being made (in CI, first: 850 s; in the middle: 808 s); then the tests of copies of the shared
+# run, which exists by then, and which either worker takes
+REHEARSAL = "test_rehearsal.py::test_rehearsal_runs_every_paper_rule_on_the_four_twins"
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(items):
     """`model` on every test that uses a real demo model, `workflow` on every test of the shared run, so that
-    `pytest -m "not model and not workflow and not slurm"` (the development loop) prepares no model. The
-    shared run's tests come first, then the rest in their order, LAST last."""
+    `pytest -m "not model and not workflow and not slurm"` (the development loop) prepares no model. In
+    order: the tests of the shared run itself, the tests without it, the rehearsal, those of its copies."""
+    order = {}
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         callspec = getattr(item, "callspec", None)  # a fixture named by a parameter (request.getfixturevalue)
         used |= {v for v in (callspec.params.values() if callspec else ()) if isinstance(v, str)}
-        if used & (MODEL_FIXTURES | {"demo_run"}):
+        if used & (MODEL_FIXTURES | {"demo_run", "pristine_run"}):
             item.add_marker(pytest.mark.model)
-        if "demo_run" in used:
+        if used & {"demo_run", "pristine_run"}:
             item.add_marker(pytest.mark.workflow)
-            # `pytest -n 2 --dist loadgroup`: the shared run and every test of it on one worker (the run is
-            # made once), which takes them first (the largest group); the other worker takes the rest
+        if "demo_run" in used:
+            # `pytest -n 2 --dist loadgroup`: every test of the shared run itself on one worker (they change
+            # and restore it), which takes them first (the largest group) and makes the run; the other worker
+            # takes the rest meanwhile
             item.add_marker(pytest.mark.xdist_group("shared_run"))
-    shared = {id(i) for i in items if i.get_closest_marker("xdist_group")}
-    items.sort(key=lambda i: 0 if id(i) in shared else 2 if i.nodeid.endswith(LAST) else 1)
+        rehearsal = item.nodeid.endswith(REHEARSAL)
+        order[id(item)] = 0 if "demo_run" in used else 3 if "pristine_run" in used else 2 if rehearsal else 1
+    items.sort(key=lambda i: order[id(i)])

@@ -298,9 +298,9 @@ CASES = {
 @pytest.mark.workflow
 @pytest.mark.model
 @pytest.mark.parametrize("case", list(CASES))
-def test_broken_intermediate_fails_the_next_stage_with_one_line(demo_run, tmp_path, case):
+def test_broken_intermediate_fails_the_next_stage_with_one_line(pristine_run, tmp_path, case):
     rel, damage, reader, what = CASES[case]
-    workdir = copy_run(demo_run, tmp_path)
+    workdir = copy_run(pristine_run, tmp_path)
     damage(workdir / rel)
     proc = snakemake(workdir)
     message = _one_line_failure(proc, reader)
@@ -310,9 +310,9 @@ def test_broken_intermediate_fails_the_next_stage_with_one_line(demo_run, tmp_pa
 
 @pytest.mark.workflow
 @pytest.mark.model
-def test_following_the_rebuild_line_restores_the_tables(demo_run, tmp_path):
+def test_following_the_rebuild_line_restores_the_tables(pristine_run, tmp_path):
     rel = "results/demo/depth/smollm2-135m/mink.parquet"
-    workdir = copy_run(demo_run, tmp_path)
+    workdir = copy_run(pristine_run, tmp_path)
     _cut(workdir / rel)
     message = _one_line_failure(snakemake(workdir), "depth_tables")
     command = message.split("rebuild it with: ")[1].split()
@@ -320,8 +320,8 @@ def test_following_the_rebuild_line_restores_the_tables(demo_run, tmp_path):
     done = snakemake(workdir, *command[1:])
     assert done.returncode == 0, done.stderr[-3000:]
     for name in ("depth_per_question.parquet", "depth_depthwise.parquet", "depth_score_gaps.parquet"):
-        ours, ref = (pl.read_parquet(w / RUN / "tables" / name) for w in (workdir, demo_run))
+        ours, ref = (pl.read_parquet(w / RUN / "tables" / name) for w in (workdir, pristine_run))
         assert ours.equals(ref), name
     assert (workdir / RUN / "tables/depth_pooled_by_depth.tsv").read_bytes() == (
-        demo_run / RUN / "tables/depth_pooled_by_depth.tsv"
+        pristine_run / RUN / "tables/depth_pooled_by_depth.tsv"
     ).read_bytes()

@@ -94,9 +94,9 @@ def openai_judge(base_url: str, **extra) -> dict:
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory, demo_run) -> Path:
+def workdir(tmp_path_factory, pristine_run) -> Path:
     """A copy of the shared run (this model's DepthQA answers are made there), for the judge runs."""
-    return copy_run(demo_run, tmp_path_factory.mktemp("hostile"))
+    return copy_run(pristine_run, tmp_path_factory.mktemp("hostile"))
 
 
 def scores_target(work: Path) -> str:

@@ -107,7 +107,7 @@ def test_check_verdicts_on_hand_cases():
     assert row["verdict"] == INCONCLUSIVE and row["reason"] == "probe undefined: one class only"
 
 
-def test_random_target_is_not_reported_as_holding(demo_run, tmp_path):
+def test_random_target_is_not_reported_as_holding(pristine_run, tmp_path):
     """The negative control of the whole analysis, on a real model: knocking out random question tokens
     instead of E_Q must not give 'holds'. In a copy of the shared run: the knockout and what follows rerun."""
     cfg = checkout_config()
@@ -117,7 +117,7 @@ def test_random_target_is_not_reported_as_holding(demo_run, tmp_path):
     cfg["pathways"]["check"] = {"min_samples": 10}
     cfg["depth"] = {"models": []}
     cfg["figures"] = {"pathways": [["smollm2-135m"]], "depth": []}
-    work = copy_run(demo_run, tmp_path)
+    work = copy_run(pristine_run, tmp_path)
     write_config(work, cfg)
     # the check table only: the experiments, the figures and the report are not rebuilt; the comparison with
     # the papers is made from it in-process, as compare_published makes it

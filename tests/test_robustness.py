@@ -72,9 +72,9 @@ def test_oom_at_batch_one_is_raised(gemma, monkeypatch):
 
 @pytest.mark.workflow
 @pytest.mark.parametrize("victim", ["job", "snakemake and job"])
-def test_sigkill_mid_job_then_rerun_completes(demo_run, tmp_path, victim):
+def test_sigkill_mid_job_then_rerun_completes(pristine_run, tmp_path, victim):
     cfg = checkout_config()
-    workdir = copy_run(demo_run, tmp_path)
+    workdir = copy_run(pristine_run, tmp_path)
     target = "results/demo/answers/smollm2-135m/nq.parquet"
     # the job stops itself (SIGSTOP) when its progress bar first shows: model loaded, generation under way
     proc = _start(
@@ -158,9 +158,9 @@ KILLED = {  # rule: (one of its outputs, the progress bar it is stopped at, its 
 
 @pytest.mark.workflow
 @pytest.mark.parametrize("rule", list(KILLED))
-def test_sigkill_mid_job_then_rerun_gives_identical_outputs(demo_run, tmp_path, rule):
+def test_sigkill_mid_job_then_rerun_gives_identical_outputs(pristine_run, tmp_path, rule):
     output, bar, outputs = KILLED[rule]
-    workdir = copy_run(demo_run, tmp_path)
+    workdir = copy_run(pristine_run, tmp_path)
     # the job stops itself (SIGSTOP) when its progress bar first shows: model loaded, outputs being computed
     job_args = ("--forcerun", str(output), "--", str(output))  # this job alone
     proc = _start(workdir, *job_args, extra_env={STOP_AT_ENV: bar})
@@ -177,7 +177,7 @@ def test_sigkill_mid_job_then_rerun_gives_identical_outputs(demo_run, tmp_path, 
     # every output equals the uninterrupted run's bit for bit: so does every table computed from them (the
     # downstream jobs are functions of their inputs, test_cache.py)
     for name in outputs:
-        ours, ref = workdir / output.parent / name, demo_run / output.parent / name
+        ours, ref = workdir / output.parent / name, pristine_run / output.parent / name
         if name.endswith(".parquet"):
             assert pl.read_parquet(ours).equals(pl.read_parquet(ref)), name
         else:
@@ -186,11 +186,11 @@ def test_sigkill_mid_job_then_rerun_gives_identical_outputs(demo_run, tmp_path, 
 
 @pytest.mark.workflow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
-def test_killing_snakemake_stops_its_jobs(demo_run, tmp_path, sig):
+def test_killing_snakemake_stops_its_jobs(pristine_run, tmp_path, sig):
     """SIGTERM: snakemake would wait for the running jobs (hours, for a model job); SIGKILL: the job would be
     orphaned and keep the cores busy. Either way no process of the run is left within 10 s; after a SIGTERM
     Snakemake has removed the job's outputs, after a SIGKILL they are marked incomplete."""
-    workdir = copy_run(demo_run, tmp_path)
+    workdir = copy_run(pristine_run, tmp_path)
     output = RUN / "pathways/smollm2-135m/nq/samples.parquet"
     arrays = [workdir / output.parent / name for name in RESID]
     started = time.time()

@@ -72,8 +72,8 @@ def _frames_close(a: pl.DataFrame, b: pl.DataFrame, what: str) -> None:
             assert a[col].to_list() == b[col].to_list(), (what, col)
 
 
-def test_model_jobs_through_slurm_equal_local(cluster, demo_run, tmp_path):
-    workdir = copy_run(demo_run, tmp_path)
+def test_model_jobs_through_slurm_equal_local(cluster, pristine_run, tmp_path):
+    workdir = copy_run(pristine_run, tmp_path)
     seen: set[str] = set()
     stop = threading.Event()
     watcher = threading.Thread(target=_watch_squeue, args=(seen, stop), daemon=True)
@@ -99,14 +99,14 @@ def test_model_jobs_through_slurm_equal_local(cluster, demo_run, tmp_path):
     assert seen, "no job ever showed in squeue"
     print("\n".join(sorted(seen)))
     for rel in (*FORCED, RUN / "labels/smollm2-135m/popqa.parquet"):
-        _frames_close(pl.read_parquet(workdir / rel), pl.read_parquet(demo_run / rel), str(rel))
+        _frames_close(pl.read_parquet(workdir / rel), pl.read_parquet(pristine_run / rel), str(rel))
     _frames_close(
         pl.read_csv(workdir / RUN / "tables/accuracy.tsv", separator="\t"),
-        pl.read_csv(demo_run / RUN / "tables/accuracy.tsv", separator="\t"),
+        pl.read_csv(pristine_run / RUN / "tables/accuracy.tsv", separator="\t"),
         "accuracy.tsv",
     )
     for name in ("resid_clean.npy", "resid_ko.npy", "resid_control.npy"):
         rel = RUN / "pathways/gemma3-270m/nq" / name
-        ours, ref = np.load(workdir / rel).astype(np.float32), np.load(demo_run / rel).astype(np.float32)
+        ours, ref = np.load(workdir / rel).astype(np.float32), np.load(pristine_run / rel).astype(np.float32)
         assert ours.shape == ref.shape and np.isfinite(ours).all(), rel
         assert np.allclose(ours, ref, rtol=RTOL_F16, atol=1e-3), (rel, float(np.abs(ours - ref).max()))
