@@ -33,9 +33,6 @@ rule answer_depthqa:
         res("logs", "answer_depthqa", "{model}.log"),
     benchmark:
         res("benchmarks", "answer_depthqa", "{model}.tsv")
-    # the longest single model jobs of a run, and no chain waits on them: first, as soon as their model is
-    # prepared, so that none of them is left to run alone at the end (MIN-K%, short, fills gaps: priority 0)
-    priority: 4
     conda:
         "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
