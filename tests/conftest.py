@@ -28,7 +28,7 @@ def _demo_models() -> dict:
 DEMO_MODELS = _demo_models()
 
 # torch threads of this test process: its share of the CPUs among pytest-xdist's workers (`-n 2`), as a model
-# job gets its share of a local run's cores; two workers with a thread per CPU each ran ~4x slower
+# job gets its share of a local run's cores; two workers with a thread per CPU each ran ~3x slower
 THREADS = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
 
 
@@ -44,10 +44,13 @@ def _models_root(tmp_path_factory) -> Path:
     names a folder kept between sessions (prepare_model reuses a snapshot whose weights key matches). The
     workers of `pytest -n 2` (pytest-xdist) each have a base temp dir under one parent: they share it."""
     kept = os.environ.get("TRUTHFLOW_TEST_MODELS")
-    if kept:
-        return Path(kept).resolve()
+    return Path(kept).resolve() if kept else _shared_tmp(tmp_path_factory) / "models"
+
+
+def _shared_tmp(tmp_path_factory) -> Path:
+    """This session's temp dir, or under pytest-xdist the parent that every worker's temp dir shares."""
     base = tmp_path_factory.getbasetemp()
-    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "models"
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 def _prepared(name: str, tmp_path_factory) -> Path:
@@ -222,12 +225,6 @@ def new_checkout(dst: Path) -> Path:
     return dst
 
 
-def _shared_tmp(tmp_path_factory) -> Path:
-    """This session's temp dir, or under pytest-xdist the parent that every worker's temp dir shares."""
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-
 def _shared_run(tmp_path_factory, models_root: Path) -> Path:
     """Makes the shared run once per test session, whichever pytest-xdist worker asks first (the other waits
     on the lock): run/ (`demo_run`) and a copy of it as it finished, pristine/ (`pristine_run`)."""
@@ -254,17 +251,21 @@ def demo_run(tmp_path_factory, demo_models_root) -> Path:
     fails. A test that needs another config or a damaged tree works in a copy of `pristine_run`."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
-        claim = _shared_tmp(tmp_path_factory) / "shared_run.worker"
-        try:
-            fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            pytest.fail(
-                f"the shared run is already used by worker {claim.read_text()}: its tests must run on one "
-                "worker (`--dist loadgroup`, with a pytest that pytest-xdist groups on: see pyproject.toml)"
-            )
-        os.write(fd, worker.encode())
-        os.close(fd)
+        claim_shared_run(_shared_tmp(tmp_path_factory) / "shared_run.worker", worker)
     return _shared_run(tmp_path_factory, demo_models_root) / "run" / "truthflow"
+
+
+def claim_shared_run(claim: Path, worker: str) -> None:
+    """The first worker to use the shared run itself writes its name into `claim`; another one fails."""
+    try:
+        fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        pytest.fail(
+            f"the shared run is already used by worker {claim.read_text()}: its tests must run on one worker "
+            "(`--dist loadgroup`, with a pytest that pytest-xdist groups on: see pyproject.toml)"
+        )
+    os.write(fd, worker.encode())
+    os.close(fd)
 
 
 @pytest.fixture(scope="session")
@@ -308,6 +309,7 @@ def _same_fs(a: Path, b: Path) -> bool:
 
 # ------------------------------------------------------------ markers from the fixtures a test uses
 MODEL_FIXTURES = {"smollm", "gemma", "smollm_dir", "gemma_dir", "demo_models_root", "demo_model_dir"}
+RUN_FIXTURES = {"demo_run", "pristine_run"}
 
 
 # the longest test outside the shared run, a workflow on both cores: after the other tests, not beside the
@@ -326,9 +328,9 @@ def pytest_collection_modifyitems(items):
         used = set(getattr(item, "fixturenames", ()))
         callspec = getattr(item, "callspec", None)  # a fixture named by a parameter (request.getfixturevalue)
         used |= {v for v in (callspec.params.values() if callspec else ()) if isinstance(v, str)}
-        if used & (MODEL_FIXTURES | {"demo_run", "pristine_run"}):
+        if used & (MODEL_FIXTURES | RUN_FIXTURES):
             item.add_marker(pytest.mark.model)
-        if used & {"demo_run", "pristine_run"}:
+        if used & RUN_FIXTURES:
             item.add_marker(pytest.mark.workflow)
         if "demo_run" in used:
             # `pytest -n 2 --dist loadgroup`: every test of the shared run itself on one worker (they change
