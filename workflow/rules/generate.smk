@@ -9,7 +9,7 @@ rule generate_answers:
         res("logs", "generate_answers", "{model}", "{dataset}.log"),
     benchmark:
         res("benchmarks", "generate_answers", "{model}", "{dataset}.tsv")
-    # a chain's later model stages first; the DepthQA model jobs (priority 0) fill the slots it leaves idle
+    # a chain's later model stages first; DepthQA's answers before them all, its MIN-K% (priority 0) fills gaps
     priority: 1
     conda:
         "../../envs/truthflow.yaml"
