@@ -14,7 +14,7 @@ def test_model_slots():
 @pytest.mark.parametrize(
     "cores,slots,expected",
     [
-        (8, 2, 3),  # the demo: 3 + 3 claimed, 2 cores left to the one-thread jobs; a third model job won't fit
+        (8, 2, 3),  # the demo: 3 + 3 claimed, 2 left to the one-thread jobs; a third model job won't fit
         (16, 2, 7),
         (12, 2, 5),
         (8, 1, 7),  # a GPU machine without --resources gpu=K: one model job at a time
