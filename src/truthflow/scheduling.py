@@ -16,26 +16,17 @@ def model_slots(gpus: int | None, gpu_machine: bool) -> int:
 
 
 def model_threads(cores: int | None, slots: int, default: int = 8) -> int:
-    """Snakemake threads a model job claims in a local run of `--cores`: fewer than its slot's share where
-    that leaves at least one core unclaimed while still fitting only `slots` model jobs, so the one-thread
-    jobs between model stages (labels, probes) start at once instead of waiting for a model job to end
-    (the demo, --cores 8: two jobs claim 3 each, not 4; a label job once waited 242 s for a free core and
-    its chain ran last and alone); else the share. `default` where the run gives no core count (a cluster
-    run: profiles set theirs with set-threads)."""
+    """Snakemake threads of a model job: its slot's share of a local run's --cores, or `default` where the
+    run gives no core count (a cluster run: profiles set theirs with set-threads)."""
     if not cores:
         return default
-    slots = max(1, slots)
-    claim = (cores - 1) // slots
-    return claim if claim * (slots + 1) > cores else max(1, -(-cores // slots))
+    return max(1, -(-cores // max(1, slots)))
 
 
-def torch_threads(cores: int | None, slots: int, cpus: int) -> int:
-    """torch threads for a model job of a local run of `cores` that holds one of `slots` model slots: its
-    share of the machine's `cpus`, never more than its share of the cores (two jobs with a thread per CPU
-    each would both run ~10x slower); 0 where the run gives no core count (a cluster job: it uses its own
-    `threads`). The share, not the claim (`model_threads`): the one-thread jobs that the claim leaves room
-    for are short, and a model job keeps its cores while none runs."""
+def torch_threads(threads: int, cores: int | None, cpus: int) -> int:
+    """torch threads for a model job that holds `threads` of a local run's `cores`: the same share of the
+    machine's `cpus`, never more than `threads` (two jobs with a thread per CPU each would both run ~10x
+    slower); 0 where the run gives no core count (a cluster job: it uses its own `threads`)."""
     if not cores:
         return 0
-    share = max(1, -(-cores // max(1, slots)))
-    return max(1, min(share, cpus * share // cores))
+    return max(1, min(threads, cpus * threads // cores))

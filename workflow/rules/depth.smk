@@ -9,6 +9,7 @@ rule score_mink:
         res("logs", "score_mink", "{model}.log"),
     benchmark:
         res("benchmarks", "score_mink", "{model}.tsv")
+    priority: PRIORITY["answers"]
     conda:
         "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
@@ -33,10 +34,7 @@ rule answer_depthqa:
         res("logs", "answer_depthqa", "{model}.log"),
     benchmark:
         res("benchmarks", "answer_depthqa", "{model}.tsv")
-    # the longest single model jobs of a run, and no chain waits on them: first, as soon as their model is
-    # prepared, so that none is left to run alone at the end (MIN-K%, short, fills gaps: priority 0). The
-    # label jobs they would delay start at once all the same: model jobs leave them a core (model_threads)
-    priority: 4
+    priority: PRIORITY["answers"]
     conda:
         "../../envs/truthflow.yaml"
     threads: MODEL_THREADS

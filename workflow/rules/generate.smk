@@ -9,8 +9,7 @@ rule generate_answers:
         res("logs", "generate_answers", "{model}", "{dataset}.log"),
     benchmark:
         res("benchmarks", "generate_answers", "{model}", "{dataset}.tsv")
-    # a chain's later model stages first; DepthQA's answers before them all, its MIN-K% (priority 0) fills gaps
-    priority: 1
+    priority: PRIORITY["answers"]
     conda:
         "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
@@ -37,6 +36,7 @@ rule label_answers:
         accuracy=res("labels", "{model}", "{dataset}.accuracy.tsv"),
     log:
         res("logs", "label_answers", "{model}", "{dataset}.log"),
+    priority: PRIORITY["gate"]
     conda:
         "../../envs/truthflow.yaml"
     script:

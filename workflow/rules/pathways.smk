@@ -15,7 +15,7 @@ rule extract_pathways:
         res("logs", "extract_pathways", "{model}", "{dataset}.log"),
     benchmark:
         res("benchmarks", "extract_pathways", "{model}", "{dataset}.tsv")
-    priority: 2
+    priority: PRIORITY["knockout"]
     conda:
         "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
@@ -52,6 +52,7 @@ rule probe_deltap:
         check=pw_dir("check.parquet"),
     log:
         res("logs", "probe_deltap", "{model}", "{dataset}.log"),
+    priority: PRIORITY["gate"]
     conda:
         "../../envs/truthflow.yaml"
     params:
@@ -166,7 +167,7 @@ rule extract_experiments:
         res("logs", "extract_experiments", "{model}", "{dataset}.log"),
     benchmark:
         res("benchmarks", "extract_experiments", "{model}", "{dataset}.tsv")
-    priority: 3
+    priority: PRIORITY["experiments"]
     conda:
         "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
