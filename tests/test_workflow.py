@@ -4,11 +4,16 @@ message."""
 
 from __future__ import annotations
 
+import re
+from datetime import datetime, timedelta
+from pathlib import Path
+
 import polars as pl
 import pytest
 from conftest import TEST_N, TEST_SETS, checkout_config, small_config, snakemake, write_config
 
 pytestmark = [pytest.mark.workflow, pytest.mark.model]
+LAG = timedelta(seconds=3)  # a job's start after its input's end: Snakemake's polling and one-second stamps
 
 
 def test_outputs(demo_run):
@@ -56,6 +61,44 @@ def test_outputs(demo_run):
     assert {"mink_10", "mink_20", "mink_30", "minkpp_20", "score"} <= set(per_q.columns)
     assert (res / "logs" / "generate_answers" / "gemma3-270m" / "nq.log").exists()
     assert (res / "benchmarks" / "extract_pathways" / "gemma3-270m" / "nq.tsv").exists()
+
+
+def _job_times(log: Path) -> dict[tuple[str, str], tuple[datetime, datetime]]:
+    """(rule, wildcards) -> (start, end) of every job a Snakemake log records (one-second stamps)."""
+    jobs, started, now, rule, job = {}, {}, None, None, None
+    for line in log.read_text().splitlines():
+        if m := re.match(r"\[(\w+ \w+ +\d+ [\d:]+ \d+)\]$", line):
+            now = datetime.strptime(m.group(1), "%a %b %d %H:%M:%S %Y")
+        elif m := re.match(r"(?:local)?rule (\w+):$", line):
+            rule = m.group(1)
+        elif m := re.match(r"\s+jobid: (\d+)$", line):
+            job = m.group(1)
+            started[job] = [rule, "", now]
+        elif m := re.match(r"\s+wildcards: (.*)$", line):
+            started[job][1] = m.group(1)  # after the job's jobid line
+        elif m := re.match(r"Finished jobid: (\d+)", line):
+            rule_, wildcards, start = started.pop(m.group(1))
+            jobs[(rule_, wildcards)] = (start, now)
+    return jobs
+
+
+def test_one_thread_steps_never_wait_for_a_model_job(demo_run):
+    """The run's order (PRIORITY in workflow/rules/common.smk): a label job starts as its answers are written,
+    a probe job as its knockout is, the experiments' statistics as their states are, though both model slots
+    have jobs to run (before the priorities, probes of this run waited up to 124 s and a label 77 s, each for
+    a model job to end)."""
+    log = min((demo_run / ".snakemake" / "log").glob("*.snakemake.log"))  # the run's own, not later reruns
+    jobs = _job_times(log)
+    for step, parent in (
+        ("label_answers", "generate_answers"),
+        ("probe_deltap", "extract_pathways"),
+        ("pathway_experiments", "extract_experiments"),
+    ):
+        steps = [(wc, start) for (rule, wc), (start, _) in jobs.items() if rule == step]
+        pairs = [(wc, jobs[(parent, wc)][1], start) for wc, start in steps]
+        assert len(pairs) == 2 * len(TEST_SETS), (step, sorted(jobs))
+        late = [(wc, (start - ready).total_seconds()) for wc, ready, start in pairs if start - ready > LAG]
+        assert not late, f"{step} waited for a model job: {late}"
 
 
 def test_second_run_does_nothing(demo_run):

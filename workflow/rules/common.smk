@@ -62,13 +62,14 @@ def model_gpus(wildcards):
     return model_spec(wildcards.model)["gpus"]
 
 
-# The order of a local run (among ready jobs, Snakemake starts the highest priority first). The one-thread jobs
-# that a model chain waits on (downloads, labels, probes) go before any model job: else two model jobs hold
-# every core, and a label job waits for one of them to end (242 s in one demo run, its chain then ran last and
-# alone). The model stages go breadth-first, every chain's answers (and DepthQA's model jobs) before any
-# knockout, every knockout before any experiment, so that the run ends on its shortest model jobs; depth-first
-# left one chain's answers, knockout and experiments to run alone at the end (a demo run: 131 s longer).
-PRIORITY = {"gate": 10, "answers": 3, "knockout": 2, "experiments": 1}
+# The order of a local run (among ready jobs, Snakemake starts the highest priority first). The one-thread steps
+# of a chain (downloads, labels, probes, the experiments' statistics) go before any model job: else two model
+# jobs hold every core, and a label job waits for one of them to end (242 s in one demo run; its chain then ran
+# last and alone), or the statistics all wait for the last model job. The model stages go breadth-first: every
+# chain's answers (and DepthQA's model jobs) before any knockout, every knockout before any experiment, so the
+# run ends on its shortest model jobs; depth-first left one chain's answers, knockout and experiments to run
+# alone at the end of a demo run.
+PRIORITY = {"step": 10, "answers": 3, "knockout": 2, "experiments": 1}
 
 # the other resources of every model job (each rule names its `gpu` resource, which the SLURM profiles key on)
 MODEL_RESOURCES = dict(

@@ -8,7 +8,7 @@ rule download_dataset:
         dropped=res("data", "{dataset}.dropped.parquet"),
     log:
         res("logs", "download_dataset", "{dataset}.log"),
-    priority: PRIORITY["gate"]
+    priority: PRIORITY["step"]
     localrule: True
     conda:
         "../../envs/truthflow.yaml"
@@ -28,7 +28,7 @@ rule download_depthqa:
         dropped=res("data", "depthqa.dropped.parquet"),
     log:
         res("logs", "download_dataset", "depthqa.log"),
-    priority: PRIORITY["gate"]
+    priority: PRIORITY["step"]
     localrule: True
     conda:
         "../../envs/truthflow.yaml"

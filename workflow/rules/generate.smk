@@ -36,7 +36,7 @@ rule label_answers:
         accuracy=res("labels", "{model}", "{dataset}.accuracy.tsv"),
     log:
         res("logs", "label_answers", "{model}", "{dataset}.log"),
-    priority: PRIORITY["gate"]
+    priority: PRIORITY["step"]
     conda:
         "../../envs/truthflow.yaml"
     script:

@@ -52,7 +52,7 @@ rule probe_deltap:
         check=pw_dir("check.parquet"),
     log:
         res("logs", "probe_deltap", "{model}", "{dataset}.log"),
-    priority: PRIORITY["gate"]
+    priority: PRIORITY["step"]
     conda:
         "../../envs/truthflow.yaml"
     params:
@@ -196,6 +196,7 @@ rule pathway_experiments:
         per_sample=pw_dir("exp_samples.parquet"),
     log:
         res("logs", "pathway_experiments", "{model}", "{dataset}.log"),
+    priority: PRIORITY["step"]
     conda:
         "../../envs/truthflow.yaml"
     params:
