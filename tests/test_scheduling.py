@@ -13,48 +13,25 @@ def test_model_slots():
 
 @pytest.mark.parametrize(
     "cores,slots,expected",
-    [
-        (8, 2, 3),  # the demo: 3 + 3 claimed, 2 left to the one-thread jobs; a third model job won't fit
-        (16, 2, 7),
-        (12, 2, 5),
-        (8, 1, 7),  # a GPU machine without --resources gpu=K: one model job at a time
-        (2, 2, 1),  # no room to leave: the share
-        (1, 2, 1),
-        (3, 2, 2),
-        (4, 2, 2),
-        (16, 4, 4),
-        (None, 2, 8),
-    ],
+    [(8, 2, 4), (16, 2, 8), (2, 2, 1), (1, 2, 1), (3, 2, 2), (16, 4, 4), (None, 2, 8)],
 )
 def test_model_threads(cores, slots, expected):
     assert model_threads(cores, slots) == expected
 
 
-def test_model_claims_fit_the_slots_and_leave_a_core_when_they_can():
-    """For every --cores and slot count: no more model jobs fit than there are slots; a claim below the share
-    fits exactly the slots and leaves at least one core to the one-thread jobs."""
-    for cores in range(1, 65):
-        for slots in range(1, 9):
-            claim, share = model_threads(cores, slots), -(-cores // slots)
-            assert 1 <= claim <= share
-            assert cores // claim <= slots, (cores, slots)
-            if claim < share:
-                assert cores // claim == slots and cores - slots * claim >= 1, (cores, slots)
-
-
 @pytest.mark.parametrize(
-    "cores,slots,cpus,expected",
+    "threads,cores,cpus,expected",
     [
-        (8, 2, 2, 1),  # the demo: --cores 8 on this 2-CPU machine, two model slots: one torch thread each
-        (16, 2, 16, 8),  # --cores 16 on 16 CPUs, two slots: half each (the share, not the claim of 7)
-        (16, 2, 64, 8),  # never more than the slot's share of the cores
-        (1, 2, 2, 1),
-        (3, 2, 2, 1),  # share 2, 2 * 2 // 3 = 1
-        (None, 2, 64, 0),  # a cluster job: 0, it uses its own threads
+        (4, 8, 2, 1),  # the demo: --cores 8 on this 2-CPU machine, two jobs of 4 threads: one torch thread
+        (8, 16, 16, 8),  # --cores 16 on 16 CPUs, two jobs: half each
+        (8, 16, 64, 8),  # never more than the job's threads
+        (1, 1, 2, 1),
+        (2, 3, 2, 1),  # 2 * 2 // 3 = 1
+        (8, None, 64, 0),  # a cluster job: 0, it uses its own threads
     ],
 )
-def test_torch_threads(cores, slots, cpus, expected):
-    assert torch_threads(cores, slots, cpus) == expected
+def test_torch_threads(threads, cores, cpus, expected):
+    assert torch_threads(threads, cores, cpus) == expected
 
 
 def test_two_demo_model_jobs_never_oversubscribe():
@@ -62,17 +39,16 @@ def test_two_demo_model_jobs_never_oversubscribe():
     (when the CPUs are at least the jobs), so two concurrent jobs never fight over cores."""
     for cpus in (1, 2, 3, 4, 8, 16, 64):
         slots = model_slots(None, gpu_machine=False)
-        concurrent = 8 // model_threads(8, slots)
-        assert concurrent == slots
-        assert concurrent * torch_threads(8, slots, cpus) <= max(cpus, concurrent)
+        threads = model_threads(8, slots)
+        concurrent = 8 // threads
+        assert concurrent * torch_threads(threads, 8, cpus) <= max(cpus, concurrent)
 
 
 @pytest.mark.workflow
 def test_model_jobs_get_their_share_in_a_real_dry_run(tmp_path):
     """The one real dry run of this family: the Snakefile reads --cores and --resources gpu=K off Snakemake
-    (two model jobs at once, a GPU each: each claims 7 of the 16 cores, leaving 2 to the one-thread jobs) and
-    hands the job its torch threads. The other cases (--cores 8 alone: 3 threads on a CPU machine) are the
-    hand cases above."""
+    (two model jobs at once, a GPU each: 16 // 2 = 8 threads) and hands the job its torch threads. The other
+    cases (--cores 8 alone: 4 threads on a CPU machine) are the hand cases above."""
     import re
 
     from conftest import small_config, snakemake, write_config
@@ -83,5 +59,5 @@ def test_model_jobs_get_their_share_in_a_real_dry_run(tmp_path):
     assert proc.returncode == 0, out[-3000:]
     block = out[out.index("rule generate_answers:") :]
     block = block[: block.index("\n\n")]
-    assert re.search(r"^\s+threads: 7$", block, re.M), block
+    assert re.search(r"^\s+threads: 8$", block, re.M), block
     assert re.search(r"torch_threads=\d+", block), block

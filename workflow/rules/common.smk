@@ -39,12 +39,14 @@ _cores = _local_cores()
 _gpus = workflow.global_resources.get("gpu")  # --resources gpu=K
 _gpus = getattr(_gpus, "value", _gpus)
 _gpu_machine = any(Path("/dev").glob("nvidia[0-9]*"))
-_slots = model_slots(_gpus if isinstance(_gpus, int) and _gpus > 0 else None, _gpu_machine)
-MODEL_THREADS = model_threads(_cores, _slots)
+MODEL_THREADS = model_threads(
+    _cores,
+    model_slots(_gpus if isinstance(_gpus, int) and _gpus > 0 else None, _gpu_machine),
+)
 _cpus = (
     len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 )
-TORCH_THREADS = torch_threads(_cores, _slots, _cpus)
+TORCH_THREADS = torch_threads(MODEL_THREADS, _cores, _cpus)
 
 
 def model_spec(model):
