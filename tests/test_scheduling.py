@@ -61,3 +61,30 @@ def test_model_jobs_get_their_share_in_a_real_dry_run(tmp_path):
     block = block[: block.index("\n\n")]
     assert re.search(r"^\s+threads: 8$", block, re.M), block
     assert re.search(r"torch_threads=\d+", block), block
+
+
+LOG = """[Fri Nov 27 04:36:45 2026]
+rule generate_answers:
+    output: results/demo/answers/m/nq.parquet
+    jobid: 7
+    wildcards: model=m, dataset=nq
+[Fri Nov 27 04:37:05 2026]
+Finished jobid: 7 (Rule: generate_answers)
+[Fri Nov 27 04:37:{start} 2026]
+localrule label_answers:
+    jobid: 3
+    wildcards: model=m, dataset=nq
+[Fri Nov 27 04:37:59 2026]
+Finished jobid: 3 (Rule: label_answers)
+"""
+
+
+@pytest.mark.parametrize("start,late", [("07", []), ("25", [("model=m, dataset=nq", 20.0)])])
+def test_a_step_that_waited_for_a_core_is_reported(tmp_path, start, late):
+    """The negative control of test_workflow.py's order check, on a hand-written Snakemake log: a label job
+    that starts 2 s after its answers are written passes, one that starts 20 s after them is reported."""
+    from test_workflow import _job_times, late_steps
+
+    log = tmp_path / "run.snakemake.log"
+    log.write_text(LOG.format(start=start))
+    assert late_steps(_job_times(log), "label_answers", "generate_answers") == (1, late)

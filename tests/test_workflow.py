@@ -82,22 +82,32 @@ def _job_times(log: Path) -> dict[tuple[str, str], tuple[datetime, datetime]]:
     return jobs
 
 
+# a one-thread step of a chain and the model job whose output it waits on
+STEPS = (
+    ("label_answers", "generate_answers"),
+    ("probe_deltap", "extract_pathways"),
+    ("pathway_experiments", "extract_experiments"),
+)
+
+
+def late_steps(jobs: dict, step: str, parent: str) -> tuple[int, list[tuple[str, float]]]:
+    """(how many `step` jobs ran, [(wildcards, seconds waited)] of those that started more than LAG after
+    their `parent` job ended), from `_job_times`."""
+    starts = [(wc, start) for (rule, wc), (start, _) in jobs.items() if rule == step]
+    waits = [(wc, (start - jobs[(parent, wc)][1]).total_seconds()) for wc, start in starts]
+    return len(starts), [(wc, w) for wc, w in waits if w > LAG.total_seconds()]
+
+
 def test_one_thread_steps_never_wait_for_a_model_job(demo_run):
     """The run's order (PRIORITY in workflow/rules/common.smk): a label job starts as its answers are written,
     a probe job as its knockout is, the experiments' statistics as their states are, though both model slots
     have jobs to run (before the priorities, probes of this run waited up to 124 s and a label 77 s, each for
-    a model job to end)."""
+    a model job to end). The negative control: tests/test_scheduling.py."""
     log = min((demo_run / ".snakemake" / "log").glob("*.snakemake.log"))  # the run's own, not later reruns
     jobs = _job_times(log)
-    for step, parent in (
-        ("label_answers", "generate_answers"),
-        ("probe_deltap", "extract_pathways"),
-        ("pathway_experiments", "extract_experiments"),
-    ):
-        steps = [(wc, start) for (rule, wc), (start, _) in jobs.items() if rule == step]
-        pairs = [(wc, jobs[(parent, wc)][1], start) for wc, start in steps]
-        assert len(pairs) == 2 * len(TEST_SETS), (step, sorted(jobs))
-        late = [(wc, (start - ready).total_seconds()) for wc, ready, start in pairs if start - ready > LAG]
+    for step, parent in STEPS:
+        n, late = late_steps(jobs, step, parent)
+        assert n == 2 * len(TEST_SETS), (step, sorted(jobs))
         assert not late, f"{step} waited for a model job: {late}"
 
 
