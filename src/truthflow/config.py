@@ -80,6 +80,42 @@ def check_path_names(config: dict) -> None:
             )
 
 
+def _source_schemas() -> dict:
+    """The schema of a model's and of a dataset's source, by config section."""
+    defs = yaml.safe_load(SCHEMA.read_text())["$defs"]
+    return {f"{entry}s": defs[entry]["properties"]["source"] for entry in ("model", "dataset")}
+
+
+# before the schema, whose oneOf error does not say that config files merge: see docs/configuration.md
+def check_sources(config: dict) -> None:
+    """A source key set to null is removed where null is not a value of it (an overlay's way to drop the
+    kind of source it replaces); then a source that still has two kinds (hub, local, ...) is refused."""
+    for section, schema in _source_schemas().items():
+        props = schema["properties"]
+        kinds = [rule["required"][0] for rule in schema["oneOf"]]
+        entries = config.get(section)
+        for name, spec in entries.items() if isinstance(entries, dict) else ():
+            source = spec.get("source") if isinstance(spec, dict) else None
+            if not isinstance(source, dict):
+                continue
+            for key in [k for k, v in source.items() if v is None and k in props]:
+                types = props[key].get("type", [])
+                if "null" not in ([types] if isinstance(types, str) else types):
+                    del source[key]
+            given = [k for k in source if k in kinds]
+            if len(given) < 2:
+                continue
+            keep, drop = given[-1], given[:-1]  # a merged-in key comes after the keys it was merged into
+            example = ", ".join([f"{keep}: {source[keep]}", *(f"{k}: null" for k in drop)])
+            raise TruthflowError(
+                f"config key '{section}.{name}.source' gives {len(given)} kinds of source "
+                f"({', '.join(f'{k}: {source[k]!r}' for k in given)}); it takes one. Config files given "
+                "together (--configfile config.yaml overlay.yaml) merge mapping by mapping, so an overlay's "
+                f"source keeps the kind it replaces: set that kind to null, e.g. source: {{{example}}} "
+                "(docs/configuration.md)"
+            )
+
+
 def _duplicate_keys(node, path: str, found: list) -> None:
     if isinstance(node, yaml.MappingNode):
         seen: dict = {}
@@ -157,18 +193,28 @@ def check_names(config: dict) -> None:
         ("pathways.models", pw["models"], models, "model"),
         ("pathways.datasets", pw["datasets"], datasets, "dataset"),
         ("depth.models", depth["models"], models, "model"),
-        *(
-            (f"figures.pathways[{i}]", pair, set(pw["models"]), "model")
-            for i, pair in enumerate(figures["pathways"])
-        ),
-        ("figures.depth", figures["depth"], set(depth["models"]), "model"),
     ]
+    drawn = [  # (key, models drawn, the stage whose results the figure reads)
+        *((f"figures.pathways[{i}]", pair, "pathways") for i, pair in enumerate(figures["pathways"])),
+        ("figures.depth", figures["depth"], "depth"),
+    ]
+    needed += [(key, names, models, "model") for key, names, _ in drawn]
     for key, names, known, kind in needed:
         for name in names:
             if name not in known:
                 raise TruthflowError(
                     f"config key '{key}' names {kind} '{name}', which is not defined under '{kind}s' "
                     f"(defined: {', '.join(sorted(known)) or 'none'})"
+                )
+    for key, names, stage in drawn:
+        ran = config[stage]["models"]
+        for name in names:
+            if name not in ran:
+                # an overlay that empties a stage's models keeps the figures list it overlays: name both fixes
+                raise TruthflowError(
+                    f"config key '{key}' names model '{name}', which {stage}.models does not run "
+                    f"({stage}.models: {', '.join(ran) or 'none'}); add '{name}' to {stage}.models, or leave "
+                    f"it out of figures.{stage} (figures.{stage}: [] draws no {stage} figure)"
                 )
     not_qa = [name for name in pw["datasets"] if not registry.is_qa(name)]
     if not_qa:
@@ -212,6 +258,7 @@ def check_config(config: dict, configfiles: Iterable = (), environ: Mapping[str,
 
     check_config_files(configfiles)
     check_path_names(config)
+    check_sources(config)
     check_schema(config)
     plan_memory(config)
     fill_defaults(config)
