@@ -1,4 +1,6 @@
-"""Times score_mink (questions/s) and answer_depthqa (new tokens/s) with peak memory.
+"""Times score_mink (questions/s) and answer_depthqa (new tokens/s) with peak memory, each on its first call
+(on shapes the process has not seen: random shapes give the two stages lengths in different residue classes)
+and again on the same inputs; the batch size and token budget are the memory plan's (--gpu-mem-gb).
 
 CPU, demo models on the demo DepthQA questions: python benchmarks/bench_depth.py
 GPU, random-weight Llama-3-8B shape:            python benchmarks/bench_depth.py --shape llama-3-8b --n 512
@@ -12,42 +14,48 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
-from common import peak_mb  # noqa: E402
+from common import (  # noqa: E402
+    add_settings_args,
+    attention_line,
+    bench_models,
+    card,
+    first_and_repeat,
+    fresh_lengths,
+    peak_mb,
+    rate_line,
+    settings,
+)
 
 import truthflow.depth.mink as mink  # noqa: E402
 import truthflow.generation as generation  # noqa: E402
-from truthflow.models import load_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def bench(lm, label, texts, prompts, batch, max_new, chat):
-    t0 = time.perf_counter()
-    mink.score_texts(lm, texts, [10, 20, 30], batch, desc=f"min-k% {label}")
-    dt = time.perf_counter() - t0
+def bench(lm, label, dims, texts, prompts, args, chat):
+    plan = settings(args, dims, str(lm.model.dtype).removeprefix("torch."))
+    batch, budget, max_new = plan["batch_size"], plan["token_budget"], args.max_new_tokens
+    print(f"{label} on {card()}: {plan['line']}\n  {attention_line(lm)}", flush=True)
+    t_first, t_rep, _, _ = first_and_repeat(
+        lambda: mink.score_texts(lm, texts, [10, 20, 30], batch, "min-k%")
+    )
     print(
-        f"{label}: score_mink {len(texts)} questions in {dt:.1f} s = {len(texts) / dt:,.1f} questions/s; "
-        f"peak {peak_mb():,.0f} MiB",
-        flush=True,
+        rate_line(f"score_mink {len(texts)} questions", len(texts), "questions", t_first, t_rep), flush=True
     )
-    t0 = time.perf_counter()
-    out = generation.generate_answers(
-        lm, prompts, batch, max_new, stop_at_newline=not chat, chat=chat, desc=f"answer {label}"
+    t_first, t_rep, out, _ = first_and_repeat(
+        lambda: generation.generate_answers(lm, prompts, batch, max_new, not chat, chat, "answer", budget)
     )
-    dt = time.perf_counter() - t0
     n_tok = sum(o["n_new_tokens"] for o in out)
-    print(
-        f"{label}: answer_depthqa {len(prompts)} answers, {n_tok} new tokens in {dt:.1f} s = "
-        f"{n_tok / dt:,.1f} new tokens/s; peak {peak_mb():,.0f} MiB",
-        flush=True,
-    )
+    name = f"answer_depthqa {len(prompts)} answers, {n_tok} new tokens"
+    print(rate_line(name, n_tok, "new tokens", t_first, t_rep), flush=True)
+    print(f"  peak memory {peak_mb():,.0f} MiB", flush=True)
 
 
 def demo_questions(n: int) -> list[str]:
@@ -59,28 +67,30 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape")
     ap.add_argument("--models", nargs="*", default=["smollm2-135m", "gemma3-270m"])
+    ap.add_argument("--dtype", default="bfloat16", help="--shape: the weights' dtype")
     ap.add_argument("--n", type=int, default=64)
-    ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    add_settings_args(ap)
     args = ap.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
     if args.shape:
-        from shapes import random_model
-
-        lm = random_model(args.shape)
-        g = torch.Generator().manual_seed(0)
-        ids = [[2] + torch.randint(3, 1000, (40,), generator=g).tolist() for _ in range(args.n)]
+        rng = np.random.default_rng(0)
+        # DepthQA questions: 20-60 tokens; the scored texts and the prompts in two residue classes
+        texts, prompts = (
+            [[2, *rng.integers(3, 1000, size=k - 1).tolist()] for k in fresh_lengths(rng, args.n, 20, 60, c)]
+            for c in (0, 1)
+        )
         mink.encode_for_scoring = lambda tok, text: text
         generation.encode_prompt = lambda tok, p, c: p
-        bench(lm, args.shape, ids, ids, args.batch, args.max_new_tokens, False)
+        for lm, label, dims in bench_models(args.shape, [], args.attention, args.dtype):
+            bench(lm, label, dims, texts, prompts, args, False)
         return
     questions = demo_questions(args.n)
     config = yaml.safe_load((REPO / "config.yaml").read_text())["models"]
-    for name in args.models:
-        lm = load_model(REPO / "resources" / "models" / name, "float32")
-        chat = bool(config[name].get("chat", False))
+    for lm, label, dims in bench_models(None, args.models, args.attention):
+        chat = bool(config[label.split()[0]].get("chat", False))
         prompts = [generation.build_prompt(lm.tokenizer, q, chat, instruction="") for q in questions]
-        bench(lm, f"{name} (cpu)", questions, prompts, args.batch, args.max_new_tokens, chat)
+        bench(lm, label, dims, questions, prompts, args, chat)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
 """Times the saliency stage with the Logits-mean/min baseline read off its pass (as extract_experiments runs
-it), beside the plain reference it replaced in the same run: the same saliency plus the baseline's own clean
-pass (`answer_logprobs`). Prints samples/s of both, the time saved, the largest difference between the two
-baselines, and peak memory.
+it), beside the plain reference it replaced: the same saliency plus the baseline's own clean pass
+(`answer_logprobs`). Each is timed as a job meets it, its first call on shapes the process has not seen (the
+two paths' sequence lengths lie in different residue classes, common.fresh_lengths), then the repeat on the
+same inputs. Prints samples/s of both, the time saved, the largest difference between the two baselines (on
+the project's inputs, after the timings), and peak memory. The baseline's pass takes the memory plan's batch
+size; saliency the workflow's saliency_batch_size.
 
 CPU, demo models:                python benchmarks/bench_experiments.py
 GPU, random weights, real shape: python benchmarks/bench_experiments.py --shape llama-3.2-1b --n 512
@@ -12,26 +15,35 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from common import bench_models, peak_mb, sync  # noqa: E402
+from common import (  # noqa: E402
+    attention_line,
+    bench_models,
+    card,
+    first_and_repeat,
+    fresh_lengths,
+    peak_mb,
+    plan_settings,
+    rate_line,
+)
 
 from truthflow.pathways.interventions import answer_logprobs  # noqa: E402
 from truthflow.pathways.saliency import saliency  # noqa: E402
 
 
-def make_case(n: int, length: int, vocab: int, prefix: int, seed: int = 0):
-    """A shared head of `prefix` tokens, a question, an answer of 4..10 tokens; E_Q two question tokens, E_A
-    the answer's last 1..3 tokens (the demo's shapes)."""
-    rng = np.random.default_rng(seed)
+def make_case(n: int, length: int, vocab: int, prefix: int, case: int):
+    """A shared head of `prefix` tokens, a question, an answer of 4..10 tokens (the whole sequence's length in
+    residue class `case`); E_Q two question tokens, E_A the answer's last 1..3 tokens (the demo's shapes)."""
+    rng = np.random.default_rng(case)
     head = rng.integers(3, vocab, size=prefix).tolist()
     seqs, starts, eqs, eas = [], [], [], []
-    for _ in range(n):
-        q, a = int(rng.integers(8, length)), int(rng.integers(4, 11))
+    for total in fresh_lengths(rng, n, 18, length + 10, case):
+        a = int(rng.integers(4, 11))
+        q = total - a
         seq = head + rng.integers(3, vocab, size=q + a).tolist()
         start = prefix + q
         seqs.append(seq)
@@ -41,28 +53,31 @@ def make_case(n: int, length: int, vocab: int, prefix: int, seed: int = 0):
     return seqs, starts, eqs, eas
 
 
-def bench(lm, label: str, n: int, length: int, batch: int, prefix: int) -> None:
-    seqs, starts, eqs, eas = make_case(n, length, lm.model.config.get_text_config().vocab_size, prefix)
-    saliency(lm, seqs[:2], starts[:2], eqs[:2], eas[:2], 2, desc="warm-up")  # both paths warm
-    answer_logprobs(lm, seqs[:2], eas[:2], 2, desc="warm-up")
-
-    def timed(fn):
-        sync()
-        t = time.perf_counter()
-        out = fn()
-        sync()
-        return out, time.perf_counter() - t
-
-    (got, t_project) = timed(lambda: saliency(lm, seqs, starts, eqs, eas, batch))
-    (ref, t_ref) = timed(
-        lambda: (saliency(lm, seqs, starts, eqs, eas, batch), answer_logprobs(lm, seqs, eas, 2 * batch))
+def bench(lm, label: str, dims, args) -> None:
+    n, batch = args.n, args.batch
+    vocab = lm.model.config.get_text_config().vocab_size
+    plan = plan_settings(dims, str(lm.model.dtype).removeprefix("torch."), args.gpu_mem_gb)
+    seqs, starts, eqs, eas = make_case(n, args.length, vocab, args.prefix, 0)
+    r_seqs, r_starts, r_eqs, r_eas = make_case(n, args.length, vocab, args.prefix, 1)
+    t_first, t_rep, got, _ = first_and_repeat(lambda: saliency(lm, seqs, starts, eqs, eas, batch))
+    r_first, r_rep, _, _ = first_and_repeat(
+        lambda: (
+            saliency(lm, r_seqs, r_starts, r_eqs, r_eas, batch),
+            answer_logprobs(lm, r_seqs, r_eas, plan["batch_size"]),
+        )
     )
-    diff = np.nanmax(np.abs(np.concatenate([got.logit_mean - ref[1][0], got.logit_min - ref[1][1]])))
-    print(f"{label}: {n} samples")
-    print(f"  project, saliency + baseline from its pass: {n / t_project:7.1f} samples/s ({t_project:.1f} s)")
-    print(f"  reference, saliency + its own clean pass:   {n / t_ref:7.1f} samples/s ({t_ref:.1f} s)")
-    saved = f"saved {t_ref - t_project:.1f} s ({1 - t_project / t_ref:.0%})"
-    print(f"  {saved}; baselines differ by at most {diff:.1e}")
+    ref = answer_logprobs(lm, seqs, eas, plan["batch_size"])
+    diff = np.nanmax(np.abs(np.concatenate([got.logit_mean - ref[0], got.logit_min - ref[1]])))
+    print(
+        f"{label} on {card()}: {n} samples, saliency batch {batch}, baseline pass batch {plan['batch_size']} "
+        f"(memory plan for {plan['gpu_mem_gb']:.0f} GiB)\n  {attention_line(lm)}"
+    )
+    print(rate_line("project, saliency + baseline from its pass", n, "samples", t_first, t_rep, 44))
+    print(rate_line("reference, saliency + its own clean pass", n, "samples", r_first, r_rep, 44))
+    print(
+        f"  saved {1 - t_first / r_first:.0%} (first calls), {1 - t_rep / r_rep:.0%} (repeats); baselines "
+        f"differ by at most {diff:.1e}"
+    )
     print(f"  peak memory {peak_mb():,.0f} MiB")
 
 
@@ -72,12 +87,17 @@ def main():
     ap.add_argument("--models", nargs="*", default=["smollm2-135m", "gemma3-270m"])
     ap.add_argument("--n", type=int, default=64)
     ap.add_argument("--length", type=int, default=24, help="longest question, in tokens")
-    ap.add_argument("--batch", type=int, default=16, help="saliency_batch_size (the demo's)")
+    ap.add_argument("--dtype", default="bfloat16", help="--shape: the weights' dtype")
+    ap.add_argument("--batch", type=int, default=4, help="saliency_batch_size (the schema's default)")
+    ap.add_argument(
+        "--gpu-mem-gb", type=float, default=None, help="the plan's memory (default: the GPU's, or 80)"
+    )
+    ap.add_argument("--attention", default="auto", help="engine.backend setting: auto, cudnn, flash, ...")
     ap.add_argument("--prefix", type=int, default=30, help="tokens every sequence shares (a chat header)")
     args = ap.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
-    for lm, label in bench_models(args.shape, args.models):
-        bench(lm, label, args.n, args.length, args.batch, args.prefix)
+    for lm, label, dims in bench_models(args.shape, args.models, args.attention, args.dtype):
+        bench(lm, label, dims, args)
 
 
 if __name__ == "__main__":

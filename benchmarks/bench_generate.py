@@ -1,41 +1,54 @@
-"""Generation throughput: the project's generate_answers beside a plain `model.generate` reference, measured
-in the same run on the same prompts, with their ratio and peak memory.
+"""Generation throughput: the project's generate_answers beside a plain `model.generate` reference, each timed
+as a job meets it: its first call on prompts the process has not seen, then the repeat on the same prompts.
 
-CPU (demo models, real questions of varied length):  python benchmarks/bench_generate.py            (< 3 min)
+CPU (demo models, real questions of varied length):  python benchmarks/bench_generate.py
 GPU (random weights of a real shape):                python benchmarks/bench_generate.py --shape llama-3.2-1b
 
-Order: the project cold (the first generate call of the process, as a job pays it: any compile, vocabulary
-scan or first-shape cost shows; only the device libraries are initialised before, by a one-token forward),
-then the reference, then the project again. The reference is plain `model.generate`: dynamic cache, the
-prompts in their given order in fixed batches of --batch, left-padded, stopping on the same token ids. The
-ratio compares the second project run with the reference (both after the first); the cold ratio is printed
-beside it. New tokens count the answer tokens before the first stop token, for both.
+Settings: the project runs with the batch cap and token budget the memory plan gives the model on the card
+(--gpu-mem-gb; common.plan_settings); the plain reference at the same memory: fixed batches of the most rows
+whose longest prompt plus the new tokens fit that budget, the prompts in their given order, left-padded,
+dynamic cache, stopping on the same token ids. The two paths run different prompts (random shapes: lengths in
+two residue classes, common.fresh_lengths; demo models: disjoint question sets), so neither is warmed by the
+other.
+After the timings, the plain reference runs the project's first prompts (untimed) to count identical answers.
+New tokens count the answer tokens before the first stop token, for both.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import resource
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(REPO / "src"))
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
+from common import (  # noqa: E402
+    add_settings_args,
+    attention_line,
+    card,
+    first_and_repeat,
+    fresh_lengths,
+    peak_mb,
+    rate_line,
+    settings,
+    sync,
+)
 
-from truthflow.batching import pad_batch  # noqa: E402
+from truthflow.engine import backend  # noqa: E402
+from truthflow.engine.batches import pad_batch  # noqa: E402
 from truthflow.generation import (  # noqa: E402
-    DEFAULT_TOKEN_BUDGET,
     build_prompt,
     encode_prompt,
     eos_token_ids,
     generate_answers,
     newline_token_ids,
 )
+from truthflow.memplan import dims_for  # noqa: E402
 from truthflow.models import load_model  # noqa: E402
 
 QA_SETS = [
@@ -44,49 +57,20 @@ QA_SETS = [
     ("hotpotqa", "hotpotqa/hotpot_dev_distractor_v1.json"),
     ("nq", "nq/NQ-open.dev.jsonl"),
 ]
+CHECKED = 64  # prompts the plain reference reruns to count identical answers
 
 
-def reset_peak() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        return
-    try:  # Linux: "5" resets this process's peak resident set size (VmHWM)
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        pass
-
-
-def peak_mib() -> float:
-    """Peak GPU memory allocated since reset_peak, or this process's peak resident memory (CPU)."""
-    if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated() / 2**20
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def plain_generate(lm, encoded, batch, max_new, stop_ids) -> tuple[list[list[int]], float]:
-    """The reference: model.generate on fixed batches in the given order. Returns answer ids and seconds."""
+@torch.inference_mode()
+def plain_generate(lm, encoded, batch, max_new, stop_ids) -> list[list[int]]:
+    """The reference: model.generate on fixed batches in the given order, under the project's attention
+    setting. Returns each prompt's answer ids (before the first stop token)."""
     model, tok = lm.model, lm.tokenizer
     device = model.get_input_embeddings().weight.device
     pad = tok.pad_token_id
-    stop_list = sorted(stop_ids)
     answers = []
-    sync()
-    t0 = time.perf_counter()
-    for start in range(0, len(encoded), batch):
-        ids, valid = pad_batch(encoded[start : start + batch], pad, side="left")
-        with torch.inference_mode():
+    with backend.attention(lm.attention):
+        for start in range(0, len(encoded), batch):
+            ids, valid = pad_batch(encoded[start : start + batch], pad, side="left")
             out = model.generate(
                 input_ids=ids.to(device),
                 attention_mask=valid.long().to(device),
@@ -96,71 +80,56 @@ def plain_generate(lm, encoded, batch, max_new, stop_ids) -> tuple[list[list[int
                 top_k=None,
                 temperature=None,
                 pad_token_id=pad,
-                eos_token_id=stop_list,
+                eos_token_id=sorted(stop_ids),
                 cache_implementation="dynamic",
             )
-        for row in out[:, ids.shape[1] :].tolist():
-            cut = next((j for j, t in enumerate(row) if t in stop_ids), len(row))
-            answers.append(row[:cut])
+            for row in out[:, ids.shape[1] :].tolist():
+                cut = next((j for j, t in enumerate(row) if t in stop_ids), len(row))
+                answers.append(row[:cut])
     sync()
-    return answers, time.perf_counter() - t0
+    return answers
 
 
-def run_project(lm, prompts, encoded, chat, stop_at_newline, args, label) -> tuple[list[dict], float, float]:
-    """generate_answers as a job calls it. Returns its answers, seconds and peak memory (MiB)."""
-    reset_peak()
-    sync()
-    t0 = time.perf_counter()
-    out = generate_answers(
-        lm,
-        prompts,
-        args.batch,
-        args.max_new_tokens,
-        stop_at_newline=stop_at_newline,
-        chat=chat,
-        desc=label,
-        token_budget=args.token_budget,
-        prompt_ids=encoded,
-    )
-    sync()
-    return out, time.perf_counter() - t0, peak_mib()
-
-
-def compare(lm, label, prompts, encoded, chat, stop_at_newline, args) -> None:
+def compare(lm, label, dims, cases, chat, stop_at_newline, args) -> None:
+    """cases: (prompts, encoded) of the project and of the reference."""
+    plan = settings(args, dims, str(lm.model.dtype).removeprefix("torch."))
+    batch, budget, max_new = plan["batch_size"], plan["token_budget"], args.max_new_tokens
+    (prompts, encoded), (_, ref_encoded) = cases
     with torch.inference_mode():  # initialise the device libraries (BLAS, CUDA context), nothing of generate
-        lm.model(torch.tensor([encoded[0][:1]], device=lm.model.get_input_embeddings().weight.device))
-    ours, t_cold, _ = run_project(lm, prompts, encoded, chat, stop_at_newline, args, f"{label} cold")
+        lm.model(torch.tensor([[2]], device=lm.model.get_input_embeddings().weight.device))
+
+    def project():
+        return generate_answers(
+            lm, prompts, batch, max_new, stop_at_newline, chat, label, budget, prompt_ids=encoded
+        )
+
+    t_first, t_rep, ours, again = first_and_repeat(project)
     stop_ids = eos_token_ids(lm.tokenizer, lm.model)
     if stop_at_newline:
         stop_ids |= set(newline_token_ids(lm.tokenizer))
-    reset_peak()
-    plain, t_plain = plain_generate(lm, encoded, args.batch, args.max_new_tokens, stop_ids)
-    peak_plain = peak_mib()
-    again, t_ours, peak_ours = run_project(lm, prompts, encoded, chat, stop_at_newline, args, label)
+    # the same memory as the project's budget: the most rows whose longest prompt and new tokens fit it
+    fixed = max(1, min(batch, budget // (max(map(len, ref_encoded)) + max_new)))
+    p_first, p_rep, plain, _ = first_and_repeat(
+        lambda: plain_generate(lm, ref_encoded, fixed, max_new, stop_ids)
+    )
     n_ours = sum(o["n_new_tokens"] for o in ours)
     n_plain = sum(len(a) for a in plain)
-    same = sum(o["answer_ids"] == a for o, a in zip(ours, plain, strict=True))
-    # CPU fp32: the two runs agree exactly (tests/test_benchmarks.py); a GPU in bf16 on random weights has
-    # near-tied logits that a cold first call's kernels can flip (seen on an H200), so count, do not assert
+    m = min(CHECKED, len(encoded))
+    check = plain_generate(lm, encoded[:m], fixed, max_new, stop_ids)
+    same = sum(o["answer_ids"] == a for o, a in zip(ours, check, strict=False))
+    # CPU fp32: every count is exact (tests/test_benchmarks.py); a GPU in bf16 on random weights has
+    # near-tied logits that batch composition can flip, so count, do not assert
     repeat = sum(a == o for a, o in zip(again, ours, strict=True))
     lens = sorted(len(e) for e in encoded)
-    rate_ours, rate_plain = n_ours / t_ours, n_plain / t_plain
-    device = lm.device
-    if lm.device == "cpu":  # other processes on the same cores slow both paths: the load says how much
-        device += f" ({torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f})"
-    if torch.cuda.is_available():
-        device += f" {torch.cuda.get_device_name()}"
     print(
-        f"{label} on {device}: {len(encoded)} prompts of {lens[0]}-{lens[-1]} tokens (median "
-        f"{lens[len(lens) // 2]}), max {args.max_new_tokens} new\n"
-        f"  project cold : {n_ours:6,} new tokens in {t_cold:6.1f} s = {n_ours / t_cold:8,.1f} tokens/s "
-        f"(first call of the process, as a job pays it)\n"
-        f"  project      : {n_ours:6,} new tokens in {t_ours:6.1f} s = {rate_ours:8,.1f} tokens/s, "
-        f"peak {peak_ours:8,.0f} MiB (batch cap {args.batch}, token budget {args.token_budget})\n"
-        f"  plain        : {n_plain:6,} new tokens in {t_plain:6.1f} s = {rate_plain:8,.1f} tokens/s, "
-        f"peak {peak_plain:8,.0f} MiB (fixed batch {args.batch}, given order)\n"
-        f"  ratio project/plain: {rate_ours / rate_plain:.2f}x (cold: {n_ours / t_cold / rate_plain:.2f}x); "
-        f"identical answers {same}/{len(encoded)}; the project's two runs agree on {repeat}/{len(encoded)}",
+        f"{label} on {card()}: {len(encoded)} prompts of {lens[0]}-{lens[-1]} tokens (median "
+        f"{lens[len(lens) // 2]}) per path, max {max_new} new; {plan['line']}\n  {attention_line(lm)}\n"
+        f"{rate_line(f'project ({n_ours:,} new tokens)', n_ours, 'tokens', t_first, t_rep)}\n"
+        f"{rate_line(f'plain ({n_plain:,} new tokens)', n_plain, 'tokens', p_first, p_rep)}\n"
+        f"  plain: fixed batch {fixed}, given order; peak memory {peak_mb():,.0f} MiB\n"
+        f"  ratio project/plain: first calls {n_ours / t_first / (n_plain / p_first):.2f}x, repeats "
+        f"{n_ours / t_rep / (n_plain / p_rep):.2f}x; identical answers {same}/{m}; the project's two runs "
+        f"agree on {repeat}/{len(encoded)}",
         flush=True,
     )
 
@@ -180,39 +149,45 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", help="random-weight model shape (benchmarks/shapes.py), e.g. llama-3.2-1b")
     ap.add_argument("--models", nargs="*", default=["smollm2-135m", "gemma3-270m"])
-    ap.add_argument("--batch", type=int, default=None, help="batch cap (project) = fixed batch (plain)")
-    ap.add_argument("--token-budget", type=int, default=DEFAULT_TOKEN_BUDGET)
-    ap.add_argument("--n", type=int, default=None, help="prompts (demo: 48; --shape: 512)")
+    ap.add_argument("--dtype", default="bfloat16", help="--shape: the weights' dtype")
+    ap.add_argument("--n", type=int, default=None, help="prompts per path (demo: 48; --shape: 512)")
     ap.add_argument("--max-new-tokens", type=int, default=None, help="demo: 24; --shape: 64")
     ap.add_argument("--min-len", type=int, default=16, help="--shape: shortest random prompt")
     ap.add_argument("--max-len", type=int, default=256, help="--shape: longest random prompt")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="CPU threads (default: all)")
+    add_settings_args(ap, "batch cap of the project")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.shape:
-        from shapes import random_model
+        from shapes import dims, random_model
 
-        args.batch = args.batch or 128
         args.n = args.n or 512
         args.max_new_tokens = args.max_new_tokens or 64
-        lm = random_model(args.shape)
-        g = torch.Generator().manual_seed(0)
-        lens = torch.randint(args.min_len, args.max_len + 1, (args.n,), generator=g).tolist()
+        lm = random_model(args.shape, args.dtype, attention=args.attention)
+        rng = np.random.default_rng(0)
         # random weights never emit EOS on purpose: every row generates max_new_tokens
-        encoded = [[2] + torch.randint(3, 1000, (k - 1,), generator=g).tolist() for k in lens]
-        compare(lm, f"{args.shape} (random weights)", [""] * args.n, encoded, False, False, args)
+        cases = []
+        for case in (0, 1):  # the project's prompts, the reference's: lengths in two residue classes
+            lens = fresh_lengths(rng, args.n, args.min_len, args.max_len, case)
+            encoded = [[2, *rng.integers(3, 1000, size=k - 1).tolist()] for k in lens]
+            cases.append(([""] * args.n, encoded))
+        compare(
+            lm, f"{args.shape} (random weights, {args.dtype})", dims(args.shape), cases, False, False, args
+        )
         return
-    args.batch = args.batch or 32
     args.n = args.n or 48
     args.max_new_tokens = args.max_new_tokens or 24
-    questions = demo_questions(args.n)
+    questions = demo_questions(2 * args.n)
     config = yaml.safe_load((REPO / "config.yaml").read_text())["models"]
     for name in args.models:
-        lm = load_model(REPO / "resources" / "models" / name, "float32")
+        path = REPO / "resources" / "models" / name
+        lm = load_model(path, "float32", attention=args.attention)
         chat = bool(config[name].get("chat", False))
-        prompts = [build_prompt(lm.tokenizer, q, chat) for q in questions]
-        encoded = [encode_prompt(lm.tokenizer, p, chat) for p in prompts]
-        compare(lm, name, prompts, encoded, chat, not chat, args)
+        cases = []
+        for part in (questions[: args.n], questions[args.n :]):  # the project's questions, the reference's
+            prompts = [build_prompt(lm.tokenizer, q, chat) for q in part]
+            cases.append((prompts, [encode_prompt(lm.tokenizer, p, chat) for p in prompts]))
+        compare(lm, name, dims_for(name, {"local": path})[0], cases, chat, not chat, args)
 
 
 if __name__ == "__main__":

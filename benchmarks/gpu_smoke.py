@@ -34,9 +34,12 @@ import torch  # noqa: E402
 from shapes import SHAPES, random_model  # noqa: E402
 
 from truthflow.depth.mink import batch_token_statistics  # noqa: E402
+from truthflow.engine import Condition, describe_attention, float_logits, resid_states, unnormed  # noqa: E402
+from truthflow.engine.hooks import LayerMasks, ResidCapture  # noqa: E402
+from truthflow.engine.masks import attention_mask, layer_windows, model_mask, positions_tensor  # noqa: E402
+from truthflow.engine.passes import batch_tensors, model_parts, resid_final  # noqa: E402
 from truthflow.models import LoadedModel  # noqa: E402
 from truthflow.pathways import interventions as iv  # noqa: E402
-from truthflow.pathways import knockout as ko  # noqa: E402
 from truthflow.pathways.check import check, family  # noqa: E402
 from truthflow.pathways.probes import run_probes  # noqa: E402
 from truthflow.pathways.saliency import saliency  # noqa: E402
@@ -91,15 +94,15 @@ def stage_generation(lm, n: int):
 def per_layer_reference(lm, seq: list[int], probe: int, block: list[int]) -> tuple[np.ndarray, np.ndarray]:
     """The naive loop the one-pass trick replaces: for each layer k a full pass with the block applied only
     in layers 1..k via per-layer pre-hooks. Returns (resid_clean, resid_ko) [L, D] float32."""
-    base, device, dtype, _ = ko.model_parts(lm)
+    base, device, dtype = model_parts(lm.model)
     layers = base.layers
-    ids, valid = ko._batch_tensors([seq[: probe + 1]], 0, device)
-    clean_mask = ko.knockout_mask(valid, None, dtype)
-    ko_mask = ko.knockout_mask(valid, ko.positions_tensor([block], [ids.shape[1]], ids.shape, device), dtype)
-    cap = ko.ResidCapture(layers)
+    ids, valid = batch_tensors([seq[: probe + 1]], 0, device)
+    clean_mask = attention_mask(valid, None, dtype)
+    ko_mask = attention_mask(valid, positions_tensor([block], [ids.shape[1]], ids.shape, device), dtype)
+    cap = ResidCapture(layers)
     cap.set_positions([probe])
-    per_layer = ko.LayerMasks(layers, ko.layer_windows(base.config))
-    clean_in = ko.model_mask(base.config, clean_mask)
+    per_layer = LayerMasks(layers, layer_windows(base.config))
+    clean_in = model_mask(base.config, clean_mask)
     try:
         base(input_ids=ids, attention_mask=clean_in, use_cache=False)
         clean, kos = cap.stacked()[0].numpy(), []
@@ -113,6 +116,16 @@ def per_layer_reference(lm, seq: list[int], probe: int, block: list[int]) -> tup
         per_layer.remove()
 
 
+def sweep(lm, seqs, probe, blocks, batch_size: int) -> list[np.ndarray]:
+    """The clean states and one knockout per block list, [N, L, D] float32 each (`engine.resid_states`)."""
+    conds = [Condition(), *(Condition(block=b) for b in blocks)]
+    shape = (len(seqs), lm.model.config.num_hidden_layers, lm.model.config.hidden_size)
+    out = [np.zeros(shape, np.float32) for _ in conds]
+    states = resid_states(lm, seqs, probe, conds, batch_size, out=out)
+    sync()
+    return states
+
+
 def rel_err(a: np.ndarray, ref: np.ndarray) -> float:
     return float(np.abs(a - ref).max() / max(np.abs(ref).max(), 1e-6))
 
@@ -120,8 +133,7 @@ def rel_err(a: np.ndarray, ref: np.ndarray) -> float:
 def stage_extraction(lm, n: int, dtype: str):
     vocab = lm.model.config.vocab_size
     seqs, probe, eq, controls = case(n, vocab)
-    clean, kos = ko.resid_sweep_multi(lm, seqs, probe, [eq, *controls], batch_size=64, out_dtype=np.float32)
-    sync()
+    clean, *kos = sweep(lm, seqs, probe, [eq, *controls], 64)
     worst = noise = 0.0
     for i in range(3):  # exactness: one-pass cumulative knockout vs the per-layer reference passes
         ref_clean, ref_ko = per_layer_reference(lm, seqs[i], probe[i], eq[i])
@@ -160,7 +172,7 @@ def stage_probes(arrays, n: int):
 
 def stage_chat_generation(chat_lm, n: int):
     """Chat prompts with thinking on (the template opens <think>): the shared head is prefilled once."""
-    from truthflow.batching import MIN_SHARED_PREFIX, common_head
+    from truthflow.engine.batches import MIN_SHARED_PREFIX, common_head
     from truthflow.generation import build_prompt, encode_prompt, generate_answers
 
     prompts = [build_prompt(chat_lm.tokenizer, QUESTIONS[i % 4], True) for i in range(n)]
@@ -182,8 +194,8 @@ def stage_interventions(chat_lm, n: int):
     k = max(1, chat_lm.model.config.num_hidden_layers // 2)
     patched = [iv.patch(s, e, [5] * len(e)) for s, e in zip(seqs, eq, strict=True)]
     answer = [list(range(p - 3, p + 1)) for p in probe]
-    conds = [{"seqs": patched}, {"edges": (answer, eq), "factor": 2.0}]
-    states = iv.resid_conditions(chat_lm, seqs, probe, k, conds, batch_size=16)
+    conds = [Condition(tokens=patched), Condition(edges=(answer, eq), factor=2.0)]
+    states = resid_states(chat_lm, seqs, probe, conds, batch_size=16, layer=k)
     mean, low = iv.answer_logprobs(chat_lm, seqs, answer, batch_size=16)
     pt = iv.p_true(chat_lm, seqs, batch_size=16)
     sync()
@@ -201,7 +213,7 @@ def stage_saliency(lm, n: int, dtype: str):
     s = saliency(lm, seqs, starts, eq, ea, batch_size=4, states=(probe, states)).scores
     sync()
     assert s.shape == (len(seqs), lm.model.config.num_hidden_layers, 2) and np.isfinite(s).all()
-    clean, _ = ko.resid_sweep_multi(lm, seqs, probe, [eq], batch_size=8, out_dtype=np.float32)
+    clean, _ = sweep(lm, seqs, probe, [eq], 8)
     noise = rel_err(clean[0], per_layer_reference(lm, seqs[0], probe[0], eq[0])[0])
     err = max(rel_err(states[i], clean[i]) for i in range(len(seqs)))
     tol = max(TOLERANCE[dtype], 2 * noise)
@@ -218,14 +230,11 @@ def stage_saliency(lm, n: int, dtype: str):
 def stage_mink(lm, n: int):
     vocab = lm.model.config.vocab_size
     seqs, _, _, _ = case(n, vocab, seed=2)
-    from truthflow.batching import pad_batch
-
-    ids, valid = pad_batch(seqs, 0, side="right")
-    device = next(lm.model.parameters()).device
-    logits = lm.model(
-        input_ids=ids.to(device), attention_mask=valid.long().to(device), use_cache=False
-    ).logits
-    stats = batch_token_statistics(logits[:, :-1], ids[:, 1:].to(device), [len(s) - 1 for s in seqs])
+    with unnormed(lm.model):  # the scoring path of depth.mink.score_texts: float32 logits per chunk
+        resid, ids = resid_final(lm, seqs)
+    vocab = lm.model.get_output_embeddings().weight.shape[0]
+    logits_of = lambda rows: float_logits(lm.model, rows)  # noqa: E731
+    stats = batch_token_statistics(resid[:, :-1], ids[:, 1:], [len(s) - 1 for s in seqs], logits_of, vocab)
     assert len(stats) == n and all(np.isfinite(s[0]).all() and (s[0] <= 0).all() for s in stats)
     return f"{n} texts scored (log p, mu, sigma per token)"
 
@@ -261,7 +270,7 @@ def stage_split(lm, chat_lm, n: int, dtype: str):
     devices = set(getattr(model, "hf_device_map", {"": device}).values())
     assert len(devices) == 2, f"weights on {devices}, not split over two GPUs"
     seqs, probe, eq, controls = case(n, model.config.vocab_size, seed=5)
-    ko.resid_sweep_multi(split, seqs, probe, [eq, *controls], batch_size=64, out_dtype=np.float32)
+    sweep(split, seqs, probe, [eq, *controls], 64)
     iv.answer_logprobs(split, seqs, [[p] for p in probe], batch_size=64)
     out = generate_answers(split, [""] * n, n, 8, stop_at_newline=False, chat=False, prompt_ids=seqs)
     sync()
@@ -278,7 +287,8 @@ def main() -> int:
     t0 = time.perf_counter()
     lm = random_model(args.shape, dtype=args.dtype, device=device)
     print(
-        f"{args.shape} ({args.dtype}, {device}): random weights in {time.perf_counter() - t0:.1f} s",
+        f"{args.shape} ({args.dtype}, {device}): random weights in {time.perf_counter() - t0:.1f} s\n"
+        f"  {describe_attention(lm.model, lm.attention)}",
         flush=True,
     )
     chat_lm = LoadedModel(model=lm.model, tokenizer=build_tokenizer("qwen3"), info=lm.info, device=device)

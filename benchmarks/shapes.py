@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zlib
+
 SHAPES = {
     "llama-3.2-1b": (
         "llama",
@@ -72,8 +74,44 @@ SHAPES = {
 }
 
 
-def random_model(shape: str, dtype: str = "bfloat16", device: str | None = None):
-    """A LoadedModel with random weights of the named shape and a stand-in tokenizer (ids only)."""
+def dims(shape: str):
+    """The memory plan's dimensions of a shape (truthflow.memplan.Dims)."""
+    from truthflow.memplan import Dims
+
+    return Dims.of(SHAPES[shape][1])
+
+
+class IdTokenizer:
+    """A stand-in tokenizer: ids 0-2 are pad, eos and bos; each word of a text (whitespace-split) becomes one
+    id in 3..999 (a hash: the same word, the same id), about as many tokens as a BPE tokenizer gives an
+    English question. Decoding writes the ids as numbers."""
+
+    pad_token_id = 0
+    eos_token_id = 1
+    bos_token_id = 2
+    chat_template = None
+
+    def __call__(self, text: str, add_special_tokens: bool = True):
+        ids = [3 + zlib.crc32(word.encode()) % 997 for word in text.split()]
+        return {"input_ids": [self.bos_token_id, *ids] if add_special_tokens else ids}
+
+    def decode(self, ids, skip_special_tokens=True):
+        return " ".join(map(str, ids))
+
+    def get_vocab(self):  # no id decodes to a newline: the newline stop adds none
+        return {}
+
+    @property
+    def backend_tokenizer(self):  # the newline stop (generation.newline_token_ids) decodes with it
+        return self
+
+    def decode_batch(self, batch, skip_special_tokens=False):
+        return [self.decode(ids) for ids in batch]
+
+
+def random_model(shape: str, dtype: str = "bfloat16", device: str | None = None, attention: str = "auto"):
+    """A LoadedModel with random weights of the named shape, the stand-in tokenizer (`IdTokenizer`) and the
+    engine's attention setting (truthflow.engine.backend)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -88,24 +126,5 @@ def random_model(shape: str, dtype: str = "bfloat16", device: str | None = None)
         model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
     model.eval()
 
-    class IdTokenizer:
-        pad_token_id = 0
-        eos_token_id = 1
-        bos_token_id = 2
-        chat_template = None
-
-        def decode(self, ids, skip_special_tokens=True):
-            return " ".join(map(str, ids))
-
-        def get_vocab(self):
-            return {}
-
-        @property
-        def backend_tokenizer(self):  # the newline stop (generation.newline_token_ids) decodes with it
-            return self
-
-        def decode_batch(self, batch, skip_special_tokens=False):
-            return [self.decode(ids) for ids in batch]
-
     info = {"n_layers": config.num_hidden_layers, "hidden_size": config.hidden_size, "chat": False}
-    return LoadedModel(model=model, tokenizer=IdTokenizer(), info=info, device=device)
+    return LoadedModel(model=model, tokenizer=IdTokenizer(), info=info, device=device, attention=attention)
