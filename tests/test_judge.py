@@ -13,7 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import polars as pl
 import pytest
-from conftest import small_config
+import yaml
+from conftest import REPO, small_config
 
 from truthflow.config import check_schema
 from truthflow.depth import judge
@@ -55,11 +56,11 @@ def test_reference_backend_table_and_cache(tmp_path) -> None:
     rows = [ROW, {**ROW, "qid": "d1_q2", "answer": "Unrelated words only."}]
     cache = tmp_path / "judge.jsonl"
     first = judge_all(rows, {"backend": "reference"}, cache, progress=False)
-    assert first.schema == pl.Schema(
-        {"qid": pl.Utf8, "score": pl.Int64, "reason": pl.Utf8, "backend": pl.Utf8, "cached": pl.Boolean}
-    )
+    assert first.schema == pl.Schema(judge.SCORES_SCHEMA)
     # "membrane sac" vs "sac": P = 1/2, R = 1, F1 = 2/3 → 1 + round(2.67) = 4
     assert first["score"].to_list() == [4, 1]
+    assert first["judgments"].to_list() == [[4], [1]] and first["n_judgments"].to_list() == [1, 1]
+    assert first["score_sd"].to_list() == [None, None] and first["n_unparseable"].to_list() == [0, 0]
     assert first["cached"].to_list() == [False, False]
     second = judge_all(rows, {"backend": "reference"}, cache, progress=False)
     assert second["cached"].to_list() == [True, True]
@@ -169,8 +170,8 @@ def test_openai_good_verdict(endpoint, key, tmp_path) -> None:
     endpoint.replies = [(200, "Feedback: The response matches the reference. [RESULT] 4")]
     table = judge_all([ROW], openai_cfg(endpoint.base_url), tmp_path / "c.jsonl", progress=False)
     assert table.row(0, named=True) == {
-        "qid": "d1_q1", "score": 4, "reason": "The response matches the reference.", "backend": "openai",
-        "cached": False,
+        "qid": "d1_q1", "score": 4, "score_sd": None, "n_judgments": 1, "n_unparseable": 0, "judgments": [4],
+        "reason": "The response matches the reference.", "backend": "openai", "cached": False,
     }  # fmt: skip
     [request] = endpoint.requests
     assert request["path"] == "/v1/chat/completions"
@@ -349,8 +350,14 @@ def test_openai_keyless_endpoint_never_gets_the_openai_key(endpoint, monkeypatch
 # ---------------------------------------------------------------- cache key, schema, parse-time check
 
 
-def test_cache_key_covers_everything_that_can_change_a_verdict(monkeypatch) -> None:
+def test_cache_key_covers_everything_that_can_change_a_verdict(monkeypatch, tmp_path) -> None:
     cfg = openai_cfg("http://127.0.0.1:9/v1")
+    shipped = yaml.safe_load((REPO / "prompts" / "depthqa_judge.yaml").read_text())
+
+    def prompt_file(**edit) -> str:
+        path = tmp_path / f"judge{len(list(tmp_path.iterdir()))}.yaml"
+        path.write_text(yaml.safe_dump({**shipped, **edit}))
+        return str(path)
 
     def key(row: dict = ROW, **settings) -> str:
         return judge.cache_key(
@@ -366,21 +373,36 @@ def test_cache_key_covers_everything_that_can_change_a_verdict(monkeypatch) -> N
         "judge model": key(model="other-judge"),
         "backend": key(backend="hf"),
         "max_new_tokens": key(max_new_tokens=999),
+        "rubric": key(prompt=prompt_file(rubric=shipped["rubric"] + " ")),
+        "task": key(prompt=prompt_file(task="x" + shipped["task"])),
+        "system": key(prompt=prompt_file(system="Be kind.")),
+        "sampled": key(decoding={"mode": "sampled"}),
+        "temperature": key(decoding={"mode": "sampled", "temperature": 0.7}),
+        "top_p": key(decoding={"mode": "sampled", "top_p": 0.9}),
+        "seed": key(decoding={"mode": "sampled", "seed": 42}),
     }
-    texts = {
-        "RUBRIC": judge.RUBRIC + " ",
-        "PROMPT_TEMPLATE": "x" + judge.PROMPT_TEMPLATE,
-        "SYSTEM_PROMPT": "Be kind.",
-        "PARSER_VERSION": judge.PARSER_VERSION + 1,
-    }
-    for name, value in texts.items():
-        with monkeypatch.context() as m:
-            m.setattr(judge, name, value)
-            variants[name] = key()
+    with monkeypatch.context() as m:
+        m.setattr(judge, "PARSER_VERSION", judge.PARSER_VERSION + 1)
+        variants["PARSER_VERSION"] = key()
     assert base not in variants.values()
     assert len(set(variants.values())) == len(variants)
-    # settings that cannot change a verdict keep the key: the endpoint, retries, timeouts
-    assert key(base_url="http://elsewhere/v1", retries=0, timeout_s=1) == base
+    # settings that cannot change a verdict keep the key: the endpoint, retries, timeouts, the same prompt
+    # text in another file, a greedy decoding's unused sampling settings
+    same = prompt_file()
+    assert key(base_url="http://elsewhere/v1", retries=0, timeout_s=1, prompt=same) == base
+    assert key(decoding={"mode": "greedy", "temperature": 0.5, "seed": 3}) == base
+
+
+def test_greedy_verdicts_keep_the_keys_they_had_before_prompts_were_files() -> None:
+    """The shipped judge prompt is the text the judge held in its code: every cached verdict stays valid."""
+    golden = {
+        "openai": "a0c942f2f4e0aec0892a2977596abfd5c6773d16299bc0ede34253e52c8f05a3",
+        "hf": "98efa2b09fb53493a64811ff764938ff4113f9d998baeb50af0676a094a5bb7a",
+        "reference": "4f206dfc88046d9e367b8dca12ccfe98d9f073a919b4b7d8adbfb6a764039208",
+    }
+    for backend, expected in golden.items():
+        cfg = {"backend": backend, "model": {"openai": "judge-model", "hf": "some/dir"}.get(backend)}
+        assert judge.cache_key(judge.judge_method(cfg), "Q?", "A.", "R.") == expected, backend
 
 
 def test_parser_change_needs_a_new_parser_version() -> None:
@@ -463,4 +485,4 @@ def test_hf_judge_chat_template_kwargs_reach_the_prompt_and_the_cache_key(monkey
         hf.lm.tokenizer.chat_template = template
         prompt = hf._prompt({"question": "Q?", "answer": "A.", "reference": "R."})
         assert prompt.startswith("[no-think] ") is expected
-        assert judge.SYSTEM_PROMPT in prompt
+        assert judge.judge_prompt(hf.settings).system in prompt

@@ -254,6 +254,7 @@ def check_config(config: dict, configfiles: Iterable = (), environ: Mapping[str,
     checked at parse time, so a dry run stops before model jobs spend hours on answers nobody can score."""
     from .data import check_local_sources
     from .depth.judge import check_judge_config
+    from .depth.prompts import load_answer_prompt
     from .memplan import plan_memory
 
     check_config_files(configfiles)
@@ -267,4 +268,5 @@ def check_config(config: dict, configfiles: Iterable = (), environ: Mapping[str,
     check_local_sources(config)
     if config["depth"]["models"]:
         check_judge_config(config["depth"]["judge"], os.environ if environ is None else environ)
+        load_answer_prompt(config["depth"]["prompt"])  # a prompt file that cannot be read, before any job
     return config

@@ -1,7 +1,14 @@
 """Judges that score an answer 1–5 against a reference answer (METHOD B3), with an append-only verdict cache.
 Backends: `reference` (token-F1, offline, deterministic), `openai` (any OpenAI-compatible chat endpoint) and
-`hf` (a local transformers model); the LLM backends share one absolute-grading rubric prompt in the style of
-DepthQA / Prometheus: feedback, then `[RESULT] <1-5>`.
+`hf` (a local transformers model); the LLM backends read one absolute-grading rubric prompt from the file
+`depth.judge.prompt` names (truthflow.depth.prompts; shipped: prompts/depthqa_judge.yaml, in the style of
+DepthQA / Prometheus: feedback, then `[RESULT] <1-5>`).
+
+Decoding is greedy (temperature 0) or sampled (`depth.judge.decoding`), with `depth.judge.judgments` verdicts
+per answer. A sampled verdict's key holds its index and the decoding settings, and its draw is seeded by the
+seed, the key and the index alone (never by its batch or its neighbours): a rerun reads every verdict from the
+cache, and a verdict made again is the same draw where the backend honours a seed (reference: always; openai:
+best effort, as the API's `seed` is).
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import json
 import logging
 import math
 import os
+import random
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
@@ -26,46 +34,14 @@ from ..config import schema_defaults
 from ..errors import TruthflowError
 from ..redact import add_secret, redact
 from ..text import normalize_text
+from .prompts import JudgePrompt, load_judge_prompt
 
 REFERENCE_MODEL = "token-f1"
 JUDGE_DEFAULTS: dict = schema_defaults("depth", "judge")
+DECODING_DEFAULTS: dict = schema_defaults("depth", "judge", "decoding")
 OPENAI_WORKERS = 4  # requests in flight
 # bump when parse_verdict reads a text differently: cached verdicts of the old parser are then asked again
 PARSER_VERSION = 1
-
-SYSTEM_PROMPT = (
-    "You are a fair judge. You give clear, objective feedback on a response and grade it strictly by the "
-    "score rubric you are given."
-)
-
-RUBRIC = """[Is the response correct, accurate and factual?]
-Score 1: Mostly wrong or not factual; it misunderstands the question or topic.
-Score 2: Partly right, with serious factual errors or inaccuracies.
-Score 3: Broadly right and factual, with minor errors or missing detail.
-Score 4: Right, accurate and factual, with only small omissions or slips that do not matter much.
-Score 5: Entirely right, accurate and factual, as complete and precise as the reference answer."""
-
-PROMPT_TEMPLATE = """###Task Description:
-You are given an instruction, a response to evaluate, a reference answer that would get a score of 5, and a \
-score rubric with the criterion to grade on.
-1. Write feedback that judges the response strictly by the score rubric, not by general quality.
-2. Then give a score, an integer from 1 to 5, by the score rubric.
-3. Use this output format: "Feedback: (your feedback) [RESULT] (an integer from 1 to 5)"
-4. Write nothing else: no opening, closing or extra explanation. End with [RESULT] <1-5>.
-
-###The instruction to evaluate:
-{instruction}
-
-###Response to evaluate:
-{response}
-
-###Reference Answer (Score 5):
-{reference}
-
-###Score Rubrics:
-{rubric}
-
-###Feedback: """
 
 _RESULT = re.compile(
     r"\[RESULT\]\s*:?\s*(?:score\s*(?:of)?\s*:?\s*|result\s*:?\s*)?[(\[]?\s*([1-5])(?![0-9.])", re.IGNORECASE
@@ -102,10 +78,6 @@ def f1_to_score(f1: float) -> int:
 # ---------------------------------------------------------------- LLM verdicts
 
 
-def build_rubric_prompt(question: str, answer: str, reference: str) -> str:
-    return PROMPT_TEMPLATE.format(instruction=question, response=answer, reference=reference, rubric=RUBRIC)
-
-
 def parse_verdict(text: str | None) -> int | None:
     """The score after the last `[RESULT]`; else the only number in the text when it is an integer 1–5."""
     if not text:
@@ -132,7 +104,24 @@ def read_verdict(text: str | None) -> Verdict:
 
 
 def judge_settings(cfg: Mapping) -> dict:
-    return {**JUDGE_DEFAULTS, **cfg}
+    settings = {**JUDGE_DEFAULTS, **cfg}
+    settings["decoding"] = {**DECODING_DEFAULTS, **(cfg.get("decoding") or {})}
+    return settings
+
+
+def sampled(settings: Mapping) -> bool:
+    return settings["decoding"]["mode"] == "sampled"
+
+
+def judge_prompt(settings: Mapping) -> JudgePrompt:
+    return load_judge_prompt(settings["prompt"])
+
+
+def draw_seed(seed: int, key: str, index: int) -> int:
+    """The seed of one sampled verdict: from the configured seed, the answer's verdict key and the verdict's
+    index only, so it never depends on the batch, the order or the other answers."""
+    blob = hashlib.sha256(f"{seed}:{key}:{index}".encode()).digest()
+    return int.from_bytes(blob[:4], "big") & 0x7FFFFFFF  # the OpenAI API takes a 32-bit seed
 
 
 def judge_model_name(cfg: Mapping) -> str:
@@ -150,6 +139,18 @@ def check_judge_config(judge_cfg: Mapping, environ: Mapping[str, str]) -> None:
     """Raise TruthflowError, naming the config key or variable, when the judge cannot run as configured."""
     settings = judge_settings(judge_cfg)
     judge_model_name(settings)
+    judge_prompt(settings)
+    mode, n = settings["decoding"]["mode"], int(settings["judgments"])
+    if n > 1 and mode == "greedy":
+        raise TruthflowError(
+            f"config key 'depth.judge.judgments' is {n}, but depth.judge.decoding.mode is greedy, whose "
+            "verdicts repeat each other: set depth.judge.decoding.mode: sampled, or judgments: 1"
+        )
+    if mode == "sampled" and settings["backend"] == "hf":
+        raise TruthflowError(
+            "config key 'depth.judge.decoding.mode': the hf judge decodes greedily only; set mode: greedy, "
+            "or serve the model at an OpenAI-compatible endpoint (vLLM, llama.cpp) and use backend: openai"
+        )
     key_env = settings["api_key_env"]
     if settings["backend"] == "openai" and key_env and not environ.get(key_env):
         raise TruthflowError(
@@ -159,14 +160,28 @@ def check_judge_config(judge_cfg: Mapping, environ: Mapping[str, str]) -> None:
         )
 
 
+def sampled_f1_score(f1: float, temperature: float, draw: float) -> int:
+    """The sampled reference verdict: 1 + floor(4·F1 + 1/2 + T·(u − 1/2)), u = `draw` in [0, 1), clipped to
+    1–5. At T = 1 it rounds 4·F1 up with probability its fractional part (its mean is 1 + 4·F1); as T → 0
+    it becomes f1_to_score."""
+    return min(5, max(1, 1 + math.floor(4 * f1 + 0.5 + temperature * (draw - 0.5))))
+
+
 class ReferenceJudge:
+    """Token-F1 against the reference; sampled, its verdict is drawn from the verdict's own seed."""
+
     def __init__(self, cfg: Mapping) -> None:
-        self.cfg = cfg
+        self.decoding = judge_settings(cfg)["decoding"]
 
     def verdicts(self, rows: list[dict]) -> Iterator[tuple[int, Verdict]]:
         for i, row in enumerate(rows):
             f1 = token_f1(row["answer"], row["reference"])
-            yield i, Verdict(f1_to_score(f1), f"token-F1 {f1:.3f}")
+            if row.get("seed") is None:
+                yield i, Verdict(f1_to_score(f1), f"token-F1 {f1:.3f}")
+                continue
+            draw = random.Random(row["seed"]).random()
+            score = sampled_f1_score(f1, float(self.decoding["temperature"]), draw)
+            yield i, Verdict(score, f"token-F1 {f1:.3f}, draw {draw:.3f}")
 
 
 def _one_line(value: object) -> str:
@@ -175,7 +190,8 @@ def _one_line(value: object) -> str:
 
 
 class OpenAIJudge:
-    """Chat completions at any OpenAI-compatible endpoint (`openai` SDK), rubric prompt, temperature 0. The
+    """Chat completions at any OpenAI-compatible endpoint (`openai` SDK), rubric prompt, temperature 0 or
+    sampled (temperature, top_p and each verdict's seed, which the API honours as best it can). The
     SDK retries a network error, a timeout, HTTP 408/409/429 and 5xx `retries` times; any other error (401,
     400, an unknown model) stops the job with one line naming the endpoint and the status."""
 
@@ -196,6 +212,13 @@ class OpenAIJudge:
         )
         self.url = str(self.client.base_url).rstrip("/") + "/chat/completions"
         self.max_new_tokens = int(settings["max_new_tokens"])
+        self.prompt = judge_prompt(settings)
+        decoding = settings["decoding"]
+        self.sampling = (
+            {"temperature": float(decoding["temperature"]), "top_p": float(decoding["top_p"])}
+            if sampled(settings)
+            else {"temperature": 0}
+        )
         self.tries = int(settings["retries"]) + 1
         self.openai, self.failed = openai, None
         for name in ("httpx", "httpx2", "httpcore"):  # no line per request in the rule log
@@ -226,11 +249,12 @@ class OpenAIJudge:
     def one(self, row: dict) -> Verdict:
         if self.failed:  # another request hit an error no retry cures: a worker free now asks nothing more
             raise self.failed
-        prompt = build_rubric_prompt(row["question"], row["answer"], row["reference"])
-        messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": prompt}]
+        prompt = self.prompt.user(row["question"], row["answer"], row["reference"])
+        messages = [{"role": "system", "content": self.prompt.system}, {"role": "user", "content": prompt}]
+        seed = {} if row.get("seed") is None else {"seed": row["seed"]}
         try:
             reply = self.client.chat.completions.create(
-                model=self.model, messages=messages, temperature=0, max_tokens=self.max_new_tokens
+                model=self.model, messages=messages, max_tokens=self.max_new_tokens, **self.sampling, **seed
             )
         except self.openai.OpenAIError as exc:
             self.failed = self._error(exc)
@@ -263,6 +287,7 @@ class HFJudge:
         self.model_id = judge_model_name(self.settings)
         self.batch_size = int(self.settings["batch_size"])
         self.max_new_tokens = int(self.settings["max_new_tokens"])
+        self.prompt = judge_prompt(self.settings)
         self.lm = self._load()
         self.chat = bool(getattr(self.lm.tokenizer, "chat_template", None))
 
@@ -287,7 +312,7 @@ class HFJudge:
 
         # some chat templates (Gemma) reject a system turn, so the system text leads the user turn
         content = (
-            SYSTEM_PROMPT + "\n\n" + build_rubric_prompt(row["question"], row["answer"], row["reference"])
+            self.prompt.system + "\n\n" + self.prompt.user(row["question"], row["answer"], row["reference"])
         )
         if not self.chat:
             return content
@@ -322,19 +347,24 @@ class HFJudge:
 
 
 def judge_method(cfg: Mapping) -> dict:
-    """Everything besides the row that can change a verdict; part of every cache key."""
+    """Everything besides the row (and a sampled verdict's index) that can change a verdict; part of every
+    cache key. Greedy verdicts keep the keys they had before decoding was a setting."""
     settings = judge_settings(cfg)
     backend = settings["backend"]
     method: dict = {"backend": backend, "judge_model": judge_model_name(settings)}
+    if sampled(settings):
+        method["decoding"] = dict(settings["decoding"])
     if backend == "reference":
         # free to recompute, so any edit of the scorer's code makes new keys
-        source = "".join(inspect.getsource(f) for f in (normalize_text, token_f1, f1_to_score))
+        scorer = (normalize_text, token_f1, f1_to_score) + ((sampled_f1_score,) if sampled(settings) else ())
+        source = "".join(inspect.getsource(f) for f in scorer)
         method["scorer"] = hashlib.sha256(source.encode()).hexdigest()[:16]
         return method
+    prompt = judge_prompt(settings)
     method.update(
-        system=SYSTEM_PROMPT,
-        template=PROMPT_TEMPLATE,
-        rubric=RUBRIC,
+        system=prompt.system,
+        template=prompt.task,
+        rubric=prompt.rubric,
         parser=PARSER_VERSION,
         max_new_tokens=int(settings["max_new_tokens"]),  # a longer verdict may end on another [RESULT]
     )
@@ -346,15 +376,17 @@ def judge_method(cfg: Mapping) -> dict:
     return method
 
 
-def cache_key(method: Mapping, question: str, answer: str, reference: str) -> str:
+def cache_key(method: Mapping, question: str, answer: str, reference: str, index: int | None = None) -> str:
+    """The key of a verdict; `index`: a sampled verdict's index among the answer's verdicts (None: greedy)."""
+    fields = [method, question, answer, reference] + ([] if index is None else [index])
     # a JSON list keeps field boundaries unambiguous ("a" + "bc" ≠ "ab" + "c")
-    blob = json.dumps([method, question, answer, reference], ensure_ascii=False, sort_keys=True)
+    blob = json.dumps(fields, ensure_ascii=False, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def read_cache(cache_path: str | Path) -> dict[str, dict]:
-    """Verdicts by key; later lines win. A torn last line (a crash mid-write) and an entry without a score
-    are skipped."""
+    """Verdicts by key; later lines win. A torn last line (a crash mid-write) is skipped, and so is a greedy
+    entry without a score; a sampled one (it has an index) is a draw like any other and is kept."""
     cache: dict[str, dict] = {}
     path = Path(cache_path)
     if not path.exists():
@@ -363,30 +395,62 @@ def read_cache(cache_path: str | Path) -> dict[str, dict]:
         for line in handle:
             try:
                 entry = json.loads(line)
-                if entry["score"] in (1, 2, 3, 4, 5):
+                if entry["score"] in (1, 2, 3, 4, 5) or (
+                    entry["score"] is None and entry.get("index") is not None
+                ):
                     cache[entry["key"]] = entry
             except (json.JSONDecodeError, KeyError, TypeError):
                 continue
     return cache
 
 
+SCORES_SCHEMA = {
+    "qid": pl.Utf8,
+    "score": pl.Float64,  # mean of the answer's parsed verdicts; null when none parsed
+    "score_sd": pl.Float64,  # their sample standard deviation (the judge's own spread); null below 2
+    "n_judgments": pl.Int64,
+    "n_unparseable": pl.Int64,
+    "judgments": pl.List(pl.Int64),  # every verdict in index order, null where unparseable
+    "reason": pl.Utf8,  # the first verdict's
+    "backend": pl.Utf8,
+    "cached": pl.Boolean,  # every verdict came from the cache
+}
+
+
+def _summary(qid: str, entries: list[dict], backend: str, cached: bool) -> tuple:
+    scores = [e["score"] for e in entries]
+    parsed = [float(x) for x in scores if x is not None]
+    mean = sum(parsed) / len(parsed) if parsed else None
+    sd = math.sqrt(sum((x - mean) ** 2 for x in parsed) / (len(parsed) - 1)) if len(parsed) > 1 else None
+    n_bad = len(scores) - len(parsed)
+    return (qid, mean, sd, len(scores), n_bad, scores, entries[0]["reason"], backend, cached)
+
+
 def judge_all(
     rows: Iterable[dict], backend_cfg: Mapping, cache_path: str | Path, progress: bool = True
 ) -> pl.DataFrame:
-    """Score every row {qid, question, answer, reference}; returns qid, score, reason, backend, cached.
-    Each new verdict is appended to cache_path and flushed before the next, so a rerun or a crash never pays
-    for a verdict twice; an unparseable verdict is never cached (the next run asks again)."""
+    """Score every row {qid, question, answer, reference} `depth.judge.judgments` times; one row per answer
+    (SCORES_SCHEMA). Each new verdict is appended to cache_path and flushed before the next, so a rerun or a
+    crash never pays for a verdict twice; a greedy unparseable verdict is never cached (the next run asks
+    again), a sampled one is (it is a draw: asking again until one parses would bias the scores)."""
     rows = list(rows)
     settings = judge_settings(backend_cfg)
     backend = settings["backend"]
     method = judge_method(settings)
-    keys = [cache_key(method, r["question"], r["answer"], r["reference"]) for r in rows]
+    draws = range(int(settings["judgments"])) if sampled(settings) else [None]
+    seed = int(settings["decoding"]["seed"])
+    keys = []  # per row: the key of each of its verdicts
+    todo: dict[str, dict] = {}
     cache = read_cache(cache_path)
     cached_before = set(cache)
-    todo: dict[str, dict] = {}
-    for key, row in zip(keys, rows, strict=True):
-        if key not in cache:
-            todo.setdefault(key, row)
+    for row in rows:
+        texts = (row["question"], row["answer"], row["reference"])
+        base = cache_key(method, *texts)
+        row_keys = [base if j is None else cache_key(method, *texts, j) for j in draws]
+        keys.append(row_keys)
+        for j, key in zip(draws, row_keys, strict=True):
+            if key not in cache and key not in todo:
+                todo[key] = {**row, "index": j, "seed": None if j is None else draw_seed(seed, base, j)}
     verdicts = dict(cache)
     if todo:
         judge = {"reference": ReferenceJudge, "openai": OpenAIJudge, "hf": HFJudge}[backend](settings)
@@ -394,7 +458,7 @@ def judge_all(
         pending = list(todo.items())
         with (
             Path(cache_path).open("a", encoding="utf-8") as handle,
-            tqdm(total=len(pending), desc=f"judge ({backend})", unit="answer", disable=not progress) as bar,
+            tqdm(total=len(pending), desc=f"judge ({backend})", unit="verdict", disable=not progress) as bar,
         ):
             for i, verdict in judge.verdicts([row for _, row in pending]):
                 key, row = pending[i]
@@ -407,15 +471,18 @@ def judge_all(
                     "reason": verdict.reason,
                     "raw": verdict.raw,
                 }
+                if row["index"] is not None:
+                    entry.update(index=row["index"], seed=row["seed"])
                 verdicts[key] = entry
-                if verdict.score is not None:
+                if verdict.score is not None or row["index"] is not None:
                     handle.write(json.dumps(entry, ensure_ascii=False) + "\n")
                     handle.flush()
                     os.fsync(handle.fileno())
                 bar.update(1)
-    schema = {"qid": pl.Utf8, "score": pl.Int64, "reason": pl.Utf8, "backend": pl.Utf8, "cached": pl.Boolean}
     table = [
-        (row["qid"], verdicts[key]["score"], verdicts[key]["reason"], backend, key in cached_before)
-        for row, key in zip(rows, keys, strict=True)
+        _summary(
+            row["qid"], [verdicts[k] for k in row_keys], backend, all(k in cached_before for k in row_keys)
+        )
+        for row, row_keys in zip(rows, keys, strict=True)
     ]
-    return pl.DataFrame(table, schema=schema, orient="row")
+    return pl.DataFrame(table, schema=SCORES_SCHEMA, orient="row")

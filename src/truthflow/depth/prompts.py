@@ -1,0 +1,176 @@
+"""DepthQA's prompts as files a user can swap (METHOD B3): the answer prompt (`depth.prompt`) and the judge
+prompt (`depth.judge.prompt`), each a small YAML file, with the sha256 of its bytes, which the report states.
+
+An answer prompt file holds `system` (the system turn; "" for none), `user` (the user turn, `{question}` in
+it), `no_system_role` (what a chat template without a system role gets: `fold`, the system text opens the
+user turn followed by a blank line; or `drop`) and `base` (the whole prompt of a model without a chat
+template). A judge prompt file holds `system`, `task` (the user turn, with `{instruction}`, `{response}`,
+`{reference}` and `{rubric}` in it) and `rubric`. Literal braces in a template are written twice ({{ }}),
+as in Python's str.format. A relative path is looked up in the working directory, then in the checkout
+(where the shipped files are: prompts/)."""
+
+from __future__ import annotations
+
+import hashlib
+import string
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from ..errors import TruthflowError
+
+CHECKOUT = Path(__file__).resolve().parents[3]
+ANSWER_FIELDS = {"question"}
+JUDGE_FIELDS = {"instruction", "response", "reference", "rubric"}
+NO_SYSTEM_ROLE = ("fold", "drop")
+# a system text no template writes by itself: its absence from the rendered prompt means the role was dropped
+_PROBE = "truthflow-system-role-probe"
+
+
+@dataclass(frozen=True)
+class AnswerPrompt:
+    system: str
+    user: str
+    no_system_role: str
+    base: str
+    path: str
+    sha256: str
+
+    def messages(self, question: str, system_role: bool) -> list[dict]:
+        """The chat turns for `question`; `system_role`: whether the model's chat template has one."""
+        user = self.user.format(question=question)
+        if not self.system:
+            return [{"role": "user", "content": user}]
+        if system_role:
+            return [{"role": "system", "content": self.system}, {"role": "user", "content": user}]
+        if self.no_system_role == "fold":
+            return [{"role": "user", "content": f"{self.system}\n\n{user}"}]
+        return [{"role": "user", "content": user}]
+
+    def render(self, tokenizer, question: str, chat: bool, template_kwargs: dict | None = None) -> str:
+        """The whole prompt text: the chat template over `messages` (generation prompt added) for a chat
+        model with a template, else `base`."""
+        if not (chat and getattr(tokenizer, "chat_template", None)):
+            return self.base.format(question=question)
+        kwargs = template_kwargs or {}
+        messages = self.messages(question, has_system_role(tokenizer, kwargs) if self.system else True)
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kwargs)
+
+
+@dataclass(frozen=True)
+class JudgePrompt:
+    system: str
+    task: str
+    rubric: str
+    path: str
+    sha256: str
+
+    def user(self, question: str, answer: str, reference: str) -> str:
+        return self.task.format(
+            instruction=question, response=answer, reference=reference, rubric=self.rubric
+        )
+
+
+def has_system_role(tokenizer, template_kwargs: dict | None = None) -> bool:
+    """Whether the chat template writes a system turn: some raise on one (Gemma, Mixtral-Instruct), others
+    drop it silently (Mistral-Instruct v0.2)."""
+    messages = [{"role": "system", "content": _PROBE}, {"role": "user", "content": "?"}]
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, **(template_kwargs or {}))
+    except Exception:  # jinja2's TemplateError, or whatever raise_exception() a template calls
+        return False
+    return _PROBE in text
+
+
+def resolve(value: str | Path, key: str) -> Path:
+    """The prompt file a config value names: as given when absolute, else in the working directory, else in
+    the checkout."""
+    path = Path(value)
+    candidates = [path] if path.is_absolute() else [path, CHECKOUT / path]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    where = "" if path.is_absolute() else f" (looked in {Path.cwd()} and in the checkout {CHECKOUT})"
+    raise TruthflowError(f"config key '{key}': prompt file '{value}' does not exist{where}")
+
+
+def digest(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _fields(template: str, where: str) -> set[str]:
+    try:
+        return {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    except ValueError as exc:  # a single { or }
+        raise TruthflowError(f"{where}: {exc} (write a literal brace twice: {{{{ or }}}})") from None
+
+
+def _read(value: str | Path, key: str, kind: str, keys: dict[str, type]) -> tuple[dict, Path]:
+    path = resolve(value, key)
+    where = f"prompt file '{path}' (config key '{key}')"
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise TruthflowError(f"{where} is not readable YAML: {' '.join(str(exc).split())[:200]}") from None
+    if not isinstance(data, dict):
+        raise TruthflowError(f"{where} must be a mapping with the keys {', '.join(['kind', *keys])}")
+    if data.get("kind") != kind:
+        raise TruthflowError(f"{where}: kind must be '{kind}', got {data.get('kind')!r}")
+    unknown = sorted(set(data) - {"kind", *keys})
+    missing = [k for k in keys if k not in data]
+    if unknown or missing:
+        problems = [f"unknown key(s) {unknown}"] if unknown else []
+        problems += [f"missing key(s) {missing}"] if missing else []
+        raise TruthflowError(f"{where}: {'; '.join(problems)} (a {kind} prompt has {', '.join(keys)})")
+    for k, typ in keys.items():
+        if not isinstance(data[k], typ):
+            raise TruthflowError(f"{where}: '{k}' must be text, got {type(data[k]).__name__}")
+    return data, path
+
+
+def _check_template(template: str, wanted: set[str], where: str) -> None:
+    found = _fields(template, where)
+    if found != wanted:
+        raise TruthflowError(
+            f"{where} must hold {', '.join('{' + f + '}' for f in sorted(wanted))} and no other "
+            f"placeholder, has {', '.join('{' + f + '}' for f in sorted(found)) or 'none'}"
+        )
+
+
+def load_answer_prompt(value: str | Path, key: str = "depth.prompt") -> AnswerPrompt:
+    data, path = _read(value, key, "answer", {"system": str, "user": str, "no_system_role": str, "base": str})
+    where = f"prompt file '{path}' (config key '{key}')"
+    for field in ("user", "base"):
+        _check_template(data[field], ANSWER_FIELDS, f"{where}: '{field}'")
+    if data["no_system_role"] not in NO_SYSTEM_ROLE:
+        raise TruthflowError(
+            f"{where}: 'no_system_role' must be one of {', '.join(NO_SYSTEM_ROLE)}, "
+            f"got {data['no_system_role']!r}"
+        )
+    fields = {k: data[k] for k in ("system", "user", "no_system_role", "base")}
+    return AnswerPrompt(**fields, path=str(path), sha256=digest(path))
+
+
+def load_judge_prompt(value: str | Path, key: str = "depth.judge.prompt") -> JudgePrompt:
+    data, path = _read(value, key, "judge", {"system": str, "task": str, "rubric": str})
+    where = f"prompt file '{path}' (config key '{key}')"
+    _check_template(data["task"], JUDGE_FIELDS, f"{where}: 'task'")
+    fields = {k: data[k] for k in ("system", "task", "rubric")}
+    return JudgePrompt(**fields, path=str(path), sha256=digest(path))
+
+
+def digest_rows(files: dict[str, tuple[str, str]], judge_backend: str) -> list[dict]:
+    """The report's prompt table: per stage (answer, judge), the config key, the file, its sha256 and a note.
+    `files`: stage -> (config key, path)."""
+    rows = []
+    for stage, (key, path) in files.items():
+        note = "read by the judge"
+        if stage == "judge" and judge_backend == "reference":
+            note = "not read: the reference judge scores token-F1 and sends no prompt"
+        elif stage == "answer":
+            note = "the answers' prompt (chat models: its turns in their template; base models: `base`)"
+        rows.append(
+            {"stage": stage, "config_key": key, "file": str(path), "sha256": digest(path), "note": note}
+        )
+    return rows
