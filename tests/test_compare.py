@@ -94,3 +94,46 @@ def test_an_unknown_published_kind_is_one_line():
 
     with pytest.raises(TruthflowError, match="published.tsv: unknown kind 'auroc' \\(known: "):
         reproduced({"kind": "auroc", "model": "m", "dataset": "all", "source": "x"}, {})
+
+
+def test_depthqa_authors_metrics_against_the_published_tsv_rows():
+    """published.tsv's Llama-3-8B-Instruct rows (the authors' released metrics) find their depth_metrics row:
+    a mean score by its depth, a discrepancy by its pair's deeper depth (empty: overall); n = 0 (no value) is
+    no comparison."""
+    from conftest import REPO
+
+    from truthflow import validate
+    from truthflow.depth.metrics import METRICS_SCHEMA
+
+    published = validate.read_tsv(
+        REPO / "workflow" / "report" / "published.tsv", ["kind", "model", "published"]
+    )
+    ours = published.filter(pl.col("model") == "llama-3-8b-instruct", pl.col("kind") != "median_mink")
+    assert ours.height == 9 and (ours["high"] - ours["low"]).min() > 0
+    rows = [
+        ("mean_score", "depth 1", 1, 1121, 4.50),
+        ("mean_score", "depth 2", 2, 359, 4.0),  # outside 4.451 ± 0.2
+        ("mean_score", "depth 3", 3, 91, 4.40),
+        ("forward_discrepancy", "1-2", 2, 300, 0.08),
+        ("forward_discrepancy", "2-3", 3, 80, 0.10),
+        ("forward_discrepancy", "overall", None, 380, 0.085),
+        ("backward_discrepancy", "1-2", 2, 0, None),  # n = 0: no value, no row
+        ("backward_discrepancy", "2-3", 3, 70, 0.09),
+        ("backward_discrepancy", "overall", None, 70, 0.09),
+    ]
+    table = pl.DataFrame(
+        [{**dict.fromkeys(METRICS_SCHEMA), "model": "llama-3-8b-instruct", "metric": m, "scope": s,
+          "depth": d, "n": n, "value": v} for m, s, d, n, v in rows],
+        schema=METRICS_SCHEMA,
+    )  # fmt: skip
+    out = compare(published, {"depth_metrics": table}).filter(pl.col("model") == "llama-3-8b-instruct")
+    got = {
+        r["detail"].split(" (")[0]: (r["published"], r["reproduced"], r["verdict"]) for r in out.to_dicts()
+    }
+    assert len(got) == 8
+    assert got["mean score, depth 1, n = 1121 questions"] == (4.56, 4.5, "within range")
+    assert got["mean score, depth 2, n = 359 questions"] == (4.451, 4.0, "outside range")
+    assert got["forward discrepancy, 2-3, n = 80 counted nodes"] == (0.0947, 0.10, "within range")
+    assert got["forward discrepancy, overall, n = 380 counted nodes"] == (0.0868, 0.085, "within range")
+    assert got["backward discrepancy, overall, n = 70 counted nodes"][:2] == (0.0711, 0.09)
+    assert not any(k.startswith("backward discrepancy, 1-2") for k in got)

@@ -1,6 +1,7 @@
-"""Published vs reproduced: the values read off the papers' figures (workflow/report/published.tsv) next to
-this run's, and, for every model, the qualitative checks (E_Q knockout beats the matched random control;
-MIN-K% rising with depth), each stated as holds / does not hold / inconclusive."""
+"""Published vs reproduced: the values read off the papers' figures, or taken from their released
+metrics (workflow/report/published.tsv), next to this run's, and, for every model, the qualitative checks
+(E_Q knockout beats the matched random control; MIN-K% rising with depth), each stated as holds / does not
+hold / inconclusive."""
 
 from __future__ import annotations
 
@@ -21,6 +22,14 @@ SCHEMA = {
 # published.tsv kind -> the table of this run it is compared with
 TABLE_OF_KIND = {"delta_p": "pathways", "median_mink": "depthwise", "patching": "rows", "answer_only": "rows"}
 TABLE_OF_KIND |= {"awareness": "awareness", "detection": "detection"}
+# the DepthQA authors' metrics (truthflow.depth.metrics); a row's `depth`: the depth of a mean score, the
+# deeper depth of a discrepancy's pair (2: 1-2, 3: 2-3), empty for a discrepancy's overall value
+DEPTH_METRICS = {
+    "mean_score": "mean score",
+    "forward_discrepancy": "forward discrepancy",
+    "backward_discrepancy": "backward discrepancy",
+}
+TABLE_OF_KIND |= dict.fromkeys(DEPTH_METRICS, "depth_metrics")
 # the bar experiments: the condition compared and what its value is
 BARS = {
     "patching": ("E_Q", "flip rate (%) under E_Q patching"),
@@ -38,7 +47,7 @@ def reproduced(p: dict, tables: dict[str, pl.DataFrame | None]) -> tuple[float, 
     if table is None:
         return None
     sub = table.filter(pl.col("model") == p["model"])
-    if kind != "median_mink" and p["dataset"] != "all":
+    if kind != "median_mink" and kind not in DEPTH_METRICS and p["dataset"] != "all":
         sub = sub.filter(pl.col("dataset") == p["dataset"])
     if kind == "delta_p":
         sub = sub.filter(
@@ -50,6 +59,8 @@ def reproduced(p: dict, tables: dict[str, pl.DataFrame | None]) -> tuple[float, 
     if kind == "median_mink":
         sub = sub.filter(pl.col("depth") == p["depth"])
         return sub["mink"].median(), f"median depthwise MIN-K%, depth {int(p['depth'])} ({src})"
+    if kind in DEPTH_METRICS:
+        return depth_metric(sub, p)
     if kind in BARS:
         cond, what = BARS[kind]
         sub = sub.filter(
@@ -67,6 +78,23 @@ def reproduced(p: dict, tables: dict[str, pl.DataFrame | None]) -> tuple[float, 
     )
     auc = 100 * sub["auc"].mean() if sub.height else None
     return auc, f"{p['method']} test AUC (%), mean of {sub.height} seeds ({src})"
+
+
+def metric_scope(kind: str, depth) -> str:
+    """The depth_metrics scope of a published.tsv row (see DEPTH_METRICS)."""
+    if kind == "mean_score":
+        return f"depth {int(depth)}"
+    return "overall" if depth is None else f"{int(depth) - 1}-{int(depth)}"
+
+
+def depth_metric(sub: pl.DataFrame, p: dict) -> tuple[float | None, str]:
+    scope = metric_scope(p["kind"], p["depth"])
+    row = sub.filter((pl.col("metric") == p["kind"]) & (pl.col("scope") == scope))
+    if row.height == 0:
+        return None, ""
+    n, value = row["n"][0], row["value"][0]
+    unit = "questions" if p["kind"] == "mean_score" else "counted nodes"
+    return value, f"{DEPTH_METRICS[p['kind']]}, {scope}, n = {n} {unit} ({p['source']})"
 
 
 def quantitative(published: pl.DataFrame, tables: dict[str, pl.DataFrame | None]) -> list[tuple]:

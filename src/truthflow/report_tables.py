@@ -26,6 +26,11 @@ TABLES = {
     "pathways_table3": ("Hallucination detection (the paper's Table 3)", "pathways_table3.rst"),
     "probe_auc": ("Probe AUC by layer", "probe_auc_table.rst"),
     "dropped_samples": ("Kept and dropped samples", "dropped.rst"),
+    "depth_metrics": (
+        "DepthQA: the authors' metrics (mean score, forward and backward discrepancy)",
+        "depth_metrics.rst",
+    ),
+    "depth_prompts": ("DepthQA: the prompt files of this run, by content digest", "depth_prompts.rst"),
     "published_vs_reproduced": ("Published vs reproduced", "compare.rst"),
     "benchmarks": ("Benchmarks", "benchmarks.rst"),
 }

@@ -11,6 +11,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 )
 
 from truthflow import registry  # noqa: E402
+from truthflow.depth import prompts  # noqa: E402
 from truthflow.report_tables import (
     TABLES as REPORT_TABLES,
     caption as table_caption,
@@ -164,6 +165,12 @@ def optional_input(part, path):
     """An analysis's table as input only when that analysis is configured."""
     active = pw_pairs() if part == "pathways" else config["depth"]["models"]
     return [path] if active else []
+
+
+def prompt_file(value, key):
+    """The prompt file config key `key` names (`value`), as the path it resolves to (the working directory,
+    else the checkout: truthflow.depth.prompts.resolve): an input, so editing the file reruns its readers."""
+    return str(prompts.resolve(value, key))
 
 
 def judge_model_input():

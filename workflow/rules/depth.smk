@@ -55,6 +55,7 @@ rule judge_answers:
         data=rules.download_depthqa.output.questions,
         # an hf judge named as a configured model's dir (resources/models/<name>) is prepared first
         judge_model=judge_model_input(),
+        prompt=prompt_file(config["depth"]["judge"]["prompt"], "depth.judge.prompt"),
         code=code(),
     output:
         depth_dir("scores.parquet"),
@@ -79,6 +80,8 @@ rule depth_tables:
         mink=expand(rules.score_mink.output[0], model=config["depth"]["models"]),
         scores=expand(rules.judge_answers.output[0], model=config["depth"]["models"]),
         nodes=rules.download_depthqa.output.nodes,
+        answer_prompt=prompt_file(config["depth"]["prompt"], "depth.prompt"),
+        judge_prompt=prompt_file(config["depth"]["judge"]["prompt"], "depth.judge.prompt"),
         code=code(),
     output:
         per_question=res("tables", "depth_per_question.parquet"),
@@ -86,6 +89,9 @@ rule depth_tables:
         gaps=res("tables", "depth_score_gaps.parquet"),
         subsets=res("tables", "depth_memorization_subsets.parquet"),
         pooled=res("tables", "depth_pooled_by_depth.tsv"),
+        metrics=res("tables", "depth_metrics.parquet"),
+        metrics_tsv=res("tables", "depth_metrics.tsv"),
+        prompts=res("tables", "depth_prompts.tsv"),
     log:
         res("logs", "depth_tables.log"),
     localrule: True
@@ -94,6 +100,9 @@ rule depth_tables:
     params:
         k_plot=config["depth"]["mink"]["k_plot"],
         memorization=config["depth"]["memorization"],
+        metrics=config["depth"]["metrics"],
+        judge_backend=config["depth"]["judge"]["backend"],
+        prompt_keys={"answer": "depth.prompt", "judge": "depth.judge.prompt"},
     script:
         "../scripts/depth_tables.py"
 

@@ -29,6 +29,7 @@ rule compare_published:
         ),
         depthwise=optional_input("depth", res("tables", "depth_depthwise.parquet")),
         pooled=optional_input("depth", res("tables", "depth_pooled_by_depth.tsv")),
+        depth_metrics=optional_input("depth", res("tables", "depth_metrics.parquet")),
         code=code(),
     output:
         res("tables", "published_vs_reproduced.tsv"),

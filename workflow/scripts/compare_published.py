@@ -12,6 +12,7 @@ COLUMNS = {
     "detection": ["model", "dataset", "method", "auc", "status"],
     "depthwise": ["model", "depth", "mink"],
     "pooled": ["model", "depth", "median"],
+    "depth_metrics": ["model", "metric", "scope", "n", "value"],
 }
 
 
