@@ -18,6 +18,9 @@ from test_paper_configs import _planned
 from truthflow import registry
 
 TWINS = {"llama3": "llama", "mistral-instruct": "mistral", "qwen3": "qwen3", "gemma3": "gemma3"}
+DEPTH_ONLY = {
+    "mixtral-instruct": "mixtral"
+}  # paper-depth's Mixtral: no pathways model is a mixture of experts
 TIED = {"qwen3", "gemma3"}
 
 
@@ -36,7 +39,8 @@ def test_rehearsal_runs_every_paper_rule_on_the_four_twins(tmp_path):
     ran = _planned(proc.stdout + proc.stderr)
     assert planned <= set(ran), f"paper rules the rehearsal does not run: {sorted(planned - set(ran))}"
     cfg = yaml.safe_load((ck / "configs" / "rehearsal.yaml").read_text())
-    assert set(cfg["pathways"]["models"]) == set(cfg["depth"]["models"]) == set(TWINS)
+    assert set(cfg["pathways"]["models"]) == set(TWINS)
+    assert set(cfg["depth"]["models"]) == set(TWINS) | set(DEPTH_ONLY)
     qa = cfg["pathways"]["datasets"]
     assert set(qa) < set(registry.qa_names()) and "hotpotqa" in qa  # the longest prompts are rehearsed
     res = ck / "results" / "rehearsal"
@@ -57,12 +61,20 @@ def test_rehearsal_runs_every_paper_rule_on_the_four_twins(tmp_path):
         assert all(p.startswith("Q:") != chat for p in answers["prompt"]), model  # base prompts: Q: ... A:
         if config.get("sliding_window"):  # every prompt crosses the twin's window
             assert answers["prompt_ids"].list.len().min() > config["sliding_window"], model
+    for model in {**TWINS, **DEPTH_ONLY}:
         depth = pl.read_parquet(res / "depth" / model / "scores.parquet")
         assert set(depth["backend"]) == {"hf"}
+        assert (res / "depth" / model / "mink.parquet").exists()
+    config = json.loads((ck / "resources" / "models" / "mixtral-instruct" / "config.json").read_text())
+    assert config["model_type"] == "mixtral" and config["num_local_experts"] == 4
+    metrics = pl.read_parquet(res / "tables" / "depth_metrics.parquet")
+    assert set(metrics["model"]) == set(TWINS) | set(DEPTH_ONLY) and set(metrics["unparseable"]) == {"zero"}
     qwen = pl.concat([pl.read_parquet(res / "answers" / "qwen3" / f"{ds}.parquet") for ds in qa])
     assert all(p.endswith("<think>\n\n</think>\n\n") for p in qwen["prompt"])  # thinking off, as the paper
     assert qwen["think_stripped"].any()  # a </think> the twin wrote was stripped from its answer
-    for table in ("accuracy", "pathways_check", "pathways_table3", "depth_pooled_by_depth", "benchmarks"):
+    tables = ("accuracy", "pathways_check", "pathways_table3", "depth_pooled_by_depth", "depth_metrics",
+              "depth_prompts", "benchmarks")  # fmt: skip
+    for table in tables:
         assert (res / "tables" / f"{table}.tsv").exists(), table
 
 

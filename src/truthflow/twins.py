@@ -1,9 +1,11 @@
-"""Tiny random-weight twins of the real architectures (Llama-3, Mistral, Qwen3, Gemma-3) for exactness tests,
-with the traits that change the forward-pass math: Llama-3's rope scaling, Mistral's sliding window, Qwen3's
-q/k norms and tied head, Gemma-3's sliding/full layer mix (a window shorter than any test sequence), scaled
-embeddings and final soft-cap. The default tokenizer is a byte-level stand-in (one token per byte) with a chat
-template in each family's layout; a real tokenizer (the `twin` model source, configs/rehearsal.yaml) is
-adapted to the family's layout instead (THINK_SCALE: Qwen3's twin then writes `</think>`).
+"""Tiny random-weight twins of the real architectures (Llama-3, Mistral, Qwen3, Gemma-3, Mixtral) for
+exactness tests, with the traits that change the forward-pass math: Llama-3's rope scaling, Mistral's sliding
+window, Qwen3's q/k norms and tied head, Gemma-3's sliding/full layer mix (a window shorter than any test
+sequence), scaled embeddings and final soft-cap, Mixtral's mixture of experts (a router sending each token to
+2 of 4 experts). The default tokenizer is a byte-level stand-in (one token per byte) with a chat template in
+each family's layout (Mixtral's refuses a system turn, as the real one does); a real tokenizer (the `twin`
+model source, configs/rehearsal.yaml) is adapted to the family's layout instead (THINK_SCALE: Qwen3's twin
+then writes `</think>`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import torch
 
 from .models import INFO_FILE, LoadedModel
 
-ARCHS = ("llama", "gemma3", "mistral", "qwen3")
+ARCHS = ("llama", "gemma3", "mistral", "qwen3", "mixtral")
 WINDOW = 8  # Gemma-3 / Mistral sliding window (tokens): every test sequence crosses it
 SPECIAL = ["<pad>", "<bos>", "<eos>", "<|im_start|>", "<|im_end|>", "<start_of_turn>", "<end_of_turn>",
            "[INST]", "[/INST]", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]  # fmt: skip
@@ -32,6 +34,12 @@ TEMPLATES = {
     + "<start_of_turn>model\n{% endif %}",
     "mistral": "{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}[INST] {{ m.content }} [/INST]"
     "{% else %}{{ m.content }}{{ eos_token }}{% endif %}{% endfor %}",
+    # Mixtral-8x7B-Instruct's layout: [INST] turns that must alternate user/assistant, so a system turn raises
+    "mixtral": "{{ bos_token }}{% for m in messages %}"
+    "{% if (m.role == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if m.role == 'user' %}[INST] {{ m.content }} [/INST]"
+    "{% else %}{{ m.content }}{{ eos_token }}{% endif %}{% endfor %}",
     # Qwen3-like: enable_thinking (default true) opens a reasoning block the model then writes and closes;
     # enable_thinking=false writes an empty closed block, as Qwen3's own template does
     "qwen3": "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
@@ -40,8 +48,9 @@ TEMPLATES = {
     "<think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endif %}",
 }
 CLASSES = {"llama": "LlamaForCausalLM", "gemma3": "Gemma3ForCausalLM", "mistral": "MistralForCausalLM",
-           "qwen3": "Qwen3ForCausalLM"}  # fmt: skip
-TURN_END = {"llama": "<|eot_id|>", "gemma3": "<end_of_turn>", "mistral": None, "qwen3": "<|im_end|>"}
+           "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM"}  # fmt: skip
+TURN_END = {"llama": "<|eot_id|>", "gemma3": "<end_of_turn>", "mistral": None, "qwen3": "<|im_end|>",
+            "mixtral": None}  # fmt: skip
 # a real tokenizer in a family's layout: the turn tokens its template writes (added where the tokenizer lacks
 # them), and its BOS / EOS / pad where they differ from the tokenizer's own (None: no BOS, as Qwen3)
 FAMILY = {
@@ -51,6 +60,7 @@ FAMILY = {
     "qwen3": {"turn": ["<|im_start|>", "<|im_end|>"], "bos": None, "eos": "<|im_end|>",
               "pad": "<|endoftext|>"},
     "gemma3": {"turn": ["<start_of_turn>", "<end_of_turn>"]},
+    "mixtral": {"turn": ["[INST]", "[/INST]"]},
 }  # fmt: skip
 # Qwen3's twin: its </think> row x this (tied: logit and embedding), so that it writes one in about one answer
 # in six (seed 0; 3.0 loops on it, leaving most answers empty)
@@ -134,6 +144,12 @@ def build_config(arch: str, vocab_size: int, ids: dict, **overrides):
             **dims,
             **ids,
         )
+    elif arch == "mixtral":
+        # no sliding window, as Mixtral-8x7B's config; 4 experts, 2 per token, as 8 and 2 in the real model
+        cfg = tf.MixtralConfig(
+            num_hidden_layers=2, num_local_experts=4, num_experts_per_tok=2, sliding_window=None,
+            tie_word_embeddings=False, **dims, **ids,
+        )  # fmt: skip
     elif arch == "gemma3":
         cfg = tf.Gemma3TextConfig(
             num_hidden_layers=3, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
