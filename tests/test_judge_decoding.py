@@ -7,8 +7,10 @@ from __future__ import annotations
 import math
 import statistics
 
+import polars as pl
 import pytest
-from conftest import small_config
+import yaml
+from conftest import copy_run, small_config, snakemake, write_config
 from test_judge import ROW, endpoint, key, openai_cfg  # noqa: F401 - fixtures
 
 from truthflow.config import check_schema
@@ -167,3 +169,41 @@ def test_bad_values_are_one_message_naming_the_key(path, value, match) -> None:
     node[path[-1]] = value
     with pytest.raises(TruthflowError, match=match):
         check_schema(cfg)
+
+
+@pytest.mark.workflow
+@pytest.mark.model
+def test_demo_with_sampled_judgments_reruns_byte_for_byte(pristine_run, tmp_path) -> None:
+    """The demo with three sampled verdicts per answer: a forced rerun reads them all from the cache, and a
+    rerun without the cache draws the same verdicts, byte for byte."""
+    workdir = copy_run(pristine_run, tmp_path)
+    for cache in (workdir / "resources" / "judge_cache").glob("*.jsonl"):  # hard links: the pristine run's
+        data = cache.read_bytes()
+        cache.unlink()
+        cache.write_bytes(data)
+    cfg = yaml.safe_load((workdir / "config.yaml").read_text())
+    cfg["depth"]["judge"] = {
+        "backend": "reference",
+        "judgments": 3,
+        "decoding": {"mode": "sampled", "seed": 5},
+    }
+    write_config(workdir, cfg)
+    target = "results/demo/tables/depth_metrics.tsv"
+    scores = sorted((workdir / "results" / "demo" / "depth").glob("*/scores.parquet"))
+
+    def run(*args: str) -> list[bytes]:
+        proc = snakemake(workdir, target, *args)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+        return [p.read_bytes() for p in scores] + [(workdir / target).read_bytes()]
+
+    first = run()
+    tables = [pl.read_parquet(p) for p in scores]
+    assert all(set(t["n_judgments"]) == {3} and not t["cached"].any() for t in tables)
+    cached = run("--forcerun", "judge_answers")
+    for before, path in zip(tables, scores, strict=True):
+        after = pl.read_parquet(path)
+        assert after["cached"].all() and after.drop("cached").equals(before.drop("cached"))
+    assert cached[-1] == first[-1]
+    for cache in (workdir / "resources" / "judge_cache").glob("*.jsonl"):
+        cache.unlink()
+    assert run("--forcerun", "judge_answers") == first
