@@ -169,7 +169,8 @@ def optional_input(part, path):
 
 def prompt_file(value, key):
     """The prompt file config key `key` names (`value`), as the path it resolves to (the working directory,
-    else the checkout: truthflow.depth.prompts.resolve): an input, so editing the file reruns its readers."""
+    else the checkout: truthflow.depth.prompts.resolve): an input, so editing the file reruns its readers.
+    """
     return str(prompts.resolve(value, key))
 
 

@@ -81,7 +81,9 @@ rule depth_tables:
         scores=expand(rules.judge_answers.output[0], model=config["depth"]["models"]),
         nodes=rules.download_depthqa.output.nodes,
         answer_prompt=prompt_file(config["depth"]["prompt"], "depth.prompt"),
-        judge_prompt=prompt_file(config["depth"]["judge"]["prompt"], "depth.judge.prompt"),
+        judge_prompt=prompt_file(
+            config["depth"]["judge"]["prompt"], "depth.judge.prompt"
+        ),
         code=code(),
     output:
         per_question=res("tables", "depth_per_question.parquet"),
