@@ -11,39 +11,103 @@ import sys
 import pytest
 from conftest import REPO
 
+FIRST_REPEAT = r"first call +[\d,.]+ {unit}/s \( *[\d.]+ s\); repeat +[\d,.]+ {unit}/s"
+
 # script and arguments -> what its figures look like
 RUNS = {
     "bench_generate.py": (
-        ["--n", "8", "--max-new-tokens", "4", "--batch", "4", "--threads", "1"],
+        ["--shape", "tiny", "--dtype", "float32", "--n", "8", "--max-new-tokens", "4", "--threads", "1"],
         [
-            r"project cold : +\d+ new tokens in .* tokens/s",
-            r"plain +: +\d+ new tokens",
+            r"project \(\d+ new tokens\): +" + FIRST_REPEAT.format(unit="tokens"),
+            r"plain \(\d+ new tokens\): +" + FIRST_REPEAT.format(unit="tokens"),
+            r"memory plan for 80 GiB",
+            r"ratio project/plain: first calls [\d.]+x, repeats [\d.]+x",
             r"identical answers 8/8; the project.s two runs agree on 8/8",
         ],
     ),
     "bench_knockout.py": (
-        ["--n", "8", "--batch", "4", "--naive-n", "2", "--length", "24", "--prefix", "8"],
         [
-            r"clean \+ E_Q: .* samples/s",
-            r"reference, two masked batched passes: .* samples/s",
+            "--shape",
+            "tiny",
+            "--dtype",
+            "float32",
+            "--n",
+            "8",
+            "--naive-n",
+            "2",
+            "--length",
+            "24",
+            "--prefix",
+            "8",
+        ],
+        [
+            r"clean \+ E_Q: +" + FIRST_REPEAT.format(unit="samples"),
+            r"reference, two masked batched passes: +" + FIRST_REPEAT.format(unit="samples"),
+            r"clean \+ E_Q \+ 3 controls: +" + FIRST_REPEAT.format(unit="samples"),
+            r"ratios to the reference: clean \+ E_Q \d+% \(first calls\)",
             r"peak memory",
         ],
     ),
     "bench_experiments.py": (
-        ["--n", "8", "--batch", "4", "--length", "12", "--prefix", "8"],
         [
-            r"project, saliency \+ baseline from its pass: .* samples/s",
-            r"reference, saliency \+ its own clean pass: .* samples/s",
+            "--shape",
+            "tiny",
+            "--dtype",
+            "float32",
+            "--n",
+            "4",
+            "--batch",
+            "4",
+            "--length",
+            "12",
+            "--prefix",
+            "8",
+        ],
+        [
+            r"project, saliency \+ baseline from its pass: +" + FIRST_REPEAT.format(unit="samples"),
+            r"reference, saliency \+ its own clean pass: +" + FIRST_REPEAT.format(unit="samples"),
             r"baselines differ by at most",
         ],
     ),
     "bench_depth.py": (
-        ["--n", "8", "--batch", "4", "--max-new-tokens", "4"],
-        [r"score_mink 8 questions in .* questions/s", r"answer_depthqa 8 answers, \d+ new tokens"],
+        ["--shape", "tiny", "--dtype", "float32", "--n", "8", "--max-new-tokens", "4"],
+        [
+            r"score_mink 8 questions: +" + FIRST_REPEAT.format(unit="questions"),
+            r"answer_depthqa 8 answers, \d+ new tokens: +" + FIRST_REPEAT.format(unit="new tokens"),
+        ],
     ),
     "gpu_smoke.py": (
-        ["--dtype", "float32", "--n", "16"],
-        [r"PASS probes \+ check", r"PASS saliency", r"PASS HF judge", r"all stages passed"],
+        ["--shape", "tiny", "--dtype", "float32", "--n", "16"],
+        [
+            r"attention: sdpa",
+            r"PASS probes \+ check",
+            r"PASS saliency",
+            r"PASS HF judge",
+            r"all stages passed",
+        ],
+    ),
+    "bench_job.py": (
+        ["--shape", "tiny", "--dtype", "float32", "--n", "8", "--max-new-tokens", "8", "--threads", "1"],
+        [
+            *(
+                rf"\n  {re.escape(s)} +[\d.]+ +[\d,.]+\n"
+                for s in ("answers", "saliency", "knockout", "patching")
+            ),
+            *(rf"\n  {re.escape(s)} +[\d.]+ +[\d,.]+\n" for s in ("answer-only", "reweighting", "P(True)")),
+            r"\n  MIN-K% +[\d.]+ +[\d,.]+\n",
+            r"job mode: tiny .* 8 questions",
+        ],
+    ),
+    "paper_cost.py": (
+        ["--measure", "tiny", "--n", "4"],
+        [
+            r"throughput measured on cpu",
+            r"paper-pathways: GPU-hours",
+            r"llama-3-70b +2 +[\d,.]+ .* estimate: tiny x",
+            r"paper-depth: GPU-hours",
+            r"mixtral-8x7b-instruct +2 ",
+            r"all paper configs: [\d,.]+ GPU-hours on cpu",
+        ],
     ),
 }
 
@@ -52,7 +116,7 @@ RUNS = {
 def test_benchmark_runs_on_a_tiny_shape(script):
     args, figures = RUNS[script]
     proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / script), "--shape", "tiny", *args],
+        [sys.executable, str(REPO / "benchmarks" / script), *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -62,3 +126,15 @@ def test_benchmark_runs_on_a_tiny_shape(script):
     assert proc.returncode == 0, out[-3000:]
     for figure in figures:
         assert re.search(figure, proc.stdout), (figure, proc.stdout[-2000:])
+
+
+def test_paper_cost_reads_the_committed_throughput_table():
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "paper_cost.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"measured: llama-3.2-1b", proc.stdout), proc.stdout[-2000:]
