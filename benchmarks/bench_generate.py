@@ -48,7 +48,7 @@ from truthflow.generation import (  # noqa: E402
     generate_answers,
     newline_token_ids,
 )
-from truthflow.memplan import dims_for  # noqa: E402
+from truthflow.memplan import Dims  # noqa: E402
 from truthflow.models import load_model  # noqa: E402
 
 QA_SETS = [
@@ -187,7 +187,7 @@ def main():
         for part in (questions[: args.n], questions[args.n :]):  # the project's questions, the reference's
             prompts = [build_prompt(lm.tokenizer, q, chat) for q in part]
             cases.append((prompts, [encode_prompt(lm.tokenizer, p, chat) for p in prompts]))
-        compare(lm, name, dims_for(name, {"local": path})[0], cases, chat, not chat, args)
+        compare(lm, name, Dims.of(lm.model.config.to_dict()), cases, chat, not chat, args)
 
 
 if __name__ == "__main__":

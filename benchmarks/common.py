@@ -91,7 +91,7 @@ def settings(args, dims, dtype: str) -> dict:
 def bench_models(shape: str | None, names: list[str], attention: str = "auto", dtype: str = "bfloat16"):
     """(LoadedModel, label, Dims) of each model a benchmark runs: random weights of `shape` (shapes.py), or
     else the demo's prepared models (resources/models/<name>, float32)."""
-    from truthflow.memplan import dims_for
+    from truthflow.memplan import Dims
 
     if shape:
         from shapes import dims, random_model
@@ -103,11 +103,8 @@ def bench_models(shape: str | None, names: list[str], attention: str = "auto", d
 
     for name in names:
         path = REPO / "resources" / "models" / name
-        yield (
-            load_model(path, "float32", attention=attention),
-            f"{name} (fp32)",
-            dims_for(name, {"local": path})[0],
-        )
+        lm = load_model(path, "float32", attention=attention)
+        yield lm, f"{name} (fp32)", Dims.of(lm.model.config.to_dict())
 
 
 def attention_line(lm) -> str:
