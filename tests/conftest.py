@@ -340,3 +340,19 @@ def pytest_collection_modifyitems(items):
         rehearsal = item.nodeid.endswith(REHEARSAL)
         order[id(item)] = 0 if "demo_run" in used else 3 if "pristine_run" in used else 2 if rehearsal else 1
     items.sort(key=lambda i: order[id(i)])
+
+
+def knockout_sweep(lm, seqs, probes, block_sets, batch_size, mode="cumulative", window=9):
+    """(clean [N, L, D], [knocked out [N, L, D] per block set]) in float32: the clean condition and one
+    knockout condition per block set through the engine, as extract_pathways runs them."""
+    import numpy as np
+
+    from truthflow.engine import Condition, resid_states
+
+    w = window if mode == "window" else None
+    conds = [Condition(), *(Condition(block=b, window=w) for b in block_sets)]
+    shape = (len(seqs), lm.info["n_layers"], lm.model.config.get_text_config().hidden_size)
+    clean, *kos = resid_states(
+        lm, seqs, probes, conds, batch_size, out=[np.zeros(shape, np.float32) for _ in conds]
+    )
+    return clean, kos

@@ -9,13 +9,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import knockout_sweep
 from test_mink import reference_scores
 from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.masking_utils import eager_mask
 from transformers.models.llama.modeling_llama import repeat_kv
 
-from truthflow import batching
 from truthflow.depth.mink import score_texts
+from truthflow.engine import Condition, backend, batches, passes, resid_states
+from truthflow.engine.hooks import decoder_layers
+from truthflow.engine.masks import layer_windows
 from truthflow.generation import (
     build_prompt,
     encode_prompt,
@@ -26,7 +29,6 @@ from truthflow.generation import (
 )
 from truthflow.models import load_model, prepare_model
 from truthflow.pathways import interventions as iv
-from truthflow.pathways import knockout as ko
 from truthflow.pathways import saliency as sal
 from truthflow.twins import ARCHS, SPECIAL, WINDOW, build_twin, save_twin
 
@@ -91,7 +93,7 @@ def reference_resid(lm, seq, probe, block=None, add=None, layers=None) -> np.nda
         layer.register_forward_hook(
             lambda _m, _a, o: outs.append((o[0] if isinstance(o, tuple) else o)[0, probe])
         )
-        for layer in ko.decoder_layers(model)
+        for layer in decoder_layers(model)
     ]
     before = model.config._attn_implementation
     model.set_attn_implementation(REF)
@@ -136,13 +138,11 @@ def _ko_case():
 
 @pytest.mark.parametrize("mode", ["cumulative", "window"])
 def test_knockout_equals_masked_reference(twin, mode, monkeypatch):
-    """resid_sweep_multi (full passes, padded batch) = the model's own passes with the same key cells blocked,
-    in every layer (cumulative) or in each k's window of layers (window)."""
-    monkeypatch.setattr(ko, "MIN_SHARED_PREFIX", 10**9)
+    """The engine's knockout (full passes, padded batch) = the model's own passes with the same key cells
+    blocked, in every layer (cumulative) or in each k's window of layers (window)."""
+    monkeypatch.setattr(batches, "MIN_SHARED_PREFIX", 10**9)
     seqs, probes, block_sets = _ko_case()
-    clean, kos = ko.resid_sweep_multi(
-        twin, seqs, probes, block_sets, 3, mode=mode, window=3, out_dtype=np.float32
-    )
+    clean, kos = knockout_sweep(twin, seqs, probes, block_sets, 3, mode=mode, window=3)
     n_layers = twin.info["n_layers"]
     for i, (seq, p) in enumerate(zip(seqs, probes, strict=True)):
         _close(clean[i], reference_resid(twin, seq, p))
@@ -150,14 +150,14 @@ def test_knockout_equals_masked_reference(twin, mode, monkeypatch):
             if mode == "cumulative":
                 ref = reference_resid(twin, seq, p, blocks[i])
             else:
+                windows = [set(passes.window_layers(k, 3, n_layers)) for k in range(n_layers)]
                 ref = np.stack(
-                    [reference_resid(twin, seq, p, blocks[i], layers=set(ko.window_layers(k, 3, n_layers)))[k]
-                     for k in range(n_layers)]
-                )  # fmt: skip
+                    [reference_resid(twin, seq, p, blocks[i], layers=windows[k])[k] for k in range(n_layers)]
+                )
             _close(kos[c][i], ref)
     assert np.abs(kos[1] - clean).max() > 1e-2 * np.abs(clean).max()  # the knockout does change the state
     # keys beyond the receptive field of the probe (window - 1 tokens per layer) change nothing at all
-    reach = sum(w - 1 if w else 10**9 for w in ko.layer_windows(twin.model.config))
+    reach = sum(w - 1 if w else 10**9 for w in layer_windows(twin.model.config))
     if all(max(b) < p - reach for b, p in zip(block_sets[0], probes, strict=True)):
         assert np.array_equal(kos[0], clean)
 
@@ -173,11 +173,12 @@ def test_knockout_from_a_prefix_cache_equals_reference(twin, monkeypatch):
     seqs = _headed()
     probes = [len(s) - 1 for s in seqs]
     block_sets = [[[13, 14], [12], [15, 16]], [[18], [14, 15], [20]]]
-    assert ko.shared_prefix(block_sets, [len(s) for s in seqs]) == 12 > WINDOW
+    conds = [Condition(block=b) for b in block_sets]
+    assert passes.first_change(conds, [0, 1, 2], seqs) == 12 > WINDOW
     calls = []
-    real = ko.head_cache
-    monkeypatch.setattr(ko, "head_cache", lambda *a: calls.append(a[2]) or real(*a))
-    clean, kos = ko.resid_sweep_multi(twin, seqs, probes, block_sets, 3, out_dtype=np.float32)
+    real = passes.head_cache
+    monkeypatch.setattr(passes, "head_cache", lambda *a: calls.append(a[2]) or real(*a))
+    clean, kos = knockout_sweep(twin, seqs, probes, block_sets, 3)
     assert calls == [10]  # the prefix cache path ran, from the shared head
     for i, (seq, p) in enumerate(zip(seqs, probes, strict=True)):
         _close(clean[i], reference_resid(twin, seq, p))
@@ -193,10 +194,10 @@ def test_conditions_from_a_shared_prefix_equal_reference(twin):
     eq = [[12, 13], [11], [14, 15]]
     answer = [list(range(p - 4, p + 1)) for p in probes]
     patched = [iv.patch(s, e, [FIRST_BYTE + 7] * len(e)) for s, e in zip(seqs, eq, strict=True)]
-    conds = [{"seqs": patched}, {"edges": (answer, eq), "factor": 3.0}]
+    conds = [Condition(tokens=patched), Condition(edges=(answer, eq), factor=3.0)]
     k = 2
     outs = [np.zeros((3, twin.info["hidden_size"]), np.float32) for _ in conds]
-    got = iv.resid_conditions(twin, seqs, probes, k, conds, batch_size=3, outs=outs)
+    got = resid_states(twin, seqs, probes, conds, 3, layer=k, out=outs)
     for i, (seq, p) in enumerate(zip(seqs, probes, strict=True)):
         _close(got[0][i], reference_resid(twin, patched[i], p)[k - 1])
         add = torch.zeros(p + 1, p + 1)
@@ -212,8 +213,8 @@ def test_answer_logprobs_and_p_true_equal_the_models_own_logits(twin, monkeypatc
     seqs = _headed()
     ea = [[22, 23, 24], [15], [20, 30]]
     calls = []
-    real = ko.head_cache
-    monkeypatch.setattr(ko, "head_cache", lambda *a: calls.append(a[2]) or real(*a))
+    real = passes.head_cache
+    monkeypatch.setattr(passes, "head_cache", lambda *a: calls.append(a[2]) or real(*a))
     mean, low = iv.answer_logprobs(twin, seqs, ea, batch_size=3)
     pt = iv.p_true(twin, seqs, batch_size=3)
     assert calls == [10, 10]
@@ -247,9 +248,9 @@ def test_saliency_loss_is_the_answer_nll(twin):
         for seq, s in zip(seqs, starts, strict=True):
             lp = torch.log_softmax(twin.model(torch.tensor([seq])).logits[0].double(), -1)
             expected += -float(np.mean([lp[t - 1, seq[t]].item() for t in range(s, len(seq))]))
-    with sal.eager_attention(twin.model), sal.frozen_parameters(twin.model):
+    with backend.gradient_mode(twin.model):
         for head in (0, 10):
-            loss, attns, grads, valid, _ = sal.attention_and_grads(twin, seqs, starts, head)
+            loss, attns, grads, valid, _, _ = sal.attention_and_grads(twin, seqs, starts, head)
             assert float(loss) == pytest.approx(expected, rel=1e-5)
             assert attns[0].shape[-2:] == (valid.shape[1] - head, valid.shape[1])
 
@@ -257,12 +258,12 @@ def test_saliency_loss_is_the_answer_nll(twin):
 def test_saliency_shared_head_batched_equals_single_full_passes(twin, monkeypatch):
     seqs, starts, eqs, eas = _sal_case()
     shared = sal.saliency(twin, seqs, starts, eqs, eas, batch_size=3).scores
-    monkeypatch.setattr(sal, "MIN_SHARED_PREFIX", 10**9)
+    monkeypatch.setattr(batches, "MIN_SHARED_PREFIX", 10**9)
     single = np.concatenate(
         [sal.saliency(twin, [s], [a], [q], [e], 1).scores for s, a, q, e in zip(*_sal_case(), strict=True)]
     )
     # full-attention layers see every edge; a sliding layer's S is 0 where the cells lie beyond its window
-    full = np.array([w is None for w in ko.layer_windows(twin.model.config)])
+    full = np.array([w is None for w in layer_windows(twin.model.config)])
     assert np.isfinite(single).all() and (single[:, full] > 0).all() and (single[:, ~full] >= 0).all()
     assert (single > 0).mean() >= 0.5
     np.testing.assert_allclose(shared, single, rtol=1e-4, atol=1e-9)
@@ -291,18 +292,17 @@ def test_saliency_pass_gives_the_knockouts_clean_states(twin):
     """extract_pathways takes resid_clean off the saliency pass (eager attention, whole sequences past the
     probe, batches of saliency_batch_size from their own shared head) instead of a clean knockout pass (sdpa,
     the additive mask, sequences cut at the probe): equal to it at every layer, across the sliding window;
-    the knockout conditions are unchanged when their clean pass is left out."""
+    a knockout condition is unchanged when the clean one is left out."""
     seqs, starts, eqs, eas = _sal_case()
     probes = [e[-1] for e in eas]
     blocks = [[q[0]] for q in eqs]
-    ref_clean, (ref_ko,) = ko.resid_sweep_multi(twin, seqs, probes, [blocks], 3, out_dtype=np.float32)
+    ref_clean, (ref_ko,) = knockout_sweep(twin, seqs, probes, [blocks], 3)
     got = np.full_like(ref_clean, np.nan)
     sal.saliency(twin, seqs, starts, eqs, eas, batch_size=2, states=(probes, got))
     np.testing.assert_allclose(got, ref_clean, rtol=1e-4, atol=1e-5 * np.abs(ref_clean).max())
-    none, (ko_only,) = ko.resid_sweep_multi(
-        twin, seqs, probes, [blocks], 3, out_dtype=np.float32, clean_pass=False
-    )
-    assert none is None and np.array_equal(ko_only, ref_ko) and not np.allclose(ko_only, ref_clean)
+    out = [np.zeros_like(ref_ko)]
+    (ko_only,) = resid_states(twin, seqs, probes, [Condition(block=blocks)], 3, out=out)
+    assert np.array_equal(ko_only, ref_ko) and not np.allclose(ko_only, ref_clean)
     with pytest.raises(ValueError, match="states positions of samples"):  # inside the shared head
         sal.saliency(twin, seqs, starts, eqs, eas, 2, states=([0, 0, 0], got))
 
@@ -349,8 +349,7 @@ def test_batched_generation_equals_per_row_greedy(twin, chat):
     prompts = [build_prompt(twin.tokenizer, q, chat) for q in QUESTIONS]
     encoded = [encode_prompt(twin.tokenizer, p, chat) for p in prompts]
     assert min(map(len, encoded)) > WINDOW
-    head = batching.common_head(encoded, 10**6)
-    assert (head >= batching.MIN_SHARED_PREFIX) == chat
+    assert (batches.shared_head(encoded, 10**6) > 0) == chat
     got = generate_answers(twin, prompts, 4, 12, stop_at_newline=not chat, chat=chat)
     stops = eos_token_ids(twin.tokenizer, twin.model)
     if not chat:
@@ -392,7 +391,7 @@ def test_oom_back_off_gives_the_unbatched_results(twin):
     s_seqs, starts, eqs, eas = _sal_case()
     prompts = [build_prompt(twin.tokenizer, q, True) for q in QUESTIONS]
     runs = {
-        "knockout": lambda b: ko.resid_sweep_multi(twin, seqs, probes, block_sets, b, out_dtype=np.float32),
+        "knockout": lambda b: knockout_sweep(twin, seqs, probes, block_sets, b),
         "logprobs": lambda b: iv.answer_logprobs(twin, seqs, ea, b),
         "saliency": lambda b: sal.saliency(twin, s_seqs, starts, eqs, eas, b),
         "mink": lambda b: score_texts(twin, TEXTS, [20], b).to_numpy(),

@@ -10,11 +10,13 @@ import pytest
 import torch
 import transformers
 
+from truthflow.engine import Condition, batches, passes, resid_states
+from truthflow.engine.masks import attention_mask as knockout_mask
+from truthflow.engine.masks import reweight_mask
 from truthflow.errors import TruthflowError
 from truthflow.models import LoadedModel
 from truthflow.pathways import experiments as ex
 from truthflow.pathways import interventions as iv
-from truthflow.pathways.knockout import knockout_mask, resid_sweep_multi
 
 MIN = torch.finfo(torch.float32).min
 
@@ -67,7 +69,7 @@ def test_reweight_mask_touches_only_the_intended_edges():
     queries = torch.tensor([[0, 0, 0, 1, 1], [0, 0, 1, 1, 0]], dtype=torch.bool)
     keys = torch.tensor([[0, 1, 1, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.bool)
     clean = knockout_mask(valid, torch.zeros_like(valid), torch.float32)
-    mask = iv.reweight_mask(valid, queries, keys, 2.0, torch.float32)
+    mask = reweight_mask(valid, queries, keys, 2.0, torch.float32)
     diff = (mask - clean)[:, 0]
     log2 = float(np.log(2.0))
     expected0 = torch.zeros(5, 5)
@@ -76,9 +78,9 @@ def test_reweight_mask_touches_only_the_intended_edges():
     expected1[2, 0] = expected1[3, 0] = log2  # query 4 is padding: untouched
     assert torch.allclose(diff[0], expected0) and torch.allclose(diff[1], expected1)
     assert (mask[clean == MIN] == MIN).all()  # blocked cells stay blocked
-    assert torch.equal(iv.reweight_mask(valid, queries, keys, 1.0, torch.float32), clean)
+    assert torch.equal(reweight_mask(valid, queries, keys, 1.0, torch.float32), clean)
     with pytest.raises(ValueError):
-        iv.reweight_mask(valid, queries, keys, 0.0, torch.float32)
+        reweight_mask(valid, queries, keys, 0.0, torch.float32)
 
 
 def test_reweight_mask_multiplies_the_attention_weights_and_renormalizes():
@@ -87,7 +89,7 @@ def test_reweight_mask_multiplies_the_attention_weights_and_renormalizes():
     valid = torch.ones(1, 4, dtype=torch.bool)
     queries = torch.tensor([[0, 0, 0, 1]], dtype=torch.bool)
     keys = torch.tensor([[0, 1, 0, 1]], dtype=torch.bool)
-    mask = iv.reweight_mask(valid, queries, keys, 3.0, torch.float32)[0, 0]
+    mask = reweight_mask(valid, queries, keys, 3.0, torch.float32)[0, 0]
     scores = torch.tensor([0.3, -1.2, 0.8, 0.1])
     w = torch.exp(scores) * torch.tensor([1.0, 3.0, 1.0, 3.0])
     assert torch.allclose(torch.softmax(scores + mask[3], dim=0), w / w.sum(), atol=1e-7)
@@ -122,11 +124,11 @@ def _seqs():
 def test_stopped_pass_equals_the_full_sweep_at_layer_k(tiny):
     seqs = _seqs()
     probe = [10, 8, 13]
-    clean, _ = resid_sweep_multi(tiny, seqs, probe, [[[], [], []]], batch_size=2, out_dtype=np.float32)
+    clean = resid_states(tiny, seqs, probe, [Condition()], 2, out=[np.zeros((3, 3, 32), np.float32)])[0]
 
     def at_layer(layer, probe=probe, **cond):
         out = np.zeros((3, 32), np.float32)
-        return iv.resid_conditions(tiny, seqs, probe, layer, [cond], 3, outs=[out])[0]
+        return resid_states(tiny, seqs, probe, [Condition(**cond)], 3, layer, [out])[0]
 
     for layer in (1, 2, 3):
         assert np.allclose(at_layer(layer), clean[:, layer - 1], atol=1e-5)
@@ -155,19 +157,17 @@ def test_answer_logprobs_match_the_full_logits(tiny):
 def test_shared_head_runs_once_and_changes_nothing(tiny, monkeypatch):
     """Rows that share a head (a chat header) run it once (`head_cache`); log-probabilities and P(True)
     equal the per-sequence full logits either way."""
-    from truthflow.pathways import knockout
-
     head = [int(t) for t in np.random.default_rng(9).integers(1, 64, 10)]
     seqs = [head + s for s in _seqs()]
-    assert knockout.common_head(seqs, 100) == 10 and knockout.common_head(seqs, 4) == 4
-    assert knockout.common_head([[1, 2], [1, 3]], 9) == 1 and knockout.common_head([], 5) == 0
+    assert batches.common_head(seqs, 100) == 10 and batches.common_head(seqs, 4) == 4
+    assert batches.common_head([[1, 2], [1, 3]], 9) == 1 and batches.common_head([], 5) == 0
     ea = [[15, 16], [18], [13, 19, 20]]
     calls = []
-    real = knockout.head_cache
-    monkeypatch.setattr(knockout, "head_cache", lambda *a: calls.append(a[2]) or real(*a))
+    real = passes.head_cache
+    monkeypatch.setattr(passes, "head_cache", lambda *a: calls.append(a[2]) or real(*a))
     shared = iv.answer_logprobs(tiny, seqs, ea, batch_size=3)
     assert calls == [10]  # the whole head (E_A starts after it), once for the batch
-    monkeypatch.setattr(iv, "MIN_SHARED_PREFIX", 10**6)
+    monkeypatch.setattr(batches, "MIN_SHARED_PREFIX", 10**6)
     full = iv.answer_logprobs(tiny, seqs, ea, batch_size=3)
     assert calls == [10]
     with torch.no_grad():
@@ -289,28 +289,19 @@ def test_conditions_from_a_shared_prefix_equal_full_passes(model, request, monke
     eq = [[12, 13], [10], [14, 15]]
     patched = [iv.patch(s, e, [7] * len(e)) for s, e in zip(seqs, eq, strict=True)]
     conds = [
-        {"seqs": patched},
-        {"edges": (answer, eq), "factor": 3.0},
-        {"edges": (answer, eq), "factor": 1 / 3.0},
+        Condition(tokens=patched),
+        Condition(edges=(answer, eq), factor=3.0),
+        Condition(edges=(answer, eq), factor=1 / 3.0),
     ]
     layers = len(lm.model.model.layers)
     k = max(1, layers // 2)
-    got = iv.resid_conditions(lm, seqs, probe, k, conds, batch_size=3)
-    assert (
-        iv._first_change(
-            seqs,
-            [
-                {**c, "seqs": c.get("seqs"), "edges": c.get("edges"), "factor": c.get("factor", 1.0)}
-                for c in conds
-            ],
-            [0, 1, 2],
-            [28, 26, 32],
-        )
-        == 10
-    )
-    monkeypatch.setattr(iv, "MIN_SHARED_PREFIX", 10**9)
+    got = resid_states(lm, seqs, probe, conds, 3, layer=k)
+    cut = [s[: p + 1] for s, p in zip(seqs, probe, strict=True)]
+    assert passes.first_change(conds, [0, 1, 2], cut) == 10
+    monkeypatch.setattr(batches, "MIN_SHARED_PREFIX", 10**9)
     for c, g in zip(conds, got, strict=True):
-        ref = iv.resid_conditions(lm, c.get("seqs") or seqs, probe, k, [{**c, "seqs": None}], 3)[0]
+        alone = Condition(edges=c.edges, factor=c.factor)
+        ref = resid_states(lm, c.tokens or seqs, probe, [alone], 3, layer=k)[0]
         scale = np.abs(ref.astype(np.float32)).max()
         assert np.abs(g.astype(np.float32) - ref.astype(np.float32)).max() <= 2e-3 * scale
 
@@ -432,7 +423,8 @@ def test_extract_writes_the_passes_and_the_samples_table(tiny):
     ]
     assert [len(c) for c in samples["control_positions"].to_list()] == [2, 2, 2]
     eq = kept["eq_positions"].to_list()
-    clean, (ko,) = resid_sweep_multi(tiny, seqs, [10, 8, 13], [eq], 2, out_dtype=np.float32)
+    f32 = [np.zeros((3, 3, 32), np.float32) for _ in range(2)]
+    clean, ko = resid_states(tiny, seqs, [10, 8, 13], [Condition(), Condition(block=eq)], 2, out=f32)
     assert np.allclose(out[0], clean, atol=1e-5) and np.allclose(out[1][0], ko, atol=1e-5)
     none = (np.zeros((0, 3, 32)), [np.zeros((0, 3, 32))] * 3)
     empty, no_scores = extract(tiny, kept.clear(), 2, cfg, 2, "test", none)
@@ -496,7 +488,7 @@ def test_experiment_states_on_a_real_model(smollm):
         0,
     )
     ref = np.zeros((3, hidden), np.float32)
-    iv.resid_conditions(smollm, inputs["target"], ends, 3, [{}], 3, outs=[ref])
+    resid_states(smollm, inputs["target"], ends, [Condition()], 3, layer=3, out=[ref])
     assert np.allclose(outs[0][0], ref, atol=2e-3 * np.abs(ref).max())
     assert all(np.abs(o).sum() > 0 for o in (outs[1], outs[2][3]))
 

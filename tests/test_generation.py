@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from truthflow.batching import (
+from truthflow.engine.batches import (
     FAKE_OOM_ENV,
     MIN_SHARED_PREFIX,
     common_head,
@@ -244,7 +244,7 @@ def test_shared_head_generation_equals_plain_generate(gemma, monkeypatch):
     original = gemma.model.generate
 
     def spy(**kwargs):
-        calls.append("past_key_values" in kwargs)
+        calls.append("cache" in kwargs)
         return original(**kwargs)
 
     monkeypatch.setattr(gemma.model, "generate", spy)

@@ -19,16 +19,19 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from conftest import knockout_sweep
 from torch.overrides import TorchFunctionMode
 
-from truthflow import batching, devices
+from truthflow import devices
 from truthflow.depth import judge
 from truthflow.depth.mink import encode_for_scoring, score_texts
+from truthflow.engine import Condition, resid_states
+from truthflow.engine import batches as batching
+from truthflow.engine.backend import gradient_mode
 from truthflow.errors import TruthflowError
 from truthflow.generation import build_prompt, generate_answers
 from truthflow.models import load_model
 from truthflow.pathways import interventions as iv
-from truthflow.pathways import knockout as ko
 from truthflow.pathways import saliency as sal
 from truthflow.twins import SPECIAL, build_twin, save_twin
 
@@ -111,7 +114,7 @@ def test_host_syncs_per_knockout_batch_do_not_grow_with_layers(arch, mode):
     for n_layers in (2, 6):
         lm = _twin_layers(arch, n_layers)
         with SyncCounter() as sc:
-            ko.resid_sweep_multi(lm, seqs, probes, blocks, 4, mode=mode, window=3, out_dtype=np.float32)
+            knockout_sweep(lm, seqs, probes, blocks, 4, mode=mode, window=3)
         counts.append(sc.calls)
     assert counts[0] == counts[1]
     assert counts[0]["cpu"] <= 3  # one copy of each pass's states: clean + 2 conditions
@@ -140,7 +143,7 @@ def test_bench_knockout_reference_copies_once_per_batch_not_per_row(monkeypatch)
     lm = build_twin("llama")
     counts = []
     for n in (2, 8):
-        seqs, probe, blocks = bench.make_case(n, 24, 200, prefix=0)  # one batch of n rows
+        seqs, probe, blocks, _ = bench.make_case(n, 24, 200, 0)  # one batch of n rows
         with SyncCounter() as sc:
             bench.two_pass_reference(lm, seqs, probe, blocks, n)
         counts.append(sc.calls)
@@ -327,7 +330,7 @@ def test_oom_back_off_equals_the_run_without_it():
 
         handle = lm.model.get_input_embeddings().register_forward_pre_hook(hook)
         try:
-            clean, kos = ko.resid_sweep_multi(lm, seqs, probes, blocks, 4, out_dtype=np.float32)
+            clean, kos = knockout_sweep(lm, seqs, probes, blocks, 4)
             fired.clear()
             mean, _ = iv.answer_logprobs(lm, seqs, ea, 4)
         finally:
@@ -349,27 +352,27 @@ def test_float16_storage_refuses_inf_with_one_line():
         lm.model.model.layers[-1].mlp.down_proj.weight.mul_(1e5)
     seqs, _ = _case()
     probes = [len(s) - 1 for s in seqs]
-    with pytest.raises(TruthflowError, match=r"knockout twin/popqa: resid_clean: a residual value of \|x\| = "
+    ko = Condition(block=[[12]] * 4, name="resid_ko")
+    with pytest.raises(TruthflowError, match=r"knockout twin/popqa: resid_ko: a residual value of \|x\| = "
                        r"[0-9,]+ overflows float16 storage") as err:  # fmt: skip
-        ko.resid_sweep_multi(lm, seqs, probes, [[[12]] * 4], 4, desc="knockout twin/popqa")
+        resid_states(lm, seqs, probes, [ko], 4, desc="knockout twin/popqa")
     assert "\n" not in str(err.value)
-    clean, _ = ko.resid_sweep_multi(lm, seqs, probes, [[[12]] * 4], 4, out_dtype=np.float32)
+    clean, _ = knockout_sweep(lm, seqs, probes, [[[12]] * 4], 4)
     assert np.abs(clean).max() > 65504 and np.isfinite(clean).all()  # float32 storage holds them
     with pytest.raises(TruthflowError, match="PR twin/popqa: condition 0: .* overflows float16"):
-        iv.resid_conditions(lm, seqs, probes, 3, [{}], 4, desc="PR twin/popqa")
+        resid_states(lm, seqs, probes, [Condition()], 4, layer=3, desc="PR twin/popqa")
 
 
 def test_flash_attention_is_refused_where_a_4d_mask_is_needed():
     """Flash attention reads a mask as padding only: a knockout under it would block nothing. The stages
-    with an additive 4D mask stop with one line. Before: the pass ran (and here failed inside flash)."""
+    with an additive 4D mask stop with one line (clean passes take a padding mask, which flash reads)."""
     lm = build_twin("llama")
     lm.model.config._attn_implementation = "flash_attention_2"
     seqs, ea = _case()
     probes = [len(s) - 1 for s in seqs]
     for call in (
-        lambda: ko.resid_sweep_multi(lm, seqs, probes, [[[12]] * 4], 4),
-        lambda: iv.resid_conditions(lm, seqs, probes, 2, [{}], 4),
-        lambda: iv.answer_logprobs(lm, seqs, ea, 4),
+        lambda: knockout_sweep(lm, seqs, probes, [[[12]] * 4], 4),
+        lambda: resid_states(lm, seqs, probes, [Condition()], 4, layer=2),
     ):
         with pytest.raises(
             TruthflowError, match="attention 'flash_attention_2' cannot apply the additive 4D"
@@ -413,7 +416,7 @@ def test_bf16_log_probs_are_not_rounded_to_bf16(arch, monkeypatch):
     residual stream its pass made (1e-4): the final norm and the head run in float32. Before: the head's
     bf16 output was upcast, off by up to |logit| x 2^-9 (about 1e-2 here)."""
     lm = build_twin(arch, dtype=torch.bfloat16)
-    monkeypatch.setattr(iv, "MIN_SHARED_PREFIX", 10**9)  # one full pass per row: one residual per row
+    monkeypatch.setattr(batching, "MIN_SHARED_PREFIX", 10**9)  # one full pass per row: one residual per row
     seqs, ea = _case()
     ends = [max(e) + 1 for e in ea]
     with _final_norm_inputs(lm.model) as kept:
@@ -443,7 +446,7 @@ def test_bf16_saliency_log_probs_use_the_float32_head(arch, monkeypatch):
     """Logits-mean/min as the workflow reads them off the saliency pass of a bf16 twin equal float64
     log-probabilities of the residual stream that pass made (1e-4), as the separate pass's do above."""
     lm = build_twin(arch, dtype=torch.bfloat16)
-    monkeypatch.setattr(sal, "MIN_SHARED_PREFIX", 10**9)  # one full pass per row
+    monkeypatch.setattr(batching, "MIN_SHARED_PREFIX", 10**9)  # one full pass per row
     seqs, ea = _case()
     starts = [min(e) for e in ea]
     eq = [[11, 12]] * len(seqs)
@@ -474,8 +477,8 @@ def test_bf16_against_float32_within_the_stated_bounds(arch):
         lm = build_twin(arch, dtype=dtype)
         mean, low = iv.answer_logprobs(lm, seqs, ea, 4)
         mink = score_texts(lm, ["Why does the Central Limit Theorem need independence?"], [20], 1)
-        clean, kos = ko.resid_sweep_multi(lm, seqs, probes, [[[12, 13]] * 4], 4, out_dtype=np.float32)
-        with sal.eager_attention(lm.model), sal.frozen_parameters(lm.model):
+        clean, kos = knockout_sweep(lm, seqs, probes, [[[12, 13]] * 4], 4)
+        with gradient_mode(lm.model):
             loss = float(sal.attention_and_grads(lm, seqs, starts, 0)[0])
         lp = np.concatenate([mean, low, mink.select("mink_20", "minkpp_20").to_numpy()[0]])
         out[name] = {"lp": lp, "pt": iv.p_true(lm, seqs, 4), "loss": loss, "resid": np.stack([clean, kos[0]])}
@@ -505,15 +508,15 @@ def test_bench_depth_runs_the_demo_models_with_their_chat_setting(bench_depth, m
     lm.info['chat'], which the info file never holds: KeyError."""
     loaded = []
 
-    def load(path, dtype):
+    def load(path, dtype, attention="auto"):
         loaded.append(Path(path).name)
         return build_twin("llama")
 
-    monkeypatch.setattr(bench_depth, "load_model", load)
+    monkeypatch.setattr("truthflow.models.load_model", load)
     monkeypatch.setattr(
         bench_depth, "demo_questions", lambda n: ["Who wrote Hamlet?", "Why is the sky blue?"]
     )
-    monkeypatch.setattr(sys, "argv", ["bench_depth.py", "--n", "2", "--batch", "2", "--max-new-tokens", "2"])
+    monkeypatch.setattr(sys, "argv", ["bench_depth.py", "--n", "2", "--max-new-tokens", "2"])
     bench_depth.main()
     assert loaded == ["smollm2-135m", "gemma3-270m"]
     assert capsys.readouterr().out.count("answer_depthqa 2 answers") == 2
@@ -522,10 +525,11 @@ def test_bench_depth_runs_the_demo_models_with_their_chat_setting(bench_depth, m
 def test_bench_depth_runs_a_random_shape(bench_depth, monkeypatch, capsys):
     """--shape: the stand-in tokenizer has what the newline stop reads (backend_tokenizer.decode_batch).
     Before: an AttributeError in generation.newline_token_ids."""
-    monkeypatch.setattr(sys, "argv", ["bench_depth.py", "--shape", "tiny", "--n", "3", "--batch", "2",
-                                      "--max-new-tokens", "2"])  # fmt: skip
+    monkeypatch.setattr(
+        sys, "argv", ["bench_depth.py", "--shape", "tiny", "--n", "3", "--max-new-tokens", "2"]
+    )
     bench_depth.main()
-    assert "tiny: answer_depthqa 3 answers" in capsys.readouterr().out
+    assert "answer_depthqa 3 answers" in capsys.readouterr().out
 
 
 def test_qwen3_32b_shape_has_qwen3_32bs_parameters(monkeypatch):
@@ -546,16 +550,16 @@ def test_gpu_smoke_exactness_checks_fail_on_a_wrong_knockout_or_wrong_clean_stat
     assert smoke.stage_extraction(lm, 8, "float32")[1].startswith("8 samples")  # passes as it is
     assert "eager attention backward" in smoke.stage_saliency(lm, 8, "float32")
 
-    real_sweep, real_saliency = smoke.ko.resid_sweep_multi, smoke.saliency
+    real_sweep, real_saliency = smoke.sweep, smoke.saliency
 
-    def blocks_nothing(lm, seqs, probe, block_sets, *args, **kwargs):
-        clean, kos = real_sweep(lm, seqs, probe, block_sets, *args, **kwargs)
-        return clean, [clean.copy() for _ in kos]
+    def blocks_nothing(lm, seqs, probe, blocks, batch_size):
+        clean, *kos = real_sweep(lm, seqs, probe, blocks, batch_size)
+        return [clean, *(clean.copy() for _ in kos)]
 
-    monkeypatch.setattr(smoke.ko, "resid_sweep_multi", blocks_nothing)
+    monkeypatch.setattr(smoke, "sweep", blocks_nothing)
     with pytest.raises(AssertionError, match="one-pass vs per-layer knockout"):
         smoke.stage_extraction(lm, 8, "float32")
-    monkeypatch.setattr(smoke.ko, "resid_sweep_multi", real_sweep)
+    monkeypatch.setattr(smoke, "sweep", real_sweep)
 
     def off_states(*args, states=None, **kwargs):
         out = real_saliency(*args, states=states, **kwargs)

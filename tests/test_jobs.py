@@ -17,7 +17,7 @@ class Resources(dict):
 
 
 def fake_job(**resources) -> SimpleNamespace:
-    params = SimpleNamespace(dtype="float32", chat=False, max_new_tokens=4, token_budget=None,
+    params = SimpleNamespace(dtype="float32", attention="efficient", chat=False, max_new_tokens=4, token_budget=None,
                              max_prompt_tokens=64, chat_template_kwargs={})  # fmt: skip
     res = Resources(gpu=0, batch_size=2, **resources)
     return SimpleNamespace(input=SimpleNamespace(model="resources/models/twin"), params=params, resources=res,
@@ -30,7 +30,9 @@ def test_answer_table_is_answer_questions_with_the_rule_params(monkeypatch) -> N
     monkeypatch.setattr(jobs, "load_model", lambda *args, **kwargs: loads.append((args, kwargs)) or lm)
     questions = ["What is a thylakoid?", "Who wrote Hamlet?", "Why?"]
     table = jobs.answer_table(fake_job(torch_threads=2), questions, "Answer briefly.", "test")
-    assert loads == [(("resources/models/twin", "float32"), {"gpus": 0, "threads": 2})]
+    assert loads == [
+        (("resources/models/twin", "float32"), {"gpus": 0, "threads": 2, "attention": "efficient"})
+    ]
     assert list(table.schema) == list(jobs.ANSWER_SCHEMA) and table.height == 3
     prompts, out = answer_questions(lm, questions, False, "Answer briefly.", 2, 4, "test", None, 64, {})
     assert table["prompt"].to_list() == prompts
@@ -49,4 +51,4 @@ def test_job_model_threads_default_to_the_rule_threads(monkeypatch) -> None:
     loads = []
     monkeypatch.setattr(jobs, "load_model", lambda *args, **kwargs: loads.append(kwargs))
     jobs.load_job_model(fake_job())
-    assert loads == [{"gpus": 0, "threads": 3}]
+    assert loads == [{"gpus": 0, "threads": 3, "attention": "efficient"}]

@@ -13,11 +13,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from conftest import RUN, checkout_config, copy_run, env, snakemake, snakemake_cmd
+from conftest import RUN, checkout_config, copy_run, env, knockout_sweep, snakemake, snakemake_cmd
 
-from truthflow.batching import FAKE_OOM_ENV
+from truthflow.engine import FAKE_OOM_ENV
 from truthflow.generation import build_prompt, generate_answers
-from truthflow.pathways.knockout import resid_sweep_multi
 from truthflow.runlog import STOP_AT_ENV
 
 QUESTIONS = [
@@ -56,9 +55,9 @@ def test_oom_halves_batch_with_identical_results(gemma, monkeypatch):
     probe = [len(s) - 1 for s in seqs]
     blocks = [[1, 2]] * len(seqs)
     monkeypatch.delenv(FAKE_OOM_ENV)
-    clean_ref, (ko_ref,) = resid_sweep_multi(gemma, seqs, probe, [blocks], batch_size=2, out_dtype=np.float32)
+    clean_ref, (ko_ref,) = knockout_sweep(gemma, seqs, probe, [blocks], 2)
     monkeypatch.setenv(FAKE_OOM_ENV, "2")
-    clean, (ko,) = resid_sweep_multi(gemma, seqs, probe, [blocks], batch_size=8, out_dtype=np.float32)
+    clean, (ko,) = knockout_sweep(gemma, seqs, probe, [blocks], 8)
     assert np.array_equal(clean, clean_ref) and np.array_equal(ko, ko_ref)
 
 

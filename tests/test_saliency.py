@@ -11,15 +11,9 @@ import transformers
 from transformers import AttentionInterface
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, repeat_kv
 
+from truthflow.engine.backend import gradient_mode
 from truthflow.models import LoadedModel
-from truthflow.pathways.saliency import (
-    attention_and_grads,
-    eager_attention,
-    frozen_parameters,
-    pair_masks,
-    pooled,
-    saliency,
-)
+from truthflow.pathways.saliency import attention_and_grads, pair_masks, pooled, saliency
 
 FD = "truthflow_test_fd"  # an attention function that perturbs one probability cell
 _CELL: dict = {}  # layer -> (head, query, key, delta); row 0 of the batch only
@@ -75,8 +69,8 @@ def _answer_nll(model, seq: list[int], start: int) -> float:
 
 
 def _code_grads(lm, seq: list[int], start: int) -> tuple[float, list[torch.Tensor], list[torch.Tensor]]:
-    with eager_attention(lm.model), frozen_parameters(lm.model):
-        loss, attns, grads, _, _ = attention_and_grads(lm, [seq], [start])
+    with gradient_mode(lm.model):
+        loss, attns, grads, _, _, _ = attention_and_grads(lm, [seq], [start])
     return float(loss), attns, grads
 
 

@@ -9,8 +9,8 @@ import tracemalloc
 import numpy as np
 import torch
 
+from truthflow.engine import Condition, resid_states
 from truthflow.models import LoadedModel
-from truthflow.pathways.knockout import resid_sweep_multi
 
 
 def _tiny_model():
@@ -49,7 +49,8 @@ def _peak_host_bytes(lm, n: int, tmp_path) -> int:
     ]
     tracemalloc.start()
     try:
-        resid_sweep_multi(lm, seqs, probe, [blocks] * 4, batch_size=32, desc="scale", out=(clean, kos))
+        conds = [Condition(), *[Condition(block=blocks)] * 4]
+        resid_states(lm, seqs, probe, conds, 32, out=[clean, *kos], desc="scale")
         return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

@@ -1,8 +1,6 @@
-"""Batched greedy answer generation (METHOD A1): base models get `Q: ...\\nA:` and stop at the first newline,
-chat models their chat template. Prompts are length-sorted and batched by a token budget; the KV cache is
-dynamic, so no batch shape ever triggers a torch.compile (a static cache recompiles for every batch width).
-The head every prompt of a batch shares (a chat template's system prompt: 40 of SmolLM2's ~55 prompt tokens)
-is prefilled once for one row and repeated for the batch (SmolLM2 demo batch: 5.2 -> 2.9 s; same answers)."""
+"""Answer generation (METHOD A1): base models get `Q: ...\\nA:` and stop at the first newline, chat models
+their chat template; the stop tokens and the reasoning blocks a chat model writes. The decoding itself runs in
+the engine (`engine.decode`)."""
 
 from __future__ import annotations
 
@@ -12,14 +10,12 @@ import time
 from collections.abc import Callable
 from functools import cache
 
-from .batching import MIN_SHARED_PREFIX, common_head, pad_batch, run_batched
+from .engine.decode import Decoding, decode
 from .errors import TruthflowError
 from .models import LoadedModel
 
 BASE_TEMPLATE = "Q: {question}\nA:"
 DEFAULT_INSTRUCTION = "Answer the question briefly, in a few words, without explanation."
-# rows x (longest prompt + max_new_tokens) per batch; KV cache at 32k tokens: 1 GiB (1B) to 10 GiB (70B), bf16
-DEFAULT_TOKEN_BUDGET = 32768
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 
@@ -149,73 +145,34 @@ def generate_answers(
     stop_at_newline: bool,
     chat: bool,
     desc: str = "generate",
-    token_budget: int | None = DEFAULT_TOKEN_BUDGET,
+    token_budget: int | None = None,
     prompt_ids: list[list[int]] | None = None,
+    decoding: Decoding | None = None,
+    keys: list[str] | None = None,
 ) -> list[dict]:
-    """Greedy-decode every prompt (prompt_ids: already encoded), shortest first, in batches of at most
-    batch_size rows and token_budget tokens; with stop_at_newline every newline token is an EOS id. Returns,
-    in input order, prompt/answer token ids and the answer text."""
-    import torch
-    from transformers import DynamicCache
-
-    tok, model = lm.tokenizer, lm.model
+    """Decode every prompt (prompt_ids: already encoded; `engine.decode`: greedy unless `decoding` samples,
+    keys then fix each prompt's draws) in batches of at most batch_size rows and token_budget tokens; with
+    stop_at_newline every newline token is an EOS id. Returns, in input order, prompt/answer token ids and
+    the answer text."""
+    tok = lm.tokenizer
     encoded = prompt_ids if prompt_ids is not None else [encode_prompt(tok, p, chat) for p in prompts]
-    stop_ids = eos_token_ids(tok, model)
+    stop_ids = eos_token_ids(tok, lm.model)
     if stop_at_newline:
         stop_ids.update(newline_token_ids(tok))
-    stop_list = sorted(stop_ids)
-    pad_id = tok.pad_token_id if tok.pad_token_id is not None else stop_list[0]
-    results: list[dict | None] = [None] * len(encoded)
-    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
-    cost = [len(e) + max_new_tokens for e in encoded]
-    device = model.get_input_embeddings().weight.device
-
-    def step(idx: list[int]) -> None:
-        rows = [encoded[i] for i in idx]
-        # each row's rest is left-padded after the shared head: positions and attention mask are the row's own
-        head = common_head(rows, min(len(r) for r in rows) - 1) if len(rows) > 1 else 0
-        head = head if head >= MIN_SHARED_PREFIX else 0
-        rest, valid = pad_batch([r[head:] for r in rows], pad_id, side="left")
-        input_ids = torch.cat([torch.tensor([rows[0][:head]] * len(rows), dtype=rest.dtype), rest], 1)
-        valid = torch.cat([torch.ones(len(rows), head, dtype=torch.bool), valid], 1)
-        width = input_ids.shape[1]
-        kwargs: dict = {"cache_implementation": "dynamic"}  # overrides a model default of "static"/"hybrid"
-        with torch.inference_mode():
-            if head:
-                base = getattr(model, model.base_model_prefix)
-                cache = DynamicCache(config=model.config)
-                base(input_ids=input_ids[:1, :head].to(device), past_key_values=cache, use_cache=True)
-                cache.batch_repeat_interleave(len(rows))
-                # a model default ("static", "hybrid") would refuse a given cache; set as a generate argument,
-                # not through a copied generation_config (transformers warns on that mix and will refuse it)
-                kwargs = {"past_key_values": cache, "cache_implementation": None}
-            out = model.generate(
-                input_ids=input_ids.to(device),
-                attention_mask=valid.long().to(device),
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                top_p=None,
-                top_k=None,
-                temperature=None,
-                pad_token_id=pad_id,
-                eos_token_id=stop_list,
-                disable_compile=True,
-                **kwargs,
-            )
-        new = out[:, width:].tolist()
-        for row, i in enumerate(idx):
-            answer_ids = list(itertools.takewhile(lambda t: t not in stop_ids, new[row]))
-            answer_ids, think = strip_think(tok, answer_ids)
-            results[i] = {
-                "prompt_ids": list(encoded[i]),
+    new = decode(lm, encoded, batch_size, max_new_tokens, stop_ids, token_budget, desc, decoding, keys)
+    results = []
+    for prompt, tokens in zip(encoded, new, strict=True):
+        answer_ids, think = strip_think(tok, list(itertools.takewhile(lambda t: t not in stop_ids, tokens)))
+        results.append(
+            {
+                "prompt_ids": list(prompt),
                 "answer_ids": answer_ids,
                 "answer": tok.decode(answer_ids, skip_special_tokens=True).strip(),
                 "n_new_tokens": len(answer_ids),
                 "think_stripped": think,
             }
-
-    run_batched(order, batch_size, step, desc=desc, cost=cost, token_budget=token_budget)
-    return results  # type: ignore[return-value]
+        )
+    return results
 
 
 def answer_questions(
@@ -226,12 +183,15 @@ def answer_questions(
     batch_size: int,
     max_new_tokens: int,
     desc: str,
-    token_budget: int | None = DEFAULT_TOKEN_BUDGET,
+    token_budget: int | None = None,
     max_prompt_tokens: int | None = None,
     chat_template_kwargs: dict | None = None,
+    decoding: Decoding | None = None,
+    keys: list[str] | None = None,
 ) -> tuple[list[str], list[dict]]:
-    """Prompt (A1: chat template or `Q:/A:` with a newline stop), generate greedily, report new tokens/s.
-    A question whose prompt exceeds max_prompt_tokens is truncated (its answer's `prompt_truncated`)."""
+    """Prompt (A1: chat template or `Q:/A:` with a newline stop), decode (greedy unless `decoding` samples,
+    each question's draws fixed by its key), report new tokens/s. A question whose prompt exceeds
+    max_prompt_tokens is truncated (its answer's `prompt_truncated`)."""
     fitted = [
         fit_prompt(lm.tokenizer, q, chat, instruction, max_prompt_tokens, chat_template_kwargs)
         for q in questions
@@ -248,7 +208,9 @@ def answer_questions(
         )
     t0 = time.perf_counter()
     ids = [f[1] for f in fitted]
-    out = generate_answers(lm, prompts, batch_size, max_new_tokens, not chat, chat, desc, token_budget, ids)
+    out = generate_answers(
+        lm, prompts, batch_size, max_new_tokens, not chat, chat, desc, token_budget, ids, decoding, keys
+    )
     dt = time.perf_counter() - t0
     for o, f in zip(out, fitted, strict=True):
         o["prompt_truncated"] = f[2]

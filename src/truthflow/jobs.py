@@ -19,9 +19,10 @@ ANSWER_SCHEMA = {
 
 
 def load_job_model(sm) -> LoadedModel:
-    """input.model with params.dtype on the job's GPUs (resources.gpu) and torch threads."""
+    """input.model with params.dtype and params.attention on the job's GPUs (resources.gpu), torch threads."""
     threads = sm.resources.get("torch_threads") or sm.threads
-    return load_model(sm.input.model, sm.params.dtype, gpus=sm.resources.gpu, threads=threads)
+    p = sm.params
+    return load_model(sm.input.model, p.dtype, gpus=sm.resources.gpu, threads=threads, attention=p.attention)
 
 
 def answer_table(sm, questions: list[str], instruction: str, desc: str) -> pl.DataFrame:

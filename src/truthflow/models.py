@@ -28,6 +28,7 @@ class LoadedModel:
     tokenizer: object
     info: dict
     device: str
+    attention: str = "auto"  # the SDPA kernels the engine allows (engine.backend; models.<name>.attention)
 
 
 def _gguf_from_embedded(package: str, workdir: Path) -> Path:
@@ -298,9 +299,14 @@ def read_info(model_dir: str | Path) -> dict:
 
 
 def load_model(
-    model_dir: str | Path, dtype: str = "auto", gpus: int = 1, threads: int | None = None
+    model_dir: str | Path,
+    dtype: str = "auto",
+    gpus: int = 1,
+    threads: int | None = None,
+    attention: str = "auto",
 ) -> LoadedModel:
-    """Load a prepared snapshot once per job (`load_pretrained`; threads: torch's CPU threads)."""
+    """Load a prepared snapshot once per job (`load_pretrained`; threads: torch's CPU threads; attention: the
+    engine's kernel setting, logged with the kernels that run)."""
     import torch
 
     if threads:
@@ -312,7 +318,10 @@ def load_model(
             f"delete it and rerun to prepare it again"
         )
     model, tokenizer, device = load_pretrained(model_dir, dtype, gpus)
-    return LoadedModel(model=model, tokenizer=tokenizer, info=info, device=device)
+    from .engine.backend import describe
+
+    print(f"{info['name']}: {describe(model, attention)}", file=sys.stderr, flush=True)
+    return LoadedModel(model=model, tokenizer=tokenizer, info=info, device=device, attention=attention)
 
 
 def load_pretrained(source, dtype: str = "auto", gpus: int = 1):

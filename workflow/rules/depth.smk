@@ -17,7 +17,7 @@ rule score_mink:
         **MODEL_RESOURCES,
         gpu=model_gpus,
     params:
-        **model_params("dtype"),
+        **model_params("dtype", "attention"),
         k_grid=config["depth"]["mink"]["k_grid"],
     script:
         "../scripts/score_mink.py"
@@ -42,7 +42,7 @@ rule answer_depthqa:
         **MODEL_RESOURCES,
         gpu=model_gpus,
     params:
-        **model_params("chat", "dtype", "token_budget", "chat_template_kwargs"),
+        **model_params("chat", "dtype", "attention", "token_budget", "chat_template_kwargs"),
         max_new_tokens=config["depth"]["max_new_tokens"],
         max_prompt_tokens=config["generation"]["max_prompt_tokens"],
     script:

@@ -18,7 +18,7 @@ rule generate_answers:
         gpu=model_gpus,
     params:
         **model_params(
-            "chat", "dtype", "max_new_tokens", "token_budget", "chat_template_kwargs"
+            "chat", "dtype", "attention", "max_new_tokens", "token_budget", "chat_template_kwargs"
         ),
         instruction=config["generation"]["instruction"],
         max_prompt_tokens=config["generation"]["max_prompt_tokens"],

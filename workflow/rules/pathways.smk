@@ -23,7 +23,7 @@ rule extract_pathways:
         **MODEL_RESOURCES,
         gpu=model_gpus,
     params:
-        **model_params("chat", "dtype"),
+        **model_params("chat", "dtype", "attention"),
         extractor=config["pathways"]["exact_tokens"]["extractor"],
         # the chat-template variables only reach the LLM extractor's prompts: a param only when it is used
         extractor_template_kwargs=lambda w: (
@@ -175,7 +175,7 @@ rule extract_experiments:
         **MODEL_RESOURCES,
         gpu=model_gpus,
     params:
-        **model_params("chat", "dtype", "chat_template_kwargs"),
+        **model_params("chat", "dtype", "attention", "chat_template_kwargs"),
         experiments=config["pathways"]["experiments"],
     script:
         "../scripts/extract_experiments.py"

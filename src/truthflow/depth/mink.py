@@ -9,9 +9,9 @@ from functools import partial
 import numpy as np
 import polars as pl
 
-from ..batching import pad_batch, run_batched
+from ..engine import float_logits, run_batched, unnormed
+from ..engine.passes import resid_final
 from ..errors import TruthflowError
-from ..logits import float_logits, unnormed
 from ..models import LoadedModel
 
 
@@ -123,30 +123,23 @@ def score_texts(
     for i, ids in enumerate(encoded):
         if len(ids) < 2:
             raise TruthflowError(f"MIN-K%: text #{i} ({texts[i][:60]!r}) has no token after the BOS to score")
-    pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
-    device = model.get_input_embeddings().weight.device
     stats: list = [None] * len(texts)  # per text (log p, mu, sigma)
     # longest first: an out-of-memory back-off happens on the first batch, not after hours
     order = sorted(range(len(texts)), key=lambda i: -len(encoded[i]))
-
-    base = getattr(model, model.base_model_prefix)
     vocab = model.get_output_embeddings().weight.shape[0]
 
     def step(idx: list[int]) -> None:
-        input_ids, valid = pad_batch([encoded[i] for i in idx], pad_id, side="right")
-        input_ids, attention = input_ids.to(device), valid.long()
         with torch.inference_mode():
-            # the residual stream [B, T, D]; float32 logits (final norm, head) per chunk of texts
-            with unnormed(model):
-                resid = base(input_ids=input_ids, attention_mask=attention.to(device), use_cache=False)
-            resid = resid.last_hidden_state
+            with unnormed(
+                model
+            ):  # the residual stream [B, T, D]; float32 logits (final norm, head) per chunk
+                resid, ids = resid_final(lm, [encoded[i] for i in idx])
             lengths = [len(encoded[i]) - 1 for i in idx]
             per_text = batch_token_statistics(
-                resid[:, :-1], input_ids[:, 1:], lengths, logits_of=partial(float_logits, model), vocab=vocab
+                resid[:, :-1], ids[:, 1:], lengths, logits_of=partial(float_logits, model), vocab=vocab
             )
-            for i, st in zip(idx, per_text, strict=True):
-                stats[i] = st
-        del resid
+        for i, st in zip(idx, per_text, strict=True):
+            stats[i] = st
 
     run_batched(order, batch_size, step, desc=desc, unit="text")
     columns = {"n_tokens": [len(st[0]) for st in stats]}

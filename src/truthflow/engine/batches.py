@@ -118,6 +118,16 @@ def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int, side: str = "right"):
     return ids, valid
 
 
+def worth_sharing(n: int) -> int:
+    """n, or 0 below MIN_SHARED_PREFIX: the one rule for whether a batch runs a shared prefix once."""
+    return n if n >= MIN_SHARED_PREFIX else 0
+
+
+def shared_head(rows: Sequence[Sequence[int]], limit: int) -> int:
+    """`common_head` of the rows, or 0 where it is too short to be worth a cache (`worth_sharing`)."""
+    return worth_sharing(common_head(rows, limit)) if len(rows) > 1 else 0
+
+
 def common_head(rows: Sequence[Sequence[int]], limit: int) -> int:
     """Leading tokens identical in every row (a chat template's header, the instruction), at most `limit`."""
     if not rows:

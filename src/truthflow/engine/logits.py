@@ -1,14 +1,18 @@
 """Float32 logits of a bf16 (or fp16) model: the final norm, the LM head and Gemma's final soft-cap run in
 float32 on the last residual stream, so log-probabilities are not rounded to the model's dtype first (bf16
 keeps 8 significant bits: a logit of 20 lands on a grid of 0.125). Used where log-probabilities are the
-result (MIN-K%, Logits-mean/min, P(True)); the saliency loss keeps the model's own head (its float32 copy
-would be held for the backward pass), within the bound tests/test_gpu_paths.py states."""
+result (MIN-K%, Logits-mean/min, P(True)); the saliency loss keeps the model's own head (`head_logits`)."""
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 
+import numpy as np
 import torch
+
+from .batches import shared_head
+from .passes import resid_final
 
 HEAD_CHUNK_ELEMENTS = 2**26  # weight elements converted to float32 at a time (256 MiB)
 
@@ -53,3 +57,41 @@ def float_logits(model, resid: torch.Tensor) -> torch.Tensor:
     if softcap:
         logits = logits.div_(softcap).tanh_().mul_(softcap)
     return logits
+
+
+def head_logits(model, hidden: torch.Tensor) -> torch.Tensor:
+    """Logits of final-normed hidden rows [..., D] through the model's own head, in its dtype, then float32
+    (float64 for a float64 model) and Gemma's final soft-cap: what a loss differentiated through the model
+    reads (a float32 copy of the head would be held for the backward pass)."""
+    logits = model.get_output_embeddings()(hidden)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
+    return torch.tanh(logits / softcap) * softcap if softcap else logits
+
+
+def logits_at(model, resid: torch.Tensor, at: list[list[int]], offset: int = 0) -> torch.Tensor:
+    """Float32 logits [sum of len(at[r]), V] predicting the token after each position at[r] of row r, from a
+    residual stream [B, T, D] (positions offset..) taken under `unnormed`; the final norm and the LM head run
+    on those positions only (a [B, T, V] tensor of a 262k vocabulary would not fit), in one call per batch.
+    Index tensors follow the tensor they index (on the last GPU)."""
+    row_of = torch.tensor([r for r, pos in enumerate(at) for _ in pos], device=resid.device)
+    cols = torch.tensor([p - offset for pos in at for p in pos], device=resid.device)
+    return float_logits(model, resid[row_of, cols])
+
+
+def next_token_logits(lm, rows: list[list[int]], at: list[list[int]]) -> torch.Tensor:
+    """`logits_at` of one clean right-padded pass over rows (the shared head run once)."""
+    head = shared_head(rows, min(p for pos in at for p in pos))
+    with unnormed(lm.model):
+        resid, _ = resid_final(lm, rows, head)
+    return logits_at(lm.model, resid, at, head)
+
+
+def logprob_stats(logits: torch.Tensor, targets: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """The mean and the minimum log-probability of each row's target tokens, targets[r] scored by consecutive
+    rows of `logits` (`logits_at`); NaN for a row without targets."""
+    lp = torch.log_softmax(logits, dim=-1)
+    flat = torch.tensor([t for ts in targets for t in ts], device=lp.device)
+    vals = lp[torch.arange(len(flat), device=lp.device), flat].cpu().numpy()
+    per_row = np.split(vals, np.cumsum([len(t) for t in targets])[:-1])
+    return tuple(np.array([f(v) if len(v) else math.nan for v in per_row]) for f in (np.mean, np.min))

@@ -7,14 +7,15 @@ from __future__ import annotations
 import random
 import zlib
 
+import numpy as np
 import polars as pl
 
+from ..engine import Condition, resid_states
 from ..generation import build_prompt, encode_prompt, generate_answers
 from ..models import LoadedModel
 from . import interventions as iv
 from . import tokens as et
 from .experiments import SALIENCY_SCHEMA, SCORES_SCHEMA
-from .knockout import resid_sweep_multi
 from .saliency import saliency
 
 _POS = pl.List(pl.Int64)
@@ -189,17 +190,23 @@ def extract(
     out=None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The clean states, the target knockout and each control draw (knockout: pathways.knockout), written
-    into out = (resid_clean, [resid_ko target, resid_ko control draw 0, ...]), and the attention saliency
-    and Logits-mean/min of every kept sample (A15, A17). The saliency pass is a clean pass over the whole
-    sequence: in cumulative mode its states at the probe are resid_clean (the knockout runs no clean pass of
-    its own; tested equal to it). Returns (SAMPLES_SCHEMA's table, SALIENCY_SCHEMA's table)."""
+    into out = (resid_clean, [resid_ko target, resid_ko control draw 0, ...]) (None: float16 arrays, thrown
+    away), and the attention saliency and Logits-mean/min of every kept sample (A15, A17). The clean states
+    come off the saliency pass, a clean pass over the whole sequence; the knockout (METHOD A7: one pass with
+    the block in every layer gives every layer's cumulative knockout; window mode, one truncated pass per
+    layer) runs no clean pass of its own. Returns (SAMPLES_SCHEMA's table, SALIENCY_SCHEMA's table)."""
     draws = knockout["control_draws"]
     target_blocks, controls, matched = knockout_blocks(
         kept, knockout["target"], draws, knockout["control_seed"]
     )
     ids, seqs, probe = kept["id"].to_list(), kept["seq"].to_list(), kept["probe_position"].to_list()
-    # cumulative mode writing into `out`: resid_clean comes off the saliency pass
-    from_saliency = knockout["mode"] == "cumulative" and out is not None
+    window = knockout["window"] if knockout["mode"] == "window" else None
+    names = ["resid_ko", *(f"resid_control draw {d}" for d in range(draws))]
+    blocks = [target_blocks, *controls]
+    conditions = [Condition(block=b, window=window, name=n) for b, n in zip(blocks, names, strict=True)]
+    if out is None:
+        shape = (kept.height, lm.info["n_layers"], lm.info["hidden_size"])
+        out = (np.zeros(shape, np.float16), [np.zeros(shape, np.float16) for _ in conditions])
     sal = None
     if kept.height:
         eq, ea = kept["eq_positions"].to_list(), kept["ea_positions"].to_list()
@@ -210,21 +217,10 @@ def extract(
             eq,
             ea,
             saliency_batch,
-            desc=f"saliency {desc}",
-            states=(probe, out[0]) if from_saliency else None,
+            f"saliency {desc}",
+            (probe, out[0]),
         )
-        resid_sweep_multi(
-            lm,
-            seqs,
-            probe,
-            [target_blocks, *controls],
-            batch_size,
-            mode=knockout["mode"],
-            window=knockout["window"],
-            desc=desc,
-            out=out,
-            clean_pass=not from_saliency,
-        )
+        resid_states(lm, seqs, probe, conditions, batch_size, out=out[1], desc=desc)
     values = {c: [] for c in SALIENCY_SCHEMA if c != "id"}
     if sal is not None:
         values = {
@@ -275,20 +271,15 @@ def experiment_states(
         for c, m in zip(table["control_positions"].to_list(), table["control_matched"], strict=True)
     ]
     inputs = iv.patched_inputs(ids, seqs, eq, ctrl0, cfg["patch_seed"])
-    patched = [{"seqs": inputs["target"]}, {"seqs": inputs["control"]}]
-    iv.resid_conditions(
-        lm, seqs, probe, layer, patched, batch_size, desc=f"patching {name}", outs=list(patch)
-    )
+    patched = [Condition(tokens=inputs["target"]), Condition(tokens=inputs["control"])]
+    resid_states(lm, seqs, probe, patched, batch_size, layer, list(patch), f"patching {name}")
     bos = lm.tokenizer.bos_token_id
     bos = bos if bos is not None and seqs[0][:1] == [bos] else None
     ao_seqs, ao_pos = iv.answer_only_inputs(seqs, prompt_lens, probe, bos)
-    iv.resid_conditions(lm, ao_seqs, ao_pos, layer, [{}], batch_size, f"answer only {name}", [answer_only])
-    # PR edges: every answer token (query) attending an E_Q token (key)
+    resid_states(lm, ao_seqs, ao_pos, [Condition()], batch_size, layer, [answer_only], f"answer only {name}")
     answer_pos = [list(range(start, p + 1)) for start, p in zip(prompt_lens, probe, strict=True)]
-    conds = [
-        {"edges": (answer_pos, eq), "factor": fac} for f in cfg["pr_factors"] for fac in (float(f), 1 / f)
-    ]
-    iv.resid_conditions(lm, seqs, probe, layer, conds, batch_size, desc=f"PR {name}", outs=list(pr))
+    conds = iv.reweighting(answer_pos, eq, cfg["pr_factors"])
+    resid_states(lm, seqs, probe, conds, batch_size, layer, list(pr), f"PR {name}")
     chat, kw = prompt["chat"], {"instruction": "", "template_kwargs": prompt["template_kwargs"]}
     texts = [
         iv.P_TRUE_TEMPLATE.format(question=q, answer=a.strip())

@@ -1,31 +1,17 @@
-"""The new forward passes of the Section 3.2-5 experiments (docs/method.md A12-A17) at one probe layer K,
-each stopped there (layers above K cannot change it): token patching (E_Q ids replaced by a donor's), the
-answer alone, Pathway Reweighting (attention on E_Q -> answer edges scaled), and the detection baselines
-(P(True), answer-token log-probabilities)."""
+"""The inputs of the Section 3.2-5 experiments (docs/method.md A12-A17), as engine conditions: token patching
+(E_Q ids replaced by a donor's), the answer alone, Pathway Reweighting (attention on E_Q -> answer edges
+scaled); and the detection baselines (P(True), answer-token log-probabilities)."""
 
 from __future__ import annotations
 
-import math
 import random
 import zlib
 
 import numpy as np
 import torch
 
-from ..batching import MIN_SHARED_PREFIX, common_head, run_batched
-from ..logits import float_logits, unnormed
+from ..engine import Condition, logprob_stats, next_token_logits, run_batched
 from ..models import LoadedModel
-from .knockout import (
-    ResidCapture,
-    _batch_tensors,
-    condition_passes,
-    decoder_layers,
-    knockout_mask,
-    last_hidden_after_head,
-    model_parts,
-    positions_tensor,
-    store,
-)
 
 
 # ------------------------------------------------------------------ token patching (A12)
@@ -102,136 +88,13 @@ def answer_only_inputs(
 
 
 # ------------------------------------------------------------------ Pathway Reweighting (A16)
-def reweight_mask(
-    valid: torch.Tensor, queries: torch.Tensor, keys: torch.Tensor, factor: float, dtype: torch.dtype
-) -> torch.Tensor:
-    """The causal padding mask (as knockout_mask, nothing blocked) plus log(factor) on every allowed cell
-    (i, j) with query i in `queries` and key j in `keys` ([B, T] bool each): before the softmax, it
-    multiplies those attention weights by f and renormalizes each row (A16)."""
-    base = knockout_mask(valid, None, dtype)  # [B, 1, T, T]
-    if factor == 1.0:
-        return base
-    if factor <= 0:
-        raise ValueError(f"reweighting factor must be > 0, got {factor}")
-    edges = queries[:, :, None] & keys[:, None, :] & (base[:, 0] == 0)
-    return base + edges[:, None].to(dtype) * math.log(factor)
-
-
-def _first_change(
-    base_rows: list[list[int]], conditions: list[dict], rows: list[int], lengths: list[int]
-) -> int:
-    """Tokens all conditions share with the clean sequences, in every row: before the first token a
-    condition changes, the first query whose attention it reweights, and each row's last token (its probe)."""
-    first = [n - 1 for n in lengths]
-    for c in conditions:
-        for r, i in enumerate(rows):
-            if c["seqs"] is not None:
-                diff = [t for t, (x, y) in enumerate(zip(c["seqs"][i], base_rows[i], strict=True)) if x != y]
-                if diff:
-                    first[r] = min(first[r], diff[0])
-            if c["edges"] is not None and c["factor"] != 1.0:
-                q = [p for p in c["edges"][0][i] if p < lengths[r]]
-                if q and c["edges"][1][i]:
-                    first[r] = min(first[r], min(q))
-    return max(0, min(first))
-
-
-@torch.inference_mode()
-def resid_conditions(
-    lm: LoadedModel,
-    seqs: list[list[int]],
-    probe_pos: list[int],
-    layer: int,
-    conditions: list[dict],
-    batch_size: int,
-    desc: str = "pass",
-    outs: list[np.ndarray] | None = None,
-) -> list[np.ndarray]:
-    """Residual stream after decoder layer `layer` (1-based) at probe_pos, [N, D] per condition (the pass
-    stops there). A condition is a dict: `seqs` (absent: `seqs`; else same-length token ids, e.g. patched),
-    `edges` = (queries, keys) per sample and `factor` (those attention edges reweighted in every layer). The
-    tokens all conditions share with the clean sequences run once per batch (`_first_change`)."""
-    layers = decoder_layers(lm.model)
-    if not 1 <= layer <= len(layers):
-        raise ValueError(f"layer {layer} is not in 1..{len(layers)}")
-    base, device, dtype, pad_id = model_parts(lm)
-    if outs is None:
-        hidden = lm.model.config.get_text_config().hidden_size
-        outs = [np.zeros((len(seqs), hidden), dtype=np.float16) for _ in conditions]
-    cut = [s[: p + 1] for s, p in zip(seqs, probe_pos, strict=True)]
-    conds = []
-    for c in conditions:
-        cs = (
-            None if c.get("seqs") is None else [s[: p + 1] for s, p in zip(c["seqs"], probe_pos, strict=True)]
-        )
-        if cs is not None and [len(s) for s in cs] != [len(s) for s in cut]:
-            raise ValueError("a condition's sequences must keep every sample's length")
-        conds.append({"seqs": cs, "edges": c.get("edges"), "factor": float(c.get("factor", 1.0))})
-    order = sorted(range(len(cut)), key=lambda i: -len(cut[i]))
-
-    def inputs(idx, ids, valid):
-        """(token ids, mask) of each condition on the batch."""
-        lengths = [len(cut[i]) for i in idx]
-        for c in conds:
-            c_ids = (
-                ids if c["seqs"] is None else _batch_tensors([c["seqs"][i] for i in idx], pad_id, device)[0]
-            )
-            if c["edges"] is None or c["factor"] == 1.0:
-                yield c_ids, knockout_mask(valid, None, dtype)
-                continue
-            q = positions_tensor([c["edges"][0][i] for i in idx], lengths, ids.shape, device)
-            k = positions_tensor([c["edges"][1][i] for i in idx], lengths, ids.shape, device)
-            yield c_ids, reweight_mask(valid, q, k, c["factor"], dtype)
-
-    def step(idx: list[int]) -> None:
-        ids, valid = _batch_tensors([cut[i] for i in idx], pad_id, device)
-        prefix = _first_change(cut, conds, idx, [len(cut[i]) for i in idx])
-        prefix = prefix if prefix >= MIN_SHARED_PREFIX else 0
-        cap = ResidCapture(layers, stop_after=layer - 1)
-        try:
-            probes = [probe_pos[i] for i in idx]
-            passes = condition_passes(base, cap, ids, valid, probes, prefix, inputs(idx, ids, valid))
-            for n, (_, out) in enumerate(zip(passes, outs, strict=True)):
-                store(out, idx, cap.resid_post[layer - 1].float().cpu().numpy(), f"{desc}: condition {n}")
-        finally:
-            cap.remove()
-
-    run_batched(order, batch_size, step, desc=desc)
-    return outs
+def reweighting(answer_pos: list[list[int]], eq: list[list[int]], factors: list[float]) -> list[Condition]:
+    """The PR conditions (METHOD A16): every answer token (query) attending an E_Q token (key), its weight
+    scaled by f and by 1/f for each factor f, in that order."""
+    return [Condition(edges=(answer_pos, eq), factor=fac) for f in factors for fac in (float(f), 1 / f)]
 
 
 # ------------------------------------------------------------------ detection baselines (A17)
-def logits_at(model, resid: torch.Tensor, at: list[list[int]], offset: int = 0) -> torch.Tensor:
-    """Float32 logits [sum of len(at[r]), V] predicting the token after each position at[r] of row r, from a
-    residual stream [B, T, D] (positions offset..) taken under `unnormed`; the final norm and the LM head run
-    on those positions only (a [B, T, V] tensor of a 262k vocabulary would not fit), in one call per batch
-    (the head's weights are read once). Index tensors follow the tensor they index (on the last GPU)."""
-    row_of = torch.tensor([r for r, pos in enumerate(at) for _ in pos], device=resid.device)
-    cols = torch.tensor([p - offset for pos in at for p in pos], device=resid.device)
-    return float_logits(model, resid[row_of, cols])
-
-
-def next_token_logits(lm: LoadedModel, rows: list[list[int]], at: list[list[int]]) -> torch.Tensor:
-    """`logits_at` of one right-padded pass over rows (the shared head run once, `head_cache`)."""
-    base, device, dtype, pad_id = model_parts(lm)
-    ids, valid = _batch_tensors(rows, pad_id, device)
-    head = common_head(rows, min(p for pos in at for p in pos))
-    head = head if head >= MIN_SHARED_PREFIX else 0
-    with unnormed(lm.model):
-        h = last_hidden_after_head(base, ids, valid, head, dtype)
-    return logits_at(lm.model, h, at, head)
-
-
-def logprob_stats(logits: torch.Tensor, targets: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
-    """Logits-mean / Logits-min of each row: the mean and the minimum log-probability of its target tokens,
-    targets[r] scored by consecutive rows of `logits` (`logits_at`); NaN for a row without targets."""
-    lp = torch.log_softmax(logits, dim=-1)
-    flat = torch.tensor([t for ts in targets for t in ts], device=lp.device)
-    vals = lp[torch.arange(len(flat), device=lp.device), flat].cpu().numpy()
-    per_row = np.split(vals, np.cumsum([len(t) for t in targets])[:-1])
-    return tuple(np.array([f(v) if len(v) else math.nan for v in per_row]) for f in (np.mean, np.min))
-
-
 @torch.inference_mode()
 def answer_logprobs(
     lm: LoadedModel,

@@ -9,25 +9,23 @@ loaded otherwise is switched for the call and back), with `output_attentions=Tru
 the (detached) input embeddings and the parameters are frozen, so no parameter gradient is ever computed.
 Batches are right-padded and the batch loss is the SUM of per-sample mean losses, so batched equals one at
 a time. The head every row shares before its first E_Q token and first scored position runs once, without a
-graph (`knockout.head_cache`): dL/dA at a later query flows back from later positions only (tested against
+graph (`engine.attention_pass`): dL/dA at a later query flows back from later positions only (tested against
 full passes).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import contextmanager
 from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from ..batching import MIN_SHARED_PREFIX, common_head, run_batched
-from ..errors import TruthflowError
-from ..logits import final_norm, unnormed
+from ..engine import attention_pass, logits_at, logprob_stats, run_batched, store, unnormed
+from ..engine.backend import gradient_mode
+from ..engine.batches import shared_head
+from ..engine.logits import final_norm, head_logits
 from ..models import LoadedModel
-from .interventions import logits_at, logprob_stats
-from .knockout import ResidCapture, _batch_tensors, head_cache, model_parts, store
 
 
 # ------------------------------------------------------------------------------------------- reduction
@@ -62,35 +60,6 @@ def pooled(s: torch.Tensor, to_answer: torch.Tensor, to_all: torch.Tensor) -> to
     return torch.stack([mean(to_answer), mean(to_all)], dim=-1)
 
 
-# ------------------------------------------------------------------------------------ eager attention
-@contextmanager
-def eager_attention(model):
-    """Run the block under `eager` attention (the model's own implementation restored after it)."""
-    before = model.config._attn_implementation
-    model.set_attn_implementation("eager")
-    if getattr(model.config, "_attn_implementation", None) != "eager":
-        raise TruthflowError(
-            f"saliency needs eager attention; {type(model).__name__} could not be switched from '{before}' "
-            f"to 'eager': load the model with attn_implementation='eager'"
-        )
-    try:
-        yield
-    finally:
-        model.set_attn_implementation(before)
-
-
-@contextmanager
-def frozen_parameters(model):
-    flags = [(p, p.requires_grad) for p in model.parameters()]
-    try:
-        for p, _ in flags:
-            p.requires_grad_(False)
-        yield
-    finally:
-        for p, flag in flags:
-            p.requires_grad_(flag)
-
-
 # ------------------------------------------------------------------------------------- loss and dL/dA
 def answer_loss(
     model,
@@ -100,23 +69,18 @@ def answer_loss(
     answer_start: Sequence[int],
     offset: int,
 ) -> torch.Tensor:
-    """Sum over rows of the mean NLL of the answer tokens; hidden [B, K, D] holds positions offset.. The LM
-    head runs on the predicting positions only, in one call (with a 262k vocabulary its matmuls are most of
-    the stage's cost otherwise), then Gemma's final soft-cap as the model applies it."""
+    """Sum over rows of the mean NLL of the answer tokens; hidden [B, K, D] (final-normed) holds positions
+    offset.. The LM head runs on the predicting positions only, in one call (with a 262k vocabulary its
+    matmuls are most of the stage's cost otherwise)."""
     rows = [r for r, (n, s) in enumerate(zip(lengths, answer_start, strict=True)) for _ in range(s, n)]
     pos = [t - 1 - offset for n, s in zip(lengths, answer_start, strict=True) for t in range(s, n)]
     weight = [1.0 / (n - s) for n, s in zip(lengths, answer_start, strict=True) for _ in range(s, n)]
     device = hidden.device
     rows_t, pos_t = torch.tensor(rows, device=device), torch.tensor(pos, device=device)
     targets = ids.to(device)[rows_t, pos_t + 1 + offset]
-    logits = model.get_output_embeddings()(hidden[rows_t, pos_t])
-    dtype = torch.promote_types(logits.dtype, torch.float32)  # float32, or float64 for a float64 model
-    logits = logits.to(dtype)
-    softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
-    if softcap:
-        logits = torch.tanh(logits / softcap) * softcap
+    logits = head_logits(model, hidden[rows_t, pos_t])
     nll = -torch.log_softmax(logits, dim=-1).gather(-1, targets[:, None]).squeeze(-1)
-    return (nll * torch.tensor(weight, dtype=dtype, device=device)).sum()
+    return (nll * torch.tensor(weight, dtype=logits.dtype, device=device)).sum()
 
 
 def attention_and_grads(
@@ -124,46 +88,21 @@ def attention_and_grads(
     seqs: list[list[int]],
     answer_start: list[int],
     head: int = 0,
-    capture: ResidCapture | None = None,
-) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], torch.Tensor, torch.Tensor]:
-    """One right-padded batch, inside `eager_attention` (and `frozen_parameters`): (summed per-sample loss,
-    [A^l [B, H, T - head, T]], [dL/dA^l], valid [B, T], the residual stream before the final norm
-    [B, T - head, D], detached); the shared head runs once (module docstring). `capture` (positions relative
-    to the head) records this clean pass's states after every layer, not the head's."""
+    capture_at: list[int] | None = None,
+):
+    """One right-padded batch, inside `backend.gradient_mode`: (summed per-sample loss, [A^l [B, H, T - head,
+    T]], [dL/dA^l], valid [B, T], the residual stream before the final norm [B, T - head, D], the states after
+    every layer at capture_at (relative to the head) or None), all detached (`engine.attention_pass`)."""
     model = lm.model
-    base, device, dtype, pad_id = model_parts(lm)
-    ids, valid = _batch_tensors(seqs, pad_id, device)
-    kwargs: dict = {"use_cache": bool(head)}
-    if head:
-        with torch.no_grad():
-            kwargs["past_key_values"] = head_cache(base, ids, head, dtype)
-        kwargs["position_ids"] = torch.arange(head, ids.shape[1], device=device)[None].expand(len(seqs), -1)
+    with unnormed(model):  # the residual stream, for the E_A log-probabilities (`saliency`)
+        ids, valid, attns, resid, states = attention_pass(lm, seqs, head, capture_at)
     with torch.enable_grad():
-        embeds = model.get_input_embeddings()(ids[:, head:]).detach().requires_grad_(True)
-        if capture is not None:
-            capture.active = True
-        try:
-            with unnormed(model):  # the residual stream, for the E_A log-probabilities (`saliency`)
-                out = base(
-                    inputs_embeds=embeds, attention_mask=valid.long(), output_attentions=True, **kwargs
-                )
-        finally:
-            if capture is not None:
-                capture.active = False
-        attns = list(out.attentions or ())
-        n_layers = model.config.get_text_config().num_hidden_layers
-        if len(attns) != n_layers or any(a is None for a in attns):
-            raise TruthflowError(
-                f"saliency: the model returned {len(attns)} attention maps for {n_layers} layers "
-                f"(attention '{model.config._attn_implementation}' must be eager)"
-            )
-        resid = out.last_hidden_state
         norm = final_norm(model)
         hidden = resid if norm is None else norm(resid)  # the model's own final norm, as its pass applies it
         loss = answer_loss(model, hidden, ids, [len(s) for s in seqs], answer_start, head)
-        del out, hidden
+        del hidden
         grads = list(torch.autograd.grad(loss, attns))
-    return loss.detach(), [a.detach() for a in attns], grads, valid, resid.detach()
+    return loss.detach(), [a.detach() for a in attns], grads, valid, resid.detach(), states
 
 
 # ------------------------------------------------------------------------------------------------- stage
@@ -185,14 +124,13 @@ def saliency(
 ) -> Saliency:
     """Attention saliency of every sample at every layer (module docstring), and the E_A tokens'
     Logits-mean / Logits-min read off the same clean pass: its residual stream through the float32 head
-    (`interventions.logits_at`), as `interventions.answer_logprobs` computes them in a pass of its own.
+    (`engine.logits_at`), as `interventions.answer_logprobs` computes them in a pass of its own.
     states = (positions, out [N, L, D]): the same pass's residual stream after every layer at one position
     per sample (at or after its first E_Q token and answer_start - 1), written into out: the clean states of
     the knockout (`extract`), which then needs no clean pass of its own."""
     n = len(seqs)
     model = lm.model
     n_layers = model.config.get_text_config().num_hidden_layers
-    base_layers = model_parts(lm)[0].layers
     result = np.full((n, n_layers, 2), np.nan, dtype=np.float32)
     mean, low = np.full(n, np.nan), np.full(n, np.nan)
     for s, a, eq, ea in zip(seqs, answer_start, eq_positions, ea_positions, strict=True):  # same lengths
@@ -212,23 +150,13 @@ def saliency(
     def step(idx: list[int]) -> None:
         rows = [seqs[i] for i in idx]
         # the head every row shares (a chat header) before any cell read and any scored position runs once
-        limit = min(min([*eq_positions[i], answer_start[i] - 1]) for i in idx)
-        head = common_head(rows, limit)
-        head = head if head >= MIN_SHARED_PREFIX else 0
-        cap = None
-        if out is not None:
-            cap = ResidCapture(base_layers)
-            cap.active = False
-            cap.set_positions([states_at[i] - head for i in idx])
-        try:
-            _, attns, grads, valid, resid = attention_and_grads(
-                lm, rows, [answer_start[i] for i in idx], head, cap
-            )
-            if cap is not None:
-                store(out, idx, cap.stacked().numpy(), f"{desc}: resid_clean")
-        finally:
-            if cap is not None:
-                cap.remove()
+        head = shared_head(rows, min(min([*eq_positions[i], answer_start[i] - 1]) for i in idx))
+        capture_at = None if out is None else [states_at[i] - head for i in idx]
+        _, attns, grads, valid, resid, states = attention_and_grads(
+            lm, rows, [answer_start[i] for i in idx], head, capture_at
+        )
+        if states is not None:
+            store(out, idx, states.numpy(), f"{desc}: resid_clean")
         # token p of E_A scored from position p - 1 (>= the head: E_A lies in the answer)
         at = [[p - 1 for p in ea_positions[i] if p >= 1] for i in idx]
         if any(at):
@@ -249,6 +177,6 @@ def saliency(
             per_layer.append(pooled(s.to(valid.device), to_answer, to_all))
         result[idx] = torch.stack(per_layer, dim=1).cpu().numpy()
 
-    with eager_attention(model), frozen_parameters(model):
+    with gradient_mode(model):
         run_batched(order, batch_size, step, desc=desc)
     return Saliency(result, mean, low)

@@ -1,0 +1,123 @@
+"""Which attention kernel runs, decided here for every forward pass of the engine.
+
+Models load with transformers' `sdpa` attention, and PyTorch's scaled_dot_product_attention picks a kernel per
+call. Since PyTorch 2.9 its first choice on Hopper and Blackwell GPUs is cuDNN attention, which builds an
+execution plan for every new shape: a job meets a new shape at every batch, and every decoding step has a new
+key length, so first calls ran 4-10x slower than repeats on an H200 (benchmarks/README.md). The default here,
+`auto`, leaves cuDNN out: flash attention where no 4D mask is given (generation, MIN-K%), memory-efficient
+attention where one is (knockout, patching, reweighting), math as the fallback. `models.<name>.attention`
+overrides it per model. Saliency reads the attention weights, so it runs under eager attention
+(`gradient_mode`).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from ..errors import TruthflowError
+
+# the SDPA kernels each setting allows, in priority order
+KERNELS = {
+    "auto": [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH],
+    "cudnn": [
+        SDPBackend.CUDNN_ATTENTION,
+        SDPBackend.FLASH_ATTENTION,
+        SDPBackend.EFFICIENT_ATTENTION,
+        SDPBackend.MATH,
+    ],
+    "flash": [SDPBackend.FLASH_ATTENTION, SDPBackend.MATH],
+    "efficient": [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH],
+    "math": [SDPBackend.MATH],
+}
+NAMES = {
+    SDPBackend.FLASH_ATTENTION: "flash",
+    SDPBackend.EFFICIENT_ATTENTION: "efficient",
+    SDPBackend.CUDNN_ATTENTION: "cudnn",
+    SDPBackend.MATH: "math",
+}
+
+
+def kernels(choice: str) -> list[SDPBackend]:
+    if choice not in KERNELS:
+        raise TruthflowError(f"attention '{choice}' is not one of {', '.join(KERNELS)}")
+    return KERNELS[choice]
+
+
+@contextmanager
+def attention(choice: str = "auto"):
+    """Within the block, SDPA runs the kernels `choice` allows, in its order."""
+    with sdpa_kernel(kernels(choice), set_priority=True):
+        yield
+
+
+def kernel_that_runs(model, choice: str, masked: bool) -> str:
+    """The kernel SDPA takes under `choice` for a pass of this model's head shape, dtype and device, with an
+    additive 4D mask or without one: each allowed kernel is tried alone, in priority order, on a tiny
+    input."""
+    text = model.config.get_text_config()
+    heads = text.num_attention_heads
+    dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    param = next(model.parameters())
+    q = torch.zeros(1, heads, 8, dim, dtype=param.dtype, device=param.device)
+    mask = torch.zeros(1, 1, 8, 8, dtype=param.dtype, device=param.device) if masked else None
+    for kernel in kernels(choice):
+        try:
+            with sdpa_kernel([kernel]), torch.no_grad():
+                torch.nn.functional.scaled_dot_product_attention(
+                    q, q, q, attn_mask=mask, is_causal=not masked
+                )
+        except RuntimeError:
+            continue
+        return NAMES[kernel]
+    return "none"
+
+
+def describe(model, choice: str) -> str:
+    """The log line of a model job: the implementation, the kernels allowed and those that run."""
+    impl = getattr(model.config, "_attn_implementation", None)
+    if impl != "sdpa":
+        return f"attention: {impl} (transformers' own implementation)"
+    allowed = " > ".join(NAMES[k] for k in kernels(choice))
+    return (
+        f"attention: sdpa, setting '{choice}' (kernels {allowed}); a pass with a 4D mask runs "
+        f"{kernel_that_runs(model, choice, True)}, one without {kernel_that_runs(model, choice, False)}"
+    )
+
+
+@contextmanager
+def eager_attention(model):
+    """Run the block under `eager` attention (the model's own implementation restored after it)."""
+    before = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    if getattr(model.config, "_attn_implementation", None) != "eager":
+        raise TruthflowError(
+            f"saliency needs eager attention; {type(model).__name__} could not be switched from '{before}' "
+            f"to 'eager': load the model with attn_implementation='eager'"
+        )
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(before)
+
+
+@contextmanager
+def frozen_parameters(model):
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+    try:
+        for p, _ in flags:
+            p.requires_grad_(False)
+        yield
+    finally:
+        for p, flag in flags:
+            p.requires_grad_(flag)
+
+
+@contextmanager
+def gradient_mode(model):
+    """Eager attention (the weights are read and differentiated) with frozen parameters (no parameter
+    gradient is ever computed)."""
+    with eager_attention(model), frozen_parameters(model):
+        yield

@@ -1,0 +1,165 @@
+"""Batched decoding: greedy, or sampled with temperature, top-p and a repetition penalty.
+
+Prompts are length-sorted and batched by a token budget, left-padded. The KV cache is dynamic, so no batch
+shape triggers a torch.compile (a static cache recompiles for every batch width). The head every prompt of a
+batch shares (a chat template's system prompt) is prefilled once for one row and repeated for the batch.
+
+A sampled token depends only on the decoding seed, the row's key (a question id) and the step: its uniform
+draw is a hash of the three, turned into a token by the inverse CDF of the row's own filtered distribution. A
+rerun, a different batch size or an out-of-memory split gives the same answers (up to float rounding of the
+logits).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache, LogitsProcessor, LogitsProcessorList
+
+from . import backend
+from .batches import pad_batch, run_batched, shared_head
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How answers are decoded: greedy (temperature 0), or sampled."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    seed: int = 0
+
+    @property
+    def sampled(self) -> bool:
+        return self.temperature > 0
+
+    @classmethod
+    def from_config(cls, cfg: dict | None) -> Decoding:
+        """A decoding section of the config: {mode: greedy} or {mode: sampled, temperature, top_p, ...}."""
+        cfg = cfg or {}
+        if cfg.get("mode", "greedy") == "greedy":
+            return cls(repetition_penalty=float(cfg.get("repetition_penalty", 1.0)))
+        return cls(
+            float(cfg["temperature"]),
+            float(cfg.get("top_p", 1.0)),
+            float(cfg.get("repetition_penalty", 1.0)),
+            int(cfg.get("seed", 0)),
+        )
+
+
+def uniform(seed: int, key: str, step: int) -> float:
+    """A draw in [0, 1) fixed by (seed, key, step) alone."""
+    digest = hashlib.blake2b(f"{seed}\0{key}\0{step}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+class RowDecoding(LogitsProcessor):
+    """Repetition penalty over each row's real tokens, then, when sampling, temperature, top-p and a draw per
+    row (`uniform`), handed to greedy search as the only finite score."""
+
+    def __init__(self, decoding: Decoding, keys: Sequence[str], prompt_valid: torch.Tensor):
+        self.decoding, self.keys = decoding, list(keys)
+        self.prompt_valid = prompt_valid  # [B, T0] bool: real prompt tokens (left padding excluded)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        d = self.decoding
+        scores = scores.float()
+        width = self.prompt_valid.shape[1]
+        if d.repetition_penalty != 1.0:
+            real = torch.cat(
+                [
+                    self.prompt_valid.to(input_ids.device),
+                    torch.ones_like(input_ids[:, width:], dtype=torch.bool),
+                ],
+                1,
+            )
+            seen = torch.zeros_like(scores, dtype=torch.bool).scatter_(
+                1, input_ids.masked_fill(~real, 0), real
+            )
+            penalized = torch.where(scores < 0, scores * d.repetition_penalty, scores / d.repetition_penalty)
+            scores = torch.where(seen, penalized, scores)
+        if not d.sampled:
+            return scores
+        probs = torch.softmax(scores / d.temperature, dim=-1)
+        # tokens by descending probability (ties by id), kept while the mass before them is below top_p
+        order = torch.sort(probs, dim=-1, descending=True, stable=True)
+        before = order.values.cumsum(-1) - order.values
+        kept = torch.where(before < d.top_p, order.values, torch.zeros_like(order.values))
+        cdf = kept.cumsum(-1)
+        step = input_ids.shape[1] - width
+        draws = torch.tensor(
+            [uniform(d.seed, k, step) for k in self.keys], dtype=cdf.dtype, device=cdf.device
+        )[:, None]
+        pick = torch.searchsorted(cdf, draws * cdf[:, -1:], right=True).clamp_(max=cdf.shape[1] - 1)
+        token = order.indices.gather(1, pick)
+        return torch.full_like(scores, float("-inf")).scatter_(1, token, 0.0)
+
+
+def decode(
+    lm,
+    encoded: list[list[int]],
+    batch_size: int,
+    max_new_tokens: int,
+    stop_ids: Sequence[int],
+    token_budget: int | None,
+    desc: str,
+    decoding: Decoding | None = None,
+    keys: Sequence[str] | None = None,
+) -> list[list[int]]:
+    """The new token ids of every prompt (generation stops at any of stop_ids), in input order; shortest
+    prompts first. keys: one per prompt, the sampling key (required when sampling)."""
+    decoding = decoding or Decoding()
+    if decoding.sampled and (keys is None or len(keys) != len(encoded)):
+        raise ValueError("sampled decoding needs one key per prompt")
+    model, tok = lm.model, lm.tokenizer
+    stop_list = sorted(set(stop_ids))
+    pad = tok.pad_token_id if tok.pad_token_id is not None else stop_list[0]
+    device = model.get_input_embeddings().weight.device
+    results: list[list[int] | None] = [None] * len(encoded)
+
+    def step(idx: list[int]) -> None:
+        rows = [encoded[i] for i in idx]
+        # each row's rest is left-padded after the shared head: positions and attention mask are the row's own
+        head = shared_head(rows, min(len(r) for r in rows) - 1)
+        rest, valid = pad_batch([r[head:] for r in rows], pad, side="left")
+        input_ids = torch.cat([torch.tensor([rows[0][:head]] * len(rows), dtype=rest.dtype), rest], 1)
+        valid = torch.cat([torch.ones(len(rows), head, dtype=torch.bool), valid], 1)
+        kwargs: dict = {"cache_implementation": "dynamic"}  # overrides a model default of "static"/"hybrid"
+        if head:
+            cache = DynamicCache(config=model.config)
+            getattr(model, model.base_model_prefix)(
+                input_ids=input_ids[:1, :head].to(device), cache=cache, use_cache=True
+            )
+            cache.batch_repeat_interleave(len(rows))
+            # a model default ("static", "hybrid") would refuse a given cache; set as a generate argument,
+            # not through a copied generation_config (transformers warns on that mix and will refuse it)
+            kwargs = {"cache": cache, "cache_implementation": None}
+        if decoding.sampled or decoding.repetition_penalty != 1.0:
+            row_keys = [keys[i] for i in idx] if keys is not None else [""] * len(idx)
+            kwargs["logits_processor"] = LogitsProcessorList([RowDecoding(decoding, row_keys, valid)])
+        out = model.generate(
+            input_ids=input_ids.to(device),
+            attention_mask=valid.long().to(device),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            top_p=None,
+            top_k=None,
+            temperature=None,
+            repetition_penalty=None,
+            pad_token_id=pad,
+            eos_token_id=stop_list,
+            disable_compile=True,
+            **kwargs,
+        )
+        new = out[:, input_ids.shape[1] :].tolist()
+        for row, i in enumerate(idx):
+            results[i] = new[row]
+
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    cost = [len(e) + max_new_tokens for e in encoded]
+    with torch.inference_mode(), backend.attention(lm.attention):
+        run_batched(order, batch_size, step, desc=desc, cost=cost, token_budget=token_budget)
+    return results  # type: ignore[return-value]

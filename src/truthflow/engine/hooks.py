@@ -1,0 +1,81 @@
+"""Forward hooks on the decoder layers: capture of the residual stream at one position per row, an early stop
+after the last layer needed, and per-layer attention masks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from .masks import fold_window
+
+
+class Stop(Exception):
+    """Raised by a capture hook after the last layer a pass needs: layers above it cannot change it."""
+
+
+def decoder_layers(model) -> Sequence[torch.nn.Module]:
+    return getattr(model, model.base_model_prefix).layers
+
+
+class ResidCapture:
+    """Keeps the residual stream after each decoder layer at one position per row, on the device: `stacked()`
+    copies them to the host once per pass (a per-layer `.cpu()` syncs every layer). With stop_after = k, a
+    pass stops after layer k (0-based), the pass over a shared prefix too (no cache above k is read)."""
+
+    def __init__(self, layers: Sequence[torch.nn.Module], stop_after: int | None = None):
+        self.positions: torch.Tensor | None = None
+        self._rows: torch.Tensor | None = None
+        self.resid_post: list[torch.Tensor | None] = [None] * len(layers)
+        self.stop_after = stop_after
+        self.active = True
+        self.handles = [layer.register_forward_hook(self._hook(i)) for i, layer in enumerate(layers)]
+
+    def _hook(self, i: int):
+        def hook(_mod, _args, output):
+            if self.active and self.positions is not None:
+                hidden = (output[0] if isinstance(output, tuple) else output).detach()  # [B, T, D]
+                if self._rows is None or self._rows.device != hidden.device:
+                    self._rows = torch.arange(hidden.shape[0], device=hidden.device)
+                    self.positions = self.positions.to(hidden.device)
+                self.resid_post[i] = hidden[self._rows, self.positions]  # [B, D], on the device
+            if self.stop_after is not None and i == self.stop_after:
+                raise Stop
+
+        return hook
+
+    def set_positions(self, positions: list[int]) -> None:
+        self.positions = torch.tensor(positions)
+        self._rows = None
+
+    def stacked(self) -> torch.Tensor:  # [B, L, D] float32 on the host: one device-to-host copy
+        rows = [r for r in self.resid_post if r is not None]
+        dev = rows[0].device
+        return torch.stack([r.to(dev) for r in rows], dim=1).float().cpu()
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+class LayerMasks:
+    """Pre-hooks that give chosen decoder layers their own attention mask (per-layer knockout)."""
+
+    def __init__(self, layers: Sequence[torch.nn.Module], windows: Sequence[int | None]):
+        self.masks: dict[int, torch.Tensor] = {}
+        self.windows = windows
+        self.handles = [
+            layer.register_forward_pre_hook(self._hook(i), with_kwargs=True) for i, layer in enumerate(layers)
+        ]
+
+    def _hook(self, i: int):
+        def hook(_mod, args, kwargs):
+            if i in self.masks:
+                kwargs["attention_mask"] = fold_window(self.masks[i], self.windows[i])
+            return args, kwargs
+
+        return hook
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
