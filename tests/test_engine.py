@@ -189,3 +189,48 @@ def test_every_stage_runs_its_model_from_the_engine():
     assert callers and all(c.startswith("truthflow.engine.") for c in callers), callers
     # the current transformers API: no stage hands a cache over as `past_key_values`
     assert not [str(w.message) for w in seen if "past_key_values" in str(w.message)]
+
+
+# ---------------------------------------------------------------- every kernel gives the same states
+def _kernel_agreement(device: str, dtype: torch.dtype, rel: float) -> list[str]:
+    """The knockout's clean and E_Q states under every kernel setting that runs here, against `math`, on a
+    twin with a sliding window (gemma3) and one without (llama). Returns the settings compared."""
+    import numpy as np
+    from conftest import knockout_sweep
+
+    from truthflow.twins import build_twin
+
+    compared = []
+    for arch in ("llama", "gemma3"):
+        twin = build_twin(arch, dtype=dtype)
+        twin.model.to(device)
+        seqs = [[1, *range(20, 20 + n)] for n in (30, 24, 33, 27)]
+        probes = [len(s) - 1 for s in seqs]
+        blocks = [[[5, 6], [7], [4, 5, 6], [8]]]
+        runs = {}
+        for choice in backend.KERNELS:
+            if backend.kernel_that_runs(twin.model, choice, masked=True) == "none":
+                continue
+            twin.attention = choice
+            clean, kos = knockout_sweep(twin, seqs, probes, blocks, 2)
+            runs[choice] = np.stack([clean, *kos])
+        ref = runs.pop("math")
+        scale = np.abs(ref).max()
+        assert np.abs(ref[1] - ref[0]).max() > rel * scale  # the knockout changes the states
+        for choice, got in runs.items():
+            assert np.abs(got - ref).max() <= rel * scale, (arch, choice)
+            compared.append(f"{arch}:{choice}")
+    return compared
+
+
+def test_knockout_states_agree_across_the_kernels_of_a_cpu():
+    assert "llama:auto" in _kernel_agreement("cpu", torch.float32, 1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_knockout_states_agree_across_the_kernels_of_a_gpu():
+    """Every kernel setting that runs on this GPU (auto: memory-efficient under the 4D mask; cudnn; efficient)
+    against math, within bf16's rounding."""
+    compared = _kernel_agreement("cuda", torch.bfloat16, 3e-2)
+    assert any(c.endswith(":auto") for c in compared) and any(c.endswith(":efficient") for c in compared)
