@@ -234,3 +234,79 @@ def test_knockout_states_agree_across_the_kernels_of_a_gpu():
     against math, within bf16's rounding."""
     compared = _kernel_agreement("cuda", torch.bfloat16, 3e-2)
     assert any(c.endswith(":auto") for c in compared) and any(c.endswith(":efficient") for c in compared)
+
+
+# ---------------------------------------------------------------- sampled decoding
+def test_row_decoding_hand_case(monkeypatch):
+    """Top-p keeps the most probable tokens while the mass before them is below p (0.5 and 0.3 of
+    [0.5, 0.3, 0.15, 0.05] at p = 0.75); the token is the kept one with the largest p / q. q = [1, 0.5, ...]:
+    0.5 against 0.6, token 1; q = [0.1, 1, ...]: token 0; tokens 2 and 3 never win, however small their q."""
+    from truthflow.engine import decoding as dec
+
+    scores = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    ids = torch.tensor([[9]])  # a prompt of one token, no new one yet (step 0)
+    picks = []
+    for q in ([1.0, 0.5, 1e-3, 1e-3], [0.1, 1.0, 1e-3, 1e-3]):
+        monkeypatch.setattr(dec, "race_noise", lambda seed, key, step, n, device, q=q: torch.tensor(q))
+        valid = torch.ones(1, 1, dtype=torch.bool)
+        out = dec.RowDecoding(dec.Decoding(temperature=1.0, top_p=0.75), ["q1"], valid)(ids, scores.clone())
+        assert torch.isfinite(out).sum() == 1
+        picks.append(int(out.argmax()))
+    assert picks == [1, 0]
+
+
+def test_repetition_penalty_hand_case():
+    """Seen tokens' logits are divided by the penalty (multiplied where negative): [2, -1, 0.5] with tokens
+    0 and 1 seen, penalty 2 -> [1, -2, 0.5]. Left padding (token 2 here) is not a seen token."""
+    from truthflow.engine.decoding import Decoding, RowDecoding
+
+    prompt_valid = torch.tensor([[False, True]])  # [pad=2, 0]
+    ids = torch.tensor([[2, 0, 1]])  # then token 1 was generated
+    proc = RowDecoding(Decoding(repetition_penalty=2.0), ["q"], prompt_valid)
+    out = proc(ids, torch.tensor([[2.0, -1.0, 0.5]]))
+    assert out.tolist() == [[1.0, -2.0, 0.5]]
+
+
+def test_draws_depend_on_seed_key_and_step_only():
+    from truthflow.engine.decoding import Decoding, race_noise
+
+    def q(*args):
+        return race_noise(*args, 5, "cpu")
+
+    assert torch.equal(q(42, "q1", 3), q(42, "q1", 3)) and (q(0, "", 0) > 0).all()
+    draws = [q(42, "q1", 3), q(43, "q1", 3), q(42, "q2", 3), q(42, "q1", 4)]
+    assert all(not torch.equal(a, b) for i, a in enumerate(draws) for b in draws[i + 1 :])
+    assert Decoding.from_config({}) == Decoding() and not Decoding().sampled
+    cfg = {"mode": "sampled", "temperature": 1.0, "top_p": 0.9, "repetition_penalty": 1.03, "seed": 42}
+    assert Decoding.from_config(cfg) == Decoding(1.0, 0.9, 1.03, 42)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_sampled_answers_do_not_depend_on_the_batch(arch):
+    """Sampled answers in batches of 1, 7 and 32 (and after an OOM split) are identical: each row's draws
+    depend on the seed and its key alone; another seed gives other answers (the draws are used)."""
+    from truthflow.engine import FAKE_OOM_ENV
+    from truthflow.engine.decoding import Decoding
+    from truthflow.generation import generate_answers
+    from truthflow.twins import build_twin
+
+    twin = build_twin(arch)
+    prompts = [f"Q: question number {i} about {'x' * (i % 5)}\nA:" for i in range(20)]
+    keys = [f"q{i}" for i in range(20)]
+    sampled = Decoding(temperature=1.0, top_p=0.9, repetition_penalty=1.03, seed=42)
+
+    def run(batch, decoding=sampled):
+        out = generate_answers(twin, prompts, batch, 8, False, False, decoding=decoding, keys=keys)
+        return [o["answer_ids"] for o in out]
+
+    one = run(1)
+    assert run(7) == one and run(32) == one
+    import os
+
+    os.environ[FAKE_OOM_ENV] = "4"
+    try:
+        assert run(32) == one
+    finally:
+        del os.environ[FAKE_OOM_ENV]
+    assert run(32, Decoding(temperature=1.0, top_p=0.9, seed=7)) != one
+    assert run(32, Decoding()) != one  # greedy differs from sampled at temperature 1

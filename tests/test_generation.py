@@ -267,3 +267,24 @@ def test_shared_head_generation_equals_plain_generate(gemma, monkeypatch):
     for row, out in zip(ref, got, strict=True):
         cut = next((k for k, t in enumerate(row) if t in stops), len(row))
         assert out["answer_ids"] == row[:cut]
+
+
+@pytest.mark.model
+def test_sampled_answers_of_a_demo_model_do_not_depend_on_the_batch(smollm):
+    """DepthQA-style chat prompts to SmolLM2, sampled as the authors did (temperature 1, top-p 0.9, repetition
+    penalty 1.03): batches of 1, 7 and 32 give the same answers, each fixed by its question id."""
+    from truthflow.engine.decoding import Decoding
+
+    questions = [f"Why does {x} matter in {y}?" for x in ("entropy", "a proton gradient", "inflation")
+                 for y in ("physics", "biology", "economics")]  # fmt: skip
+    prompts = [build_prompt(smollm.tokenizer, q, chat=True, instruction="") for q in questions]
+    keys = [f"d{i}" for i in range(len(prompts))]
+    sampled = Decoding(temperature=1.0, top_p=0.9, repetition_penalty=1.03, seed=42)
+
+    def run(batch):
+        out = generate_answers(smollm, prompts, batch, 12, False, True, decoding=sampled, keys=keys)
+        return [o["answer_ids"] for o in out]
+
+    one = run(1)
+    assert run(7) == one and run(32) == one
+    assert len({tuple(a) for a in one}) == len(one)  # different questions, different draws

@@ -173,9 +173,10 @@ def test_bad_values_are_one_message_naming_the_key(path, value, match) -> None:
 
 @pytest.mark.workflow
 @pytest.mark.model
-def test_demo_with_sampled_judgments_reruns_byte_for_byte(pristine_run, tmp_path) -> None:
-    """The demo with three sampled verdicts per answer: a forced rerun reads them all from the cache, and a
-    rerun without the cache draws the same verdicts, byte for byte."""
+def test_demo_with_sampled_answers_and_judgments_reruns_byte_for_byte(pristine_run, tmp_path) -> None:
+    """The demo with answers sampled as the authors did and three sampled verdicts per answer: a forced
+    rerun of the judge reads every verdict from the cache, and a rerun of the answers and the judge without
+    the cache draws the same answers and verdicts, byte for byte."""
     workdir = copy_run(pristine_run, tmp_path)
     for cache in (workdir / "resources" / "judge_cache").glob("*.jsonl"):  # hard links: the pristine run's
         data = cache.read_bytes()
@@ -187,16 +188,23 @@ def test_demo_with_sampled_judgments_reruns_byte_for_byte(pristine_run, tmp_path
         "judgments": 3,
         "decoding": {"mode": "sampled", "seed": 5},
     }
+    sampled = {"mode": "sampled", "temperature": 1.0, "top_p": 0.9, "repetition_penalty": 1.03, "seed": 42}
+    cfg["depth"].update(decoding=sampled, max_new_tokens=8)
     write_config(workdir, cfg)
     target = "results/demo/tables/depth_metrics.tsv"
-    scores = sorted((workdir / "results" / "demo" / "depth").glob("*/scores.parquet"))
+    depth = workdir / "results" / "demo" / "depth"
+    greedy = {p: pl.read_parquet(p)["answer"] for p in sorted(depth.glob("*/answers.parquet"))}
 
     def run(*args: str) -> list[bytes]:
         proc = snakemake(workdir, target, *args)
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-        return [p.read_bytes() for p in scores] + [(workdir / target).read_bytes()]
+        files = sorted(depth.glob("*/answers.parquet")) + sorted(depth.glob("*/scores.parquet"))
+        return [p.read_bytes() for p in files] + [(workdir / target).read_bytes()]
 
     first = run()
+    for path, before in greedy.items():  # the settings reached the answers: sampled, 8 new tokens at most
+        assert not pl.read_parquet(path)["answer"].equals(before)
+    scores = sorted(depth.glob("*/scores.parquet"))
     tables = [pl.read_parquet(p) for p in scores]
     assert all(set(t["n_judgments"]) == {3} and not t["cached"].any() for t in tables)
     cached = run("--forcerun", "judge_answers")
@@ -206,4 +214,4 @@ def test_demo_with_sampled_judgments_reruns_byte_for_byte(pristine_run, tmp_path
     assert cached[-1] == first[-1]
     for cache in (workdir / "resources" / "judge_cache").glob("*.jsonl"):
         cache.unlink()
-    assert run("--forcerun", "judge_answers") == first
+    assert run("--forcerun", "answer_depthqa", "judge_answers") == first

@@ -53,3 +53,25 @@ def test_paper_pathways_config_plans_every_experiment(tmp_path):
         assert jobs.get(rule) == 48, (rule, jobs)
     assert jobs.get("experiment_tables") == 1 and jobs.get("plot_experiments") == 6, jobs
     assert "llama-3-8b" in proc.stdout  # the published Table 3 model is in the set
+
+
+def test_paper_depth_config_runs_the_authors_settings():
+    """configs/paper-depth.yaml, filled as the workflow fills it: the authors' sampled answers (their vLLM
+    settings and seed, 1,024 new tokens) in their prompt layout, and their sampled judge."""
+    import yaml
+
+    from truthflow.config import fill_defaults
+    from truthflow.depth.prompts import load_answer_prompt
+    from truthflow.engine.decoding import Decoding
+
+    cfg = fill_defaults(yaml.safe_load((REPO / "configs" / "paper-depth.yaml").read_text()))
+    depth = cfg["depth"]
+    assert Decoding.from_config(depth["decoding"]) == Decoding(1.0, 0.9, 1.03, 42)
+    assert depth["max_new_tokens"] == 1024
+    prompt = load_answer_prompt(depth["prompt"])
+    assert "###Question:" in prompt.user and prompt.system and prompt.no_system_role == "fold"
+    judge = depth["judge"]
+    assert judge["decoding"] == {"mode": "sampled", "temperature": 1.0, "top_p": 0.9, "seed": 42}
+    assert judge["judgments"] == 1 and judge["max_new_tokens"] == 1024
+    demo = fill_defaults(yaml.safe_load((REPO / "config.yaml").read_text()))
+    assert not Decoding.from_config(demo["depth"]["decoding"]).sampled  # the demo stays greedy

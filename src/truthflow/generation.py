@@ -1,6 +1,6 @@
 """Answer generation (METHOD A1): base models get `Q: ...\\nA:` and stop at the first newline, chat models
 their chat template; the stop tokens and the reasoning blocks a chat model writes. The decoding itself runs in
-the engine (`engine.decode`)."""
+the engine (`engine.decoding`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from functools import cache
 
-from .engine.decode import Decoding, decode
+from .engine.decoding import Decoding, decode
 from .errors import TruthflowError
 from .models import LoadedModel
 
@@ -50,12 +50,17 @@ def fit_prompt(
     instruction: str,
     max_prompt_tokens: int | None,
     template_kwargs: dict | None = None,
+    render: Callable | None = None,
 ) -> tuple[str, list[int], bool]:
     """(prompt, prompt ids, truncated): a prompt over max_prompt_tokens keeps the longest prefix of the
-    question that fits (an 18,000-character question otherwise slows its whole batch 20x)."""
+    question that fits (an 18,000-character question otherwise slows its whole batch 20x). render(tokenizer,
+    question) -> prompt text replaces `build_prompt` (a prompt file's layout)."""
 
     def make(q: str) -> tuple[str, list[int]]:
-        prompt = build_prompt(tokenizer, q, chat, instruction, template_kwargs)
+        if render is not None:
+            prompt = render(tokenizer, q)
+        else:
+            prompt = build_prompt(tokenizer, q, chat, instruction, template_kwargs)
         return prompt, encode_prompt(tokenizer, prompt, chat)
 
     prompt, ids = make(question)
@@ -188,12 +193,13 @@ def answer_questions(
     chat_template_kwargs: dict | None = None,
     decoding: Decoding | None = None,
     keys: list[str] | None = None,
+    render: Callable | None = None,
 ) -> tuple[list[str], list[dict]]:
     """Prompt (A1: chat template or `Q:/A:` with a newline stop), decode (greedy unless `decoding` samples,
     each question's draws fixed by its key), report new tokens/s. A question whose prompt exceeds
-    max_prompt_tokens is truncated (its answer's `prompt_truncated`)."""
+    max_prompt_tokens is truncated (its answer's `prompt_truncated`). render: as in `fit_prompt`."""
     fitted = [
-        fit_prompt(lm.tokenizer, q, chat, instruction, max_prompt_tokens, chat_template_kwargs)
+        fit_prompt(lm.tokenizer, q, chat, instruction, max_prompt_tokens, chat_template_kwargs, render)
         for q in questions
     ]
     prompts = [f[0] for f in fitted]

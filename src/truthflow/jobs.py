@@ -25,8 +25,12 @@ def load_job_model(sm) -> LoadedModel:
     return load_model(sm.input.model, p.dtype, gpus=sm.resources.gpu, threads=threads, attention=p.attention)
 
 
-def answer_table(sm, questions: list[str], instruction: str, desc: str) -> pl.DataFrame:
-    """Greedy answers to `questions` (generation.answer_questions) with the rule's params, in input order."""
+def answer_table(
+    sm, questions: list[str], instruction: str, desc: str, render=None, keys=None, decoding=None
+) -> pl.DataFrame:
+    """Answers to `questions` (generation.answer_questions) with the rule's params, in input order: greedy, or
+    as `decoding` (engine.Decoding) says, each question's draws fixed by its key; render: a prompt file's
+    layout (generation.fit_prompt)."""
     p = sm.params
     prompts, out = answer_questions(
         load_job_model(sm),
@@ -39,6 +43,9 @@ def answer_table(sm, questions: list[str], instruction: str, desc: str) -> pl.Da
         token_budget=p.token_budget,
         max_prompt_tokens=p.max_prompt_tokens,
         chat_template_kwargs=p.chat_template_kwargs,
+        decoding=decoding,
+        keys=keys,
+        render=render,
     )
     rows = [{"prompt": prompt, **o} for prompt, o in zip(prompts, out, strict=True)]
     return pl.DataFrame(rows, schema=ANSWER_SCHEMA)

@@ -27,6 +27,7 @@ rule answer_depthqa:
     input:
         data=rules.download_depthqa.output.questions,
         model=model_dir,
+        prompt=prompt_file(config["depth"]["prompt"], "depth.prompt"),
         code=code(),
     output:
         depth_dir("answers.parquet"),
@@ -45,6 +46,7 @@ rule answer_depthqa:
         **model_params("chat", "dtype", "attention", "token_budget", "chat_template_kwargs"),
         max_new_tokens=config["depth"]["max_new_tokens"],
         max_prompt_tokens=config["generation"]["max_prompt_tokens"],
+        decoding=config["depth"]["decoding"],
     script:
         "../scripts/answer_depthqa.py"
 

@@ -1,15 +1,25 @@
 import polars as pl
 
 from truthflow import jobs, runlog, validate
+from truthflow.depth.prompts import load_answer_prompt
+from truthflow.engine import Decoding
 
 
 def main(sm):
     questions = validate.read_parquet(sm.input.data, ["id", "question", "depth"])
-    # DepthQA asks for explanations: chat models get the bare question, base models the Q:/A: prompt
+    prompt = load_answer_prompt(sm.input.prompt)
+    kwargs = sm.params.chat_template_kwargs
+    decoding = Decoding.from_config(sm.params.decoding)
     desc = f"answer depthqa {sm.wildcards.model}"
-    answers = jobs.answer_table(sm, questions["question"].to_list(), "", desc).drop(
-        "prompt_ids", "answer_ids"
-    )
+    answers = jobs.answer_table(
+        sm,
+        questions["question"].to_list(),
+        "",
+        desc,
+        render=lambda tok, q: prompt.render(tok, q, sm.params.chat, kwargs),
+        keys=questions["id"].to_list(),
+        decoding=decoding,
+    ).drop("prompt_ids", "answer_ids")
     out = pl.concat([questions.select(pl.col("id").alias("qid"), "depth"), answers], how="horizontal")
     out.write_parquet(sm.output[0])
 

@@ -14,7 +14,7 @@ Nothing outside this package calls a model's forward or `generate` (tests/test_e
 
 from .backend import describe as describe_attention
 from .batches import FAKE_OOM_ENV, run_batched
-from .decode import Decoding, decode
+from .decoding import Decoding, decode
 from .logits import float_logits, logits_at, logprob_stats, next_token_logits, unnormed
 from .passes import Condition, attention_pass, resid_states, store
 

@@ -4,10 +4,10 @@ Prompts are length-sorted and batched by a token budget, left-padded. The KV cac
 shape triggers a torch.compile (a static cache recompiles for every batch width). The head every prompt of a
 batch shares (a chat template's system prompt) is prefilled once for one row and repeated for the batch.
 
-A sampled token depends only on the decoding seed, the row's key (a question id) and the step: its uniform
-draw is a hash of the three, turned into a token by the inverse CDF of the row's own filtered distribution. A
-rerun, a different batch size or an out-of-memory split gives the same answers (up to float rounding of the
-logits).
+A sampled token depends only on the decoding seed, the row's key (a question id) and the step: it is the
+exponential race (as vLLM samples) argmax p_i / q_i over the tokens top-p keeps, with q ~ Exp(1) drawn from a
+generator seeded by the three. A rerun, a different batch size or an out-of-memory split gives the same
+answers: float rounding of the logits changes a token only where two tokens' races tie within it.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from transformers import DynamicCache, LogitsProcessor, LogitsProcessorList
 
 from . import backend
 from .batches import pad_batch, run_batched, shared_head
+from .masks import layer_windows
 
 
 @dataclass(frozen=True)
@@ -50,15 +51,17 @@ class Decoding:
         )
 
 
-def uniform(seed: int, key: str, step: int) -> float:
-    """A draw in [0, 1) fixed by (seed, key, step) alone."""
+def race_noise(seed: int, key: str, step: int, n: int, device) -> torch.Tensor:
+    """q ~ Exp(1) for n tokens, fixed by (seed, key, step) alone (on `device`'s own generator)."""
     digest = hashlib.blake2b(f"{seed}\0{key}\0{step}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2**64
+    gen = torch.Generator(device=device)
+    gen.manual_seed(int.from_bytes(digest, "big"))
+    return torch.empty(n, device=device).exponential_(generator=gen)
 
 
 class RowDecoding(LogitsProcessor):
-    """Repetition penalty over each row's real tokens, then, when sampling, temperature, top-p and a draw per
-    row (`uniform`), handed to greedy search as the only finite score."""
+    """Repetition penalty over each row's real tokens, then, when sampling, temperature, top-p and each row's
+    own exponential race (`race_noise`), whose winner is handed to greedy search as the only finite score."""
 
     def __init__(self, decoding: Decoding, keys: Sequence[str], prompt_valid: torch.Tensor):
         self.decoding, self.keys = decoding, list(keys)
@@ -84,17 +87,13 @@ class RowDecoding(LogitsProcessor):
         if not d.sampled:
             return scores
         probs = torch.softmax(scores / d.temperature, dim=-1)
-        # tokens by descending probability (ties by id), kept while the mass before them is below top_p
-        order = torch.sort(probs, dim=-1, descending=True, stable=True)
+        # top-p: tokens by descending probability, kept while the mass before them is below top_p
+        order = torch.sort(probs, dim=-1, descending=True)
         before = order.values.cumsum(-1) - order.values
-        kept = torch.where(before < d.top_p, order.values, torch.zeros_like(order.values))
-        cdf = kept.cumsum(-1)
+        kept = torch.zeros_like(probs).scatter_(1, order.indices, (before < d.top_p).to(probs.dtype))
         step = input_ids.shape[1] - width
-        draws = torch.tensor(
-            [uniform(d.seed, k, step) for k in self.keys], dtype=cdf.dtype, device=cdf.device
-        )[:, None]
-        pick = torch.searchsorted(cdf, draws * cdf[:, -1:], right=True).clamp_(max=cdf.shape[1] - 1)
-        token = order.indices.gather(1, pick)
+        noise = torch.stack([race_noise(d.seed, k, step, probs.shape[1], probs.device) for k in self.keys])
+        token = (probs * kept / noise).argmax(dim=-1, keepdim=True)
         return torch.full_like(scores, float("-inf")).scatter_(1, token, 0.0)
 
 
@@ -118,12 +117,17 @@ def decode(
     stop_list = sorted(set(stop_ids))
     pad = tok.pad_token_id if tok.pad_token_id is not None else stop_list[0]
     device = model.get_input_embeddings().weight.device
+    windows = [w for w in layer_windows(model.config) if w]
     results: list[list[int] | None] = [None] * len(encoded)
 
     def step(idx: list[int]) -> None:
         rows = [encoded[i] for i in idx]
         # each row's rest is left-padded after the shared head: positions and attention mask are the row's own
         head = shared_head(rows, min(len(r) for r in rows) - 1)
+        # the rows' padding sits between the head and the rest: a sliding window counts those slots, so
+        # with a window the answers could reach past, the head is not shared
+        if head and min(windows, default=10**9) < max(map(len, rows)) + max_new_tokens:
+            head = 0
         rest, valid = pad_batch([r[head:] for r in rows], pad, side="left")
         input_ids = torch.cat([torch.tensor([rows[0][:head]] * len(rows), dtype=rest.dtype), rest], 1)
         valid = torch.cat([torch.ones(len(rows), head, dtype=torch.bool), valid], 1)
