@@ -7,9 +7,9 @@ rule.
 - `passes`: a `Condition` is a value (clean, knockout, window knockout, patched tokens, reweighted edges);
   `resid_states` runs conditions over samples with the shared-prefix KV cache; `attention_pass` (saliency).
 - `logits`: float32 logits and log-probabilities where they are read.
-- `decode`: greedy or sampled decoding (`Decoding`).
+- `decoding`: greedy or sampled decoding (`Decoding`), each sample's draws fixed by its key.
 - `backend`: which attention kernel runs (`models.<name>.attention`), and eager attention for gradients.
-Nothing outside this package calls a model's forward or `generate` (tests/test_engine.py).
+Nothing outside this package calls a model's forward or `generate`; a test walks the sources to hold it so.
 """
 
 from .backend import describe as describe_attention
