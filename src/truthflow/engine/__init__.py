@@ -1,6 +1,6 @@
 """The forward-pass engine: every pass of a model in truthflow runs here, below both papers' packages.
 
-- `batches`: length-sorted batching by rows and tokens, with the out-of-memory back-off; the shared-prefix rule.
+- `batches`: length-sorted batches by rows and tokens, the out-of-memory back-off, the shared-prefix rule.
 - `masks`: additive 4D masks (knockout, reweighting) with each layer type's sliding window folded in.
 - `hooks`: capture of the residual stream at (layer, position), the early stop, per-layer masks.
 - `passes`: a `Condition` is a value (clean, knockout, window knockout, patched tokens, reweighted edges);

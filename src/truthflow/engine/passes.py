@@ -58,19 +58,23 @@ class Condition:
         if self.block is not None and self.block[i]:
             n = min(n, min(self.block[i]))  # only queries after a blocked key see the block
         if self.tokens is not None:
-            n = min(
-                [
-                    n,
-                    *(
-                        t
-                        for t, (x, y) in enumerate(zip(self.tokens[i][: len(clean)], clean, strict=True))
-                        if x != y
-                    ),
-                ]
-            )
+            changed = [t for t, (x, y) in enumerate(zip(self.tokens[i], clean, strict=False)) if x != y]
+            n = min([n, *changed])
         if self.edges is not None and self.factor != 1.0 and self.edges[1][i]:
             n = min([n, *(p for p in self.edges[0][i] if p < len(clean))])
         return n
+
+    def mask(self, idx: list[int], lengths: list[int], valid: torch.Tensor, dtype) -> torch.Tensor:
+        """The additive mask of a batch of samples idx (right-padded, `valid`) under this condition."""
+
+        def cells(rows):
+            return positions_tensor([rows[i] for i in idx], lengths, valid.shape, valid.device)
+
+        if self.block is not None:
+            return attention_mask(valid, cells(self.block), dtype)
+        if self.edges is not None and self.factor != 1.0:
+            return reweight_mask(valid, cells(self.edges[0]), cells(self.edges[1]), self.factor, dtype)
+        return attention_mask(valid, None, dtype)
 
 
 def first_change(conditions: Sequence[Condition], rows: list[int], seqs: list[list[int]]) -> int:
@@ -139,19 +143,27 @@ def prefix_cache(base, cap: ResidCapture, ids, valid, prefix: int):
     return cache
 
 
+def clean_pass(base, ids: torch.Tensor, valid: torch.Tensor, head: int, cache=None, **kwargs):
+    """One clean pass over positions head.. of a right-padded batch with transformers' own padding mask (so
+    SDPA may run flash attention), on the cache of the shared head (`head_cache`, made here where not given);
+    kwargs go to the base model (inputs_embeds replaces the ids)."""
+    if head:
+        kwargs["cache"] = head_cache(base, ids, head) if cache is None else cache
+        kwargs["position_ids"] = torch.arange(head, ids.shape[1], device=ids.device)[None].expand(
+            len(ids), -1
+        )
+    if "inputs_embeds" not in kwargs:
+        kwargs["input_ids"] = ids[:, head:]
+    return base(attention_mask=valid.long(), use_cache=bool(head), **kwargs)
+
+
 def resid_final(lm, rows: list[list[int]], head: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the final residual stream [B, T - head, D] of positions head.., ids [B, T]) of one clean right-padded
-    pass; the shared head (`head_cache`) runs once. The padding mask is transformers' own (2D), so SDPA may
-    run flash attention. Call under `logits.unnormed` for the stream before the final norm."""
+    """(the final residual stream [B, T - head, D] of positions head.., ids [B, T]) of one `clean_pass`; call
+    under `logits.unnormed` for the stream before the final norm."""
     base, device, _ = model_parts(lm.model)
     ids, valid = batch_tensors(rows, pad_id(lm), device)
-    kwargs: dict = {"use_cache": False}
-    if head:
-        kwargs = {"cache": head_cache(base, ids, head), "use_cache": True}
-        kwargs["position_ids"] = torch.arange(head, ids.shape[1], device=device)[None].expand(len(rows), -1)
     with backend.attention(lm.attention):
-        out = base(input_ids=ids[:, head:], attention_mask=valid.long(), **kwargs).last_hidden_state
-    return out, ids
+        return clean_pass(base, ids, valid, head).last_hidden_state, ids
 
 
 def store(dst: np.ndarray, idx, values: np.ndarray, what: str) -> None:
@@ -202,62 +214,42 @@ def resid_states(
     if any(c.window is not None for c in conditions) and layer is not None:
         raise ValueError("a window condition reads every layer")
     cut = [list(s[: p + 1]) for s, p in zip(seqs, at, strict=True)]  # nothing after the probe is needed
-    for c in conditions:
-        if c.tokens is not None and [len(t[: p + 1]) for t, p in zip(c.tokens, at, strict=True)] != list(
-            map(len, cut)
-        ):
-            raise ValueError("a condition's tokens must keep every sample's length")
-    full = [(n, c) for n, c in enumerate(conditions) if c.window is None]
-    windowed = [(n, c) for n, c in enumerate(conditions) if c.window is not None]
+    if any(
+        c.tokens is not None and any(len(c.tokens[i]) < len(r) for i, r in enumerate(cut)) for c in conditions
+    ):
+        raise ValueError("a condition's tokens must keep every sample's length")
+    names = [f"{desc}: {c.name or f'condition {n}'}" for n, c in enumerate(conditions)]
+    full = [c for c in conditions if c.window is None]
     pad = pad_id(lm)
-
-    def inputs(idx, ids, valid):
-        lengths = [len(cut[i]) for i in idx]
-        for _, c in full:
-            c_ids = (
-                ids
-                if c.tokens is None
-                else batch_tensors([c.tokens[i][: len(cut[i])] for i in idx], pad, device)[0]
-            )
-            if c.block is not None:
-                block = positions_tensor([c.block[i] for i in idx], lengths, ids.shape, device)
-                yield c_ids, attention_mask(valid, block, dtype)
-            elif c.edges is not None and c.factor != 1.0:
-                q = positions_tensor([c.edges[0][i] for i in idx], lengths, ids.shape, device)
-                k = positions_tensor([c.edges[1][i] for i in idx], lengths, ids.shape, device)
-                yield c_ids, reweight_mask(valid, q, k, c.factor, dtype)
-            else:
-                yield c_ids, attention_mask(valid, None, dtype)
 
     def step(idx: list[int]) -> None:
         ids, valid = batch_tensors([cut[i] for i in idx], pad, device)
-        probes = [at[i] for i in idx]
+        lengths, probes = [len(cut[i]) for i in idx], [at[i] for i in idx]
         cap = ResidCapture(layers, stop_after=None if layer is None else layer - 1)
         try:
-            prefix = worth_sharing(first_change([c for _, c in full], idx, cut)) if full else 0
+            prefix = worth_sharing(first_change(full, idx, cut)) if full else 0
             cache = prefix_cache(base, cap, ids, valid, prefix) if prefix else None
-            cap.set_positions([p - prefix for p in probes])
-            for (n, _), (c_ids, mask) in zip(full, inputs(idx, ids, valid), strict=True):
+            for n, c in enumerate(conditions):
+                mask = c.mask(idx, lengths, valid, dtype)
+                if c.window is not None:  # one truncated pass per layer, from position 0
+                    cap.set_positions(probes)
+                    clean = attention_mask(valid, None, dtype)
+                    store(
+                        out[n], idx, _window_passes(base, layers, cap, ids, clean, mask, c.window), names[n]
+                    )
+                    continue
+                cap.set_positions([p - prefix for p in probes])
+                rows = (
+                    ids
+                    if c.tokens is None
+                    else batch_tensors([c.tokens[i][: len(cut[i])] for i in idx], pad, device)[0]
+                )
                 try:
-                    run_from(base, c_ids, mask, None if cache is None else copy.deepcopy(cache), prefix)
+                    run_from(base, rows, mask, None if cache is None else copy.deepcopy(cache), prefix)
                 except Stop:
                     pass
                 values = cap.stacked() if layer is None else cap.resid_post[layer - 1].float().cpu()
-                store(out[n], idx, values.numpy(), f"{desc}: {conditions[n].name or f'condition {n}'}")
-            if windowed:
-                cap.set_positions(probes)
-                clean = attention_mask(valid, None, dtype)
-                lengths = [len(cut[i]) for i in idx]
-                for n, c in windowed:
-                    ko = attention_mask(
-                        valid, positions_tensor([c.block[i] for i in idx], lengths, ids.shape, device), dtype
-                    )
-                    store(
-                        out[n],
-                        idx,
-                        _window_passes(base, layers, cap, ids, clean, ko, c.window),
-                        f"{desc}: {c.name or f'condition {n}'}",
-                    )
+                store(out[n], idx, values.numpy(), names[n])
         finally:
             cap.remove()
 
@@ -297,18 +289,15 @@ def attention_pass(lm, rows: list[list[int]], head: int, capture_at: list[int] |
     model = lm.model
     base, device, _ = model_parts(model)
     ids, valid = batch_tensors(rows, pad_id(lm), device)
-    kwargs: dict = {"use_cache": bool(head)}
-    if head:
-        with torch.no_grad():
-            kwargs["cache"] = head_cache(base, ids, head)
-        kwargs["position_ids"] = torch.arange(head, ids.shape[1], device=device)[None].expand(len(rows), -1)
+    with torch.no_grad():
+        cache = head_cache(base, ids, head) if head else None
     cap = ResidCapture(decoder_layers(model)) if capture_at is not None else None
     try:
         if cap is not None:
             cap.set_positions(capture_at)
         with torch.enable_grad():
             embeds = model.get_input_embeddings()(ids[:, head:]).detach().requires_grad_(True)
-            out = base(inputs_embeds=embeds, attention_mask=valid.long(), output_attentions=True, **kwargs)
+            out = clean_pass(base, ids, valid, head, cache, inputs_embeds=embeds, output_attentions=True)
         states = cap.stacked() if cap is not None else None
     finally:
         if cap is not None:
