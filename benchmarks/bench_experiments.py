@@ -18,18 +18,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from common import (  # noqa: E402
-    attention_line,
-    bench_models,
-    card,
-    first_and_repeat,
-    fresh_lengths,
-    peak_mb,
-    plan_settings,
-    rate_line,
-)
 
 from truthflow.pathways.interventions import answer_logprobs  # noqa: E402
 from truthflow.pathways.saliency import saliency  # noqa: E402
@@ -41,7 +32,7 @@ def make_case(n: int, length: int, vocab: int, prefix: int, case: int):
     rng = np.random.default_rng(case)
     head = rng.integers(3, vocab, size=prefix).tolist()
     seqs, starts, eqs, eas = [], [], [], []
-    for total in fresh_lengths(rng, n, 18, length + 10, case):
+    for total in common.fresh_lengths(rng, n, 18, length + 10, case):
         a = int(rng.integers(4, 11))
         q = total - a
         seq = head + rng.integers(3, vocab, size=q + a).tolist()
@@ -56,11 +47,11 @@ def make_case(n: int, length: int, vocab: int, prefix: int, case: int):
 def bench(lm, label: str, dims, args) -> None:
     n, batch = args.n, args.batch
     vocab = lm.model.config.get_text_config().vocab_size
-    plan = plan_settings(dims, str(lm.model.dtype).removeprefix("torch."), args.gpu_mem_gb)
+    plan = common.plan_settings(dims, str(lm.model.dtype).removeprefix("torch."), args.gpu_mem_gb)
     seqs, starts, eqs, eas = make_case(n, args.length, vocab, args.prefix, 0)
     r_seqs, r_starts, r_eqs, r_eas = make_case(n, args.length, vocab, args.prefix, 1)
-    t_first, t_rep, got, _ = first_and_repeat(lambda: saliency(lm, seqs, starts, eqs, eas, batch))
-    r_first, r_rep, _, _ = first_and_repeat(
+    t_first, t_rep, got, _ = common.first_and_repeat(lambda: saliency(lm, seqs, starts, eqs, eas, batch))
+    r_first, r_rep, _, _ = common.first_and_repeat(
         lambda: (
             saliency(lm, r_seqs, r_starts, r_eqs, r_eas, batch),
             answer_logprobs(lm, r_seqs, r_eas, plan["batch_size"]),
@@ -68,17 +59,15 @@ def bench(lm, label: str, dims, args) -> None:
     )
     ref = answer_logprobs(lm, seqs, eas, plan["batch_size"])
     diff = np.nanmax(np.abs(np.concatenate([got.logit_mean - ref[0], got.logit_min - ref[1]])))
-    print(
-        f"{label} on {card()}: {n} samples, saliency batch {batch}, baseline pass batch {plan['batch_size']} "
-        f"(memory plan for {plan['gpu_mem_gb']:.0f} GiB)\n  {attention_line(lm)}"
-    )
-    print(rate_line("project, saliency + baseline from its pass", n, "samples", t_first, t_rep, 44))
-    print(rate_line("reference, saliency + its own clean pass", n, "samples", r_first, r_rep, 44))
+    what = f"{n} samples, saliency batch {batch}, baseline pass batch {plan['batch_size']} "
+    print(common.header(label, lm, what + f"(memory plan for {plan['gpu_mem_gb']:.0f} GiB)"))
+    print(common.rate_line("project, saliency + baseline from its pass", n, "samples", t_first, t_rep, 44))
+    print(common.rate_line("reference, saliency + its own clean pass", n, "samples", r_first, r_rep, 44))
     print(
         f"  saved {1 - t_first / r_first:.0%} (first calls), {1 - t_rep / r_rep:.0%} (repeats); baselines "
         f"differ by at most {diff:.1e}"
     )
-    print(f"  peak memory {peak_mb():,.0f} MiB")
+    print(f"  peak memory {common.peak_mb():,.0f} MiB")
 
 
 def main():
@@ -96,7 +85,7 @@ def main():
     ap.add_argument("--prefix", type=int, default=30, help="tokens every sequence shares (a chat header)")
     args = ap.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
-    for lm, label, dims in bench_models(args.shape, args.models, args.attention, args.dtype):
+    for lm, label, dims in common.bench_models(args.shape, args.models, args.attention, args.dtype):
         bench(lm, label, dims, args)
 
 

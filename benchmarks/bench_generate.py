@@ -24,23 +24,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(REPO / "src"))
+import common  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
-from common import (  # noqa: E402
-    add_settings_args,
-    attention_line,
-    card,
-    first_and_repeat,
-    fresh_lengths,
-    peak_mb,
-    rate_line,
-    settings,
-    sync,
-)
 
 from truthflow.engine import backend  # noqa: E402
 from truthflow.engine.batches import pad_batch  # noqa: E402
+from truthflow.engine.decoding import GREEDY  # noqa: E402
 from truthflow.generation import (  # noqa: E402
     build_prompt,
     encode_prompt,
@@ -75,10 +66,7 @@ def plain_generate(lm, encoded, batch, max_new, stop_ids) -> list[list[int]]:
                 input_ids=ids.to(device),
                 attention_mask=valid.long().to(device),
                 max_new_tokens=max_new,
-                do_sample=False,
-                top_p=None,
-                top_k=None,
-                temperature=None,
+                **GREEDY,
                 pad_token_id=pad,
                 eos_token_id=sorted(stop_ids),
                 cache_implementation="dynamic",
@@ -86,13 +74,13 @@ def plain_generate(lm, encoded, batch, max_new, stop_ids) -> list[list[int]]:
             for row in out[:, ids.shape[1] :].tolist():
                 cut = next((j for j, t in enumerate(row) if t in stop_ids), len(row))
                 answers.append(row[:cut])
-    sync()
+    common.sync()
     return answers
 
 
 def compare(lm, label, dims, cases, chat, stop_at_newline, args) -> None:
     """cases: (prompts, encoded) of the project and of the reference."""
-    plan = settings(args, dims, str(lm.model.dtype).removeprefix("torch."))
+    plan = common.settings(args, dims, str(lm.model.dtype).removeprefix("torch."))
     batch, budget, max_new = plan["batch_size"], plan["token_budget"], args.max_new_tokens
     (prompts, encoded), (_, ref_encoded) = cases
     with torch.inference_mode():  # initialise the device libraries (BLAS, CUDA context), nothing of generate
@@ -103,13 +91,13 @@ def compare(lm, label, dims, cases, chat, stop_at_newline, args) -> None:
             lm, prompts, batch, max_new, stop_at_newline, chat, label, budget, prompt_ids=encoded
         )
 
-    t_first, t_rep, ours, again = first_and_repeat(project)
+    t_first, t_rep, ours, again = common.first_and_repeat(project)
     stop_ids = eos_token_ids(lm.tokenizer, lm.model)
     if stop_at_newline:
         stop_ids |= set(newline_token_ids(lm.tokenizer))
     # the same memory as the project's budget: the most rows whose longest prompt and new tokens fit it
     fixed = max(1, min(batch, budget // (max(map(len, ref_encoded)) + max_new)))
-    p_first, p_rep, plain, _ = first_and_repeat(
+    p_first, p_rep, plain, _ = common.first_and_repeat(
         lambda: plain_generate(lm, ref_encoded, fixed, max_new, stop_ids)
     )
     n_ours = sum(o["n_new_tokens"] for o in ours)
@@ -117,16 +105,16 @@ def compare(lm, label, dims, cases, chat, stop_at_newline, args) -> None:
     m = min(CHECKED, len(encoded))
     check = plain_generate(lm, encoded[:m], fixed, max_new, stop_ids)
     same = sum(o["answer_ids"] == a for o, a in zip(ours, check, strict=False))
-    # CPU fp32: every count is exact (tests/test_benchmarks.py); a GPU in bf16 on random weights has
+    # CPU fp32: every count is exact; a GPU in bf16 on random weights has
     # near-tied logits that batch composition can flip, so count, do not assert
     repeat = sum(a == o for a, o in zip(again, ours, strict=True))
     lens = sorted(len(e) for e in encoded)
+    what = f"{len(encoded)} prompts of {lens[0]}-{lens[-1]} tokens (median {lens[len(lens) // 2]}) per path"
     print(
-        f"{label} on {card()}: {len(encoded)} prompts of {lens[0]}-{lens[-1]} tokens (median "
-        f"{lens[len(lens) // 2]}) per path, max {max_new} new; {plan['line']}\n  {attention_line(lm)}\n"
-        f"{rate_line(f'project ({n_ours:,} new tokens)', n_ours, 'tokens', t_first, t_rep)}\n"
-        f"{rate_line(f'plain ({n_plain:,} new tokens)', n_plain, 'tokens', p_first, p_rep)}\n"
-        f"  plain: fixed batch {fixed}, given order; peak memory {peak_mb():,.0f} MiB\n"
+        common.header(label, lm, f"{what}, max {max_new} new; {plan['line']}") + "\n"
+        f"{common.rate_line(f'project ({n_ours:,} new tokens)', n_ours, 'tokens', t_first, t_rep)}\n"
+        f"{common.rate_line(f'plain ({n_plain:,} new tokens)', n_plain, 'tokens', p_first, p_rep)}\n"
+        f"  plain: fixed batch {fixed}, given order; peak memory {common.peak_mb():,.0f} MiB\n"
         f"  ratio project/plain: first calls {n_ours / t_first / (n_plain / p_first):.2f}x, repeats "
         f"{n_ours / t_rep / (n_plain / p_rep):.2f}x; identical answers {same}/{m}; the project's two runs "
         f"agree on {repeat}/{len(encoded)}",
@@ -155,7 +143,7 @@ def main():
     ap.add_argument("--min-len", type=int, default=16, help="--shape: shortest random prompt")
     ap.add_argument("--max-len", type=int, default=256, help="--shape: longest random prompt")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="CPU threads (default: all)")
-    add_settings_args(ap, "batch cap of the project")
+    common.add_settings_args(ap, "batch cap of the project")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.shape:
@@ -168,7 +156,7 @@ def main():
         # random weights never emit EOS on purpose: every row generates max_new_tokens
         cases = []
         for case in (0, 1):  # the project's prompts, the reference's: lengths in two residue classes
-            lens = fresh_lengths(rng, args.n, args.min_len, args.max_len, case)
+            lens = common.fresh_lengths(rng, args.n, args.min_len, args.max_len, case)
             encoded = [[2, *rng.integers(3, 1000, size=k - 1).tolist()] for k in lens]
             cases.append(([""] * args.n, encoded))
         compare(

@@ -20,20 +20,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from common import (  # noqa: E402
-    add_settings_args,
-    attention_line,
-    bench_models,
-    card,
-    first_and_repeat,
-    fresh_lengths,
-    peak_mb,
-    rate_line,
-    settings,
-    sync,
-)
 
 from truthflow.engine import (  # noqa: E402
     Condition,
@@ -53,7 +42,7 @@ def make_case(n: int, length: int, vocab: int, case: int, prefix: int = 0):
     other tokens there."""
     rng = np.random.default_rng(case)
     head = rng.integers(3, vocab, size=prefix).tolist()
-    lengths = fresh_lengths(rng, n, max(16, length // 2), max(16, length), case)
+    lengths = common.fresh_lengths(rng, n, max(16, length // 2), max(16, length), case)
     seqs = [head + rng.integers(3, vocab, size=m).tolist() for m in lengths]
     probe = [len(s) - 1 for s in seqs]
     draws = [rng.permutation(np.arange(2, (len(s) - prefix) // 2))[:16] + prefix for s in seqs]
@@ -86,7 +75,7 @@ def two_pass_reference(lm, seqs, probe, blocks, batch):
                     use_cache=False,
                 )
                 torch.stack([h[rows, pos] for h in out.hidden_states[1:]], 1).float().cpu()
-    sync()
+    common.sync()
 
 
 @torch.inference_mode()
@@ -111,12 +100,12 @@ def naive_loop(lm, seqs, probe, blocks, batch):
             finally:
                 cap.remove()
                 per.remove()
-    sync()
+    common.sync()
 
 
 def bench(lm, label, dims, args):
     vocab = lm.model.config.get_text_config().vocab_size
-    plan = settings(args, dims, str(lm.model.dtype).removeprefix("torch."))
+    plan = common.settings(args, dims, str(lm.model.dtype).removeprefix("torch."))
     n, batch = args.n, plan["batch_size"]
     n_layers = len(decoder_layers(lm.model))
     # three cases, three residue classes of lengths: the project's E_Q sweep, the reference, the project
@@ -129,16 +118,16 @@ def bench(lm, label, dims, args):
         conds = [Condition(), *(Condition(block=b) for b in (bl, *controls))]
         return resid_states(lm, s, p, conds, batch, desc=label)
 
-    t_first, t_rep, _, _ = first_and_repeat(lambda: sweep(seqs, probe, blocks))
-    r_first, r_rep, _, _ = first_and_repeat(lambda: two_pass_reference(lm, r_seqs, r_probe, r_blocks, batch))
-    c_first, c_rep, _, _ = first_and_repeat(lambda: sweep(c_seqs, c_probe, c_blocks, c_controls))
-    print(
-        f"{label} on {card()}: {n} samples x {args.prefix} shared + {args.length // 2}-{args.length} tokens, "
-        f"{n_layers} layers, {plan['line']}\n  {attention_line(lm)}"
+    t_first, t_rep, _, _ = common.first_and_repeat(lambda: sweep(seqs, probe, blocks))
+    r_first, r_rep, _, _ = common.first_and_repeat(
+        lambda: two_pass_reference(lm, r_seqs, r_probe, r_blocks, batch)
     )
-    print(rate_line("project sweep, clean + E_Q", n, "samples", t_first, t_rep, 40))
-    print(rate_line("reference, two masked batched passes", n, "samples", r_first, r_rep, 40))
-    print(rate_line("project sweep, clean + E_Q + 3 controls", n, "samples", c_first, c_rep, 40))
+    c_first, c_rep, _, _ = common.first_and_repeat(lambda: sweep(c_seqs, c_probe, c_blocks, c_controls))
+    shared = f"{n} samples x {args.prefix} shared + {args.length // 2}-{args.length} tokens"
+    print(common.header(label, lm, f"{shared}, {n_layers} layers, {plan['line']}"))
+    print(common.rate_line("project sweep, clean + E_Q", n, "samples", t_first, t_rep, 40))
+    print(common.rate_line("reference, two masked batched passes", n, "samples", r_first, r_rep, 40))
+    print(common.rate_line("project sweep, clean + E_Q + 3 controls", n, "samples", c_first, c_rep, 40))
     print(
         f"  ratios to the reference: clean + E_Q {r_first / t_first:.0%} (first calls), {r_rep / t_rep:.0%} "
         f"(repeats); with 3 controls, of 5/2 x the reference, {2.5 * r_first / c_first:.0%} (first calls), "
@@ -153,7 +142,7 @@ def bench(lm, label, dims, args):
             f"  naive per-layer loop (L+1 passes, after the sweep's shapes): {n / t_naive:9,.1f} samples/s "
             f"(timed on {m} samples)"
         )
-    print(f"  peak memory: {peak_mb():,.0f} MiB", flush=True)
+    print(f"  peak memory: {common.peak_mb():,.0f} MiB", flush=True)
 
 
 def main():
@@ -165,10 +154,10 @@ def main():
     ap.add_argument("--length", type=int, default=48)
     ap.add_argument("--naive-n", type=int, default=32)
     ap.add_argument("--prefix", type=int, default=40, help="tokens every sequence shares (a chat header)")
-    add_settings_args(ap, "rows per batch")
+    common.add_settings_args(ap, "rows per batch")
     args = ap.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
-    for lm, label, dims in bench_models(args.shape, args.models, args.attention, args.dtype):
+    for lm, label, dims in common.bench_models(args.shape, args.models, args.attention, args.dtype):
         bench(lm, label, dims, args)
 
 

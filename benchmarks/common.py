@@ -113,6 +113,11 @@ def attention_line(lm) -> str:
     return describe_attention(lm.model, lm.attention)
 
 
+def header(label: str, lm, what: str) -> str:
+    """The first lines of a benchmark's figures: the model, the card, what is timed, the attention kernels."""
+    return f"{label} on {card()}: {what}\n  {attention_line(lm)}"
+
+
 def fresh_lengths(rng, n: int, low: int, high: int, case: int) -> list[int]:
     """n lengths in [low, high], all in residue class `case` modulo CASES (module docstring)."""
     if not 0 <= case < CASES:

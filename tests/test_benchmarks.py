@@ -26,20 +26,7 @@ RUNS = {
         ],
     ),
     "bench_knockout.py": (
-        [
-            "--shape",
-            "tiny",
-            "--dtype",
-            "float32",
-            "--n",
-            "8",
-            "--naive-n",
-            "2",
-            "--length",
-            "24",
-            "--prefix",
-            "8",
-        ],
+        "--shape tiny --dtype float32 --n 8 --naive-n 2 --length 24 --prefix 8".split(),
         [
             r"clean \+ E_Q: +" + FIRST_REPEAT.format(unit="samples"),
             r"reference, two masked batched passes: +" + FIRST_REPEAT.format(unit="samples"),
@@ -49,20 +36,7 @@ RUNS = {
         ],
     ),
     "bench_experiments.py": (
-        [
-            "--shape",
-            "tiny",
-            "--dtype",
-            "float32",
-            "--n",
-            "4",
-            "--batch",
-            "4",
-            "--length",
-            "12",
-            "--prefix",
-            "8",
-        ],
+        "--shape tiny --dtype float32 --n 4 --batch 4 --length 12 --prefix 8".split(),
         [
             r"project, saliency \+ baseline from its pass: +" + FIRST_REPEAT.format(unit="samples"),
             r"reference, saliency \+ its own clean pass: +" + FIRST_REPEAT.format(unit="samples"),

@@ -23,6 +23,9 @@ from . import backend
 from .batches import pad_batch, run_batched, shared_head
 from .masks import layer_windows
 
+# greedy search with none of a model's own sampling defaults (our sampling is a logits processor)
+GREEDY = {"do_sample": False, "top_p": None, "top_k": None, "temperature": None, "repetition_penalty": None}
+
 
 @dataclass(frozen=True)
 class Decoding:
@@ -148,11 +151,7 @@ def decode(
             input_ids=input_ids.to(device),
             attention_mask=valid.long().to(device),
             max_new_tokens=max_new_tokens,
-            do_sample=False,
-            top_p=None,
-            top_k=None,
-            temperature=None,
-            repetition_penalty=None,
+            **GREEDY,
             pad_token_id=pad,
             eos_token_id=stop_list,
             disable_compile=True,
