@@ -26,7 +26,7 @@ from truthflow.generation import (
     newline_token_ids,
     strip_think,
 )
-from truthflow.pathways import tokens as et
+from truthflow.pathways.spans import locate
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
 DEMO_SETS = [
@@ -184,7 +184,7 @@ def test_stripped_answer_keeps_ea_spans_on_its_tokens(smollm_dir):
     kept, stripped = strip_think(tok, raw)
     answer = tok.decode(kept, skip_special_tokens=True).strip()
     assert stripped and answer == "Paris is the capital."
-    eq, ea, _, reason = et.locate(tok, prompt, prompt_ids, True, question, [(23, 29)], kept, (0, 5))
+    eq, ea, _, reason = locate(tok, prompt, prompt_ids, True, question, [(23, 29)], kept, (0, 5))
     assert reason is None
     assert tok.decode([kept[p - len(prompt_ids)] for p in ea]).strip() == "Paris"
 
@@ -282,7 +282,7 @@ def test_sampled_answers_of_a_demo_model_do_not_depend_on_the_batch(smollm):
     sampled = Decoding(temperature=1.0, top_p=0.9, repetition_penalty=1.03, seed=42)
 
     def run(batch):
-        out = generate_answers(smollm, prompts, batch, 12, False, True, decoding=sampled, keys=keys)
+        out = generate_answers(smollm, prompts, batch, 8, False, True, decoding=sampled, keys=keys)
         return [o["answer_ids"] for o in out]
 
     one = run(1)
