@@ -12,23 +12,13 @@ import shutil
 import sys
 import tempfile
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import TruthflowError
+from .prepared import INFO_FILE, LoadedModel
 
-INFO_FILE = "truthflow_model.json"
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "model*.bin")
 HUB_PATTERNS = ["*.json", "*.safetensors", "tokenizer*", "*.model", "*.tiktoken", "*.txt", "*.jinja"]
-
-
-@dataclass
-class LoadedModel:
-    model: object  # transformers PreTrainedModel
-    tokenizer: object
-    info: dict
-    device: str
-    attention: str = "auto"  # the SDPA kernels the engine allows (engine.backend; models.<name>.attention)
 
 
 def _gguf_from_embedded(package: str, workdir: Path) -> Path:

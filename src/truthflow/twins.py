@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from .models import INFO_FILE, LoadedModel
+from .prepared import INFO_FILE, LoadedModel
 
 ARCHS = ("llama", "gemma3", "mistral", "qwen3", "mixtral")
 WINDOW = 8  # Gemma-3 / Mistral sliding window (tokens): every test sequence crosses it
