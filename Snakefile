@@ -16,14 +16,15 @@ if not workflow.overwrite_configfiles:
     configfile: "config.yaml"
 
 
-# every parse-time config check (truthflow.config.check_config): one line naming the key, before any job
+# the config checked, the batches fitted to the GPUs, the defaults filled (truthflow.preflight): a refusal is
+# one line naming the key, before any job
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
-from truthflow.config import check_config  # noqa: E402
 from truthflow.errors import TruthflowError  # noqa: E402
+from truthflow.preflight import prepare_config  # noqa: E402
 from truthflow.runlog import stop_jobs_on_sigterm  # noqa: E402
 
 try:
-    check_config(config, workflow.configfiles, os.environ)
+    prepare_config(config, workflow.configfiles, os.environ)
 except TruthflowError as exc:
     raise WorkflowError(f"invalid config: {exc}")
 

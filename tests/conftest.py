@@ -19,9 +19,9 @@ SHARED_REAL = REPO.parent / "shared" / "data" / "real"
 def _demo_models() -> dict:
     """The demo's model entries as the workflow sees them (defaults filled): the same weights key, so a
     snapshot prepared here is the one the workflow would prepare."""
-    from truthflow.config import check_config
+    from truthflow.preflight import prepare_config
 
-    cfg = check_config(yaml.safe_load((REPO / "config.yaml").read_text()), environ={})
+    cfg = prepare_config(yaml.safe_load((REPO / "config.yaml").read_text()), environ={})
     return cfg["models"]
 
 

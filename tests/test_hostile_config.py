@@ -1,7 +1,7 @@
 """Hostile configs: each is refused at parse time, with one line naming the key, before any job and before
 anything is written.
 
-Every refusal is tested in-process, through truthflow.config.check_config: the one function the Snakefile
+Every refusal is tested in-process, through truthflow.preflight.prepare_config: the one function the Snakefile
 calls before any job (so these are the workflow's own checks, in its order). One real dry run per family of
 checks (`workflow` mark) proves that its message reaches the user as it is: `invalid config: <the same
 message>` on one line of Snakemake's output, no traceback, nothing written."""
@@ -15,14 +15,15 @@ import pytest
 import yaml
 from conftest import REPO, small_config, snakemake, snakemake_cmd, write_config
 
-from truthflow.config import SCHEMA, SCHEMA_DOC, check_config, check_config_files, fill_defaults
+from truthflow.config import SCHEMA, SCHEMA_DOC, check_config_files, fill_defaults
 from truthflow.errors import TruthflowError
+from truthflow.preflight import prepare_config
 
 
 def refusal(cfg: dict, configfiles=(), environ=None) -> str:
-    """check_config's one-line refusal of this config."""
+    """prepare_config's one-line refusal of this config."""
     with pytest.raises(TruthflowError) as err:
-        check_config(cfg, configfiles, {} if environ is None else environ)
+        prepare_config(cfg, configfiles, {} if environ is None else environ)
     message = str(err.value)
     assert message and "\n" not in message, message
     return message
@@ -64,11 +65,11 @@ def test_checks_run_in_the_workflow_order(tmp_path, monkeypatch):
         assert needle in refusal(copy.deepcopy(cfg), files), needle
         repair()
         files = []
-    assert check_config(cfg, files, {}) is cfg  # all repaired: it passes, and fills the config in place
+    assert prepare_config(cfg, files, {}) is cfg  # all repaired: it passes, and fills the config in place
 
 
 def test_defaults_are_filled_as_snakemake_fills_them():
-    """fill_defaults (what check_config fills) is snakemake.utils.validate(set_default=True), which the
+    """fill_defaults (what prepare_config fills) is snakemake.utils.validate(set_default=True), which the
     Snakefile called before: the same config comes out, for the test config, a bare one, the shipped ones
     (besides the datasets' hub sources and pathways.datasets: tests/test_registry.py)."""
     from snakemake.utils import validate
@@ -83,7 +84,7 @@ def test_defaults_are_filled_as_snakemake_fills_them():
         for filled in (ours, theirs):
             del filled["datasets"], filled["pathways"]["datasets"]
         assert ours == theirs
-    filled = check_config(small_config(), [], {})
+    filled = prepare_config(small_config(), [], {})
     assert filled["pathways"]["knockout"]["mode"] == "cumulative"  # a section's defaults
     assert filled["models"]["gemma3-270m"]["runtime"] == 240  # a model's, from $defs
     assert filled["datasets"]["nq"]["source"]["format"] == "auto"  # a dataset source's
@@ -151,7 +152,7 @@ def test_figure_of_a_model_its_stage_does_not_run_names_that_stage_and_the_fixes
         "(pathways.models: gemma3-270m); add 'smollm2-135m' to pathways.models, or leave it out of "
         "figures.pathways"
     ), message
-    check_config(overlaid({"depth": {"models": []}, "figures": {"depth": []}}), [], {})  # the fix is taken
+    prepare_config(overlaid({"depth": {"models": []}, "figures": {"depth": []}}), [], {})  # the fix is taken
 
 
 def test_overlay_source_of_another_kind_says_that_files_merge_and_how_to_replace(tmp_path):
@@ -165,14 +166,14 @@ def test_overlay_source_of_another_kind_says_that_files_merge_and_how_to_replace
         f"kind to null, e.g. source: {{local: {tmp_path}, embedded: null}} (docs/configuration.md)"
     )
     cfg = overlaid({"models": {"smollm2-135m": {"source": {"local": str(tmp_path), "embedded": None}}}})
-    source = check_config(cfg, [], {})["models"]["smollm2-135m"]["source"]
+    source = prepare_config(cfg, [], {})["models"]["smollm2-135m"]["source"]
     assert source["local"] == str(tmp_path) and "embedded" not in source
     nq = small_config()["datasets"]["nq"]["source"]["local"]
     hub = {"hub": "google-research-datasets/nq_open"}
     assert f"(local: '{nq}', hub: 'google-research-datasets/nq_open')" in refusal(
         overlaid({"datasets": {"nq": {"source": hub}}})
     )
-    cfg = check_config(overlaid({"datasets": {"nq": {"source": {**hub, "local": None}}}}), [], {})
+    cfg = prepare_config(overlaid({"datasets": {"nq": {"source": {**hub, "local": None}}}}), [], {})
     source = cfg["datasets"]["nq"]["source"]
     assert source["hub"] == hub["hub"] and "local" not in source
 
@@ -386,7 +387,7 @@ def test_missing_judge_key_is_refused_at_parse_time(capsys, caplog):
     assert f"${KEY_ENV} is not set" in message and "depth.judge.api_key_env" in message
 
     # the key set: it passes, and says nothing of the key
-    check_config(depth_config(dict(OPENAI_JUDGE)), [], {KEY_ENV: SECRET})
+    prepare_config(depth_config(dict(OPENAI_JUDGE)), [], {KEY_ENV: SECRET})
     said = capsys.readouterr()
     assert SECRET not in said.out + said.err + caplog.text
 
@@ -394,7 +395,7 @@ def test_missing_judge_key_is_refused_at_parse_time(capsys, caplog):
     cfg = depth_config(dict(OPENAI_JUDGE))
     cfg["depth"]["models"], cfg["figures"]["depth"] = [], []
     cfg["pathways"]["models"] = [MODEL]
-    check_config(cfg, [], {})
+    prepare_config(cfg, [], {})
 
 
 @pytest.mark.workflow
@@ -413,6 +414,6 @@ def test_reversed_check_layer_range_is_refused():
     cfg = small_config()
     cfg["pathways"]["check"] = {"layers": [20, 5]}
     with pytest.raises(TruthflowError, match=r"'pathways.check.layers' is \[from, to\] with from <= to"):
-        check_config(cfg, environ={})
+        prepare_config(cfg, environ={})
     cfg["pathways"]["check"] = {"layers": [5, 20]}
-    check_config(cfg, environ={})  # the same range the right way round is taken
+    prepare_config(cfg, environ={})  # the same range the right way round is taken

@@ -2,7 +2,7 @@
 or node (before any job where the check can be made at parse time); what can be repaired (repeated ids,
 rows without a gold answer, n larger than the file) is repaired and counted in the dropped table.
 
-The parse-time refusals are tested in-process through truthflow.config.check_config (the Snakefile's own
+The parse-time refusals are tested in-process through truthflow.preflight.prepare_config (the Snakefile's own
 checks); one real dry run per family (`workflow` mark) proves the message reaches the user as one line."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import tenacity
 from conftest import REPO, small_config, snakemake, write_config
 
 from truthflow import data, hub
-from truthflow.config import check_config
 from truthflow.data import load_depthqa, load_qa, question_id, read_local_records
 from truthflow.errors import TruthflowError
+from truthflow.preflight import prepare_config
 
 DEMO = REPO / "data" / "demo"
 
@@ -39,9 +39,9 @@ def _failed_once(workdir, proc, *needles):
 
 
 def _refusal(cfg) -> str:
-    """The one-line refusal of check_config, the workflow's parse-time checks."""
+    """The one-line refusal of prepare_config, the workflow's parse-time checks."""
     with pytest.raises(TruthflowError) as err:
-        check_config(cfg, [], {})
+        prepare_config(cfg, [], {})
     assert "\n" not in str(err.value)
     return str(err.value)
 

@@ -14,8 +14,8 @@ import torch
 import yaml
 
 from truthflow import memplan
-from truthflow.config import check_config
 from truthflow.errors import TruthflowError
+from truthflow.preflight import prepare_config
 
 REPO = Path(__file__).resolve().parents[1]
 PAPERS = {
@@ -37,7 +37,7 @@ PUBLISHED = {
 
 
 def _check(cfg: dict) -> dict:
-    return check_config(copy.deepcopy(cfg), environ=ENV)
+    return prepare_config(copy.deepcopy(cfg), environ=ENV)
 
 
 def test_every_paper_model_has_public_dimensions():
@@ -64,7 +64,7 @@ def test_paper_configs_fit_with_a_plan_for_every_model():
     """Both paper configs pass on 80 GiB GPUs as written; every model gets a token budget from the plan
     (the configs set batch_size), and the plan's peaks at those sizes fit."""
     for name, raw in PAPERS.items():
-        plans = memplan.plan_memory(copy.deepcopy(raw))
+        plans = memplan.fit_to_memory(copy.deepcopy(raw))
         cfg = _check(raw)
         used = set(cfg["pathways"]["models"]) | set(cfg["depth"]["models"])
         assert set(plans) == used, name

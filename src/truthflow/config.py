@@ -1,10 +1,14 @@
-"""Every parse-time config check, in one entry point: check_config (called by the Snakefile and the tests)."""
+"""The config's own checks (`check_config`) and the schema's defaults (`fill_defaults`, `schema_defaults`):
+every default lives in the schema and nowhere else. Reads the schema and the dataset registry only, never a
+science module, so that the rules whose scripts read a config section do not import the science through it.
+truthflow.preflight runs these checks with the memory plan and the checks of the files the config names."""
 
 from __future__ import annotations
 
-import os
+import copy
 import re
 from collections.abc import Iterable, Mapping
+from functools import cache
 from pathlib import Path
 
 import yaml
@@ -16,12 +20,29 @@ SCHEMA = Path(__file__).resolve().parent / "schemas" / "config.schema.yaml"  # p
 SCHEMA_DOC = "src/truthflow/schemas/config.schema.yaml"
 
 
-def schema_defaults(*section: str) -> dict:
-    """The schema's default of every key of one config section (`schema_defaults("pathways", "check")`)."""
-    node = yaml.safe_load(SCHEMA.read_text())
+@cache
+def _schema() -> dict:
+    return yaml.safe_load(SCHEMA.read_text())
+
+
+def _filled(node: dict, given: Mapping) -> dict:
+    out = dict(given)
+    for key, spec in node.get("properties", {}).items():
+        if "properties" in spec and isinstance(out.get(key, spec.get("default")), dict):
+            out[key] = _filled(spec, out.get(key) or {})
+        elif key not in out and "default" in spec:
+            out[key] = copy.deepcopy(spec["default"])
+    return out
+
+
+def schema_defaults(*section: str, given: Mapping | None = None) -> dict:
+    """One config section as the workflow fills it (`schema_defaults("pathways", "check")`): the keys `given`
+    and the schema's defaults of the others, nested sections included. For callers outside the workflow, whose
+    config the Snakefile fills whole."""
+    node = _schema()
     for key in section:
         node = node["properties"][key]
-    return {key: spec["default"] for key, spec in node["properties"].items()}
+    return _filled(node, given or {})
 
 
 # Snakemake's validate dumps the schema: test_hostile_config::test_schema_error_is_one_line_naming_the_key
@@ -30,7 +51,7 @@ def check_schema(config: dict) -> None:
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
 
-    errors = list(Draft202012Validator(yaml.safe_load(SCHEMA.read_text())).iter_errors(config))
+    errors = list(Draft202012Validator(_schema()).iter_errors(config))
     if not errors:
         return
     err = best_match(errors)
@@ -80,17 +101,12 @@ def check_path_names(config: dict) -> None:
             )
 
 
-def _source_schemas() -> dict:
-    """The schema of a model's and of a dataset's source, by config section."""
-    defs = yaml.safe_load(SCHEMA.read_text())["$defs"]
-    return {f"{entry}s": defs[entry]["properties"]["source"] for entry in ("model", "dataset")}
-
-
 # before the schema, whose oneOf error does not say that config files merge: see docs/configuration.md
 def check_sources(config: dict) -> None:
     """A source key set to null is removed where null is not a value of it (an overlay's way to drop the
     kind of source it replaces); then a source that still has two kinds (hub, local, ...) is refused."""
-    for section, schema in _source_schemas().items():
+    for entry in ("model", "dataset"):
+        section, schema = f"{entry}s", _schema()["$defs"][entry]["properties"]["source"]
         props = schema["properties"]
         kinds = [rule["required"][0] for rule in schema["oneOf"]]
         entries = config.get(section)
@@ -248,25 +264,13 @@ def check_depth(depth: dict) -> None:
         )
 
 
-def check_config(config: dict, configfiles: Iterable = (), environ: Mapping[str, str] | None = None) -> dict:
-    """Every check before any job, each a TruthflowError naming the key or file; fills the defaults in place.
-    The memory plan derives batch_size and token_budget before the schema's defaults fill them; the judge is
-    checked at parse time, so a dry run stops before model jobs spend hours on answers nobody can score."""
-    from .data import check_local_sources
-    from .depth.judge import check_judge_config
-    from .depth.prompts import load_answer_prompt
-    from .memplan import plan_memory
-
+def check_config(config: dict, configfiles: Iterable = ()) -> None:
+    """Every check of the config itself, each a TruthflowError naming the key or file; `config` is left as
+    given (a source key set to null is dropped), the checks that need defaults run on a filled copy."""
     check_config_files(configfiles)
     check_path_names(config)
     check_sources(config)
     check_schema(config)
-    plan_memory(config)
-    fill_defaults(config)
-    check_names(config)
-    check_depth(config["depth"])
-    check_local_sources(config)
-    if config["depth"]["models"]:
-        check_judge_config(config["depth"]["judge"], os.environ if environ is None else environ)
-        load_answer_prompt(config["depth"]["prompt"])  # a prompt file that cannot be read, before any job
-    return config
+    full = fill_defaults(copy.deepcopy(config))
+    check_names(full)
+    check_depth(full["depth"])

@@ -18,7 +18,8 @@ Per GPU, in bytes (b: bytes per element of the dtype; a model split over g GPUs 
 Jobs: `generation` at token_budget tokens; `passes` (knockout sweep, experiment passes, score_mink) and
 `saliency` at batch_size / saliency_batch_size rows of ROW_TOKENS tokens (a longer batch backs off at run
 time). A model whose one-row jobs exceed gpu_mem_gb is refused; else batch_size and token_budget, where the
-config leaves them out, become the largest powers of two filling at most HEADROOM of what the weights leave.
+config leaves them out, become the largest powers of two filling at most HEADROOM of what the weights leave
+(a token budget holds at least one planned row). `fit_to_memory` is the workflow's step (truthflow.preflight).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import yaml
 
+from .config import fill_defaults
 from .errors import TruthflowError
 
 DIMS_FILE = Path(__file__).resolve().parent / "schemas" / "model_dims.yaml"
@@ -42,7 +44,6 @@ OVERHEAD_GIB = 1.5
 HEADROOM = 0.9  # share of the memory left beside the weights that a planned batch may fill
 MAX_BATCH = 256
 MAX_BUDGET = 2**18
-MIN_BUDGET = 64  # the schema's minimum token_budget
 DERIVED = ("batch_size", "token_budget")  # from the plan where the config leaves them out
 
 
@@ -172,19 +173,17 @@ def plan_model(name: str, spec: dict, dims: Dims, jobs: set[str], saliency_batch
         lambda x: predict(dims, dtype, gpus, x, ROW_TOKENS, 1)["passes"] <= cap, 1, MAX_BATCH
     )
     budget = spec.get("token_budget") or _largest(
-        lambda x: predict(dims, dtype, gpus, 1, x, 1)["generation"] <= cap, MIN_BUDGET, MAX_BUDGET
+        lambda x: predict(dims, dtype, gpus, 1, x, 1)["generation"] <= cap, ROW_TOKENS, MAX_BUDGET
     )
     at = predict(dims, dtype, gpus, batch, budget, saliency_batch)
     return {"batch_size": batch, "token_budget": budget, "params": dims.params, "smallest": smallest(gpus),
             **{k: at[k] for k in ("weights", *sorted(jobs))}}  # fmt: skip
 
 
-def plan_memory(config: dict) -> dict[str, dict]:
-    """check_config's memory step, on a valid config before its defaults are filled (so that what it leaves
-    out shows): plan_model per model, whose batch_size and token_budget are set where the config leaves them
-    out and the dims may derive them. Returns the plans by model name."""
-    from .config import fill_defaults
-
+def fit_to_memory(config: dict) -> dict[str, dict]:
+    """On a checked config before its defaults are filled (so that what it leaves out shows): plan_model per
+    model, which refuses a model that cannot fit; batch_size and token_budget are set where the config leaves
+    them out and the dims may derive them. Returns the plans by model name."""
     full = fill_defaults(copy.deepcopy(config))
     pw, exp = full["pathways"], full["pathways"]["experiments"]
     plans = {}

@@ -1,0 +1,33 @@
+"""What the Snakefile does with the config before any job, each refusal one line naming the key or file."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+
+from .config import check_config, fill_defaults
+from .data import check_local_sources
+from .depth.judge import check_judge_config
+from .depth.prompts import load_answer_prompt
+from .memplan import fit_to_memory
+
+
+def prepare_config(
+    config: dict, configfiles: Iterable = (), environ: Mapping[str, str] | None = None
+) -> dict:
+    """In place, in order: check the config itself; fit each model's batch_size and token_budget to its GPUs
+    where the config leaves them out (the memory plan); fill the schema's defaults; check what it names."""
+    check_config(config, configfiles)
+    fit_to_memory(config)
+    fill_defaults(config)
+    check_named_inputs(config, os.environ if environ is None else environ)
+    return config
+
+
+def check_named_inputs(config: dict, environ: Mapping[str, str]) -> None:
+    """The local data files, the prompt files and the judge the config names (its defaults filled), so that a
+    dry run stops before model jobs spend hours on answers nobody can score."""
+    check_local_sources(config)
+    if config["depth"]["models"]:
+        check_judge_config(config["depth"]["judge"], environ)
+        load_answer_prompt(config["depth"]["prompt"])
