@@ -33,6 +33,7 @@ import polars as pl  # noqa: E402
 import torch  # noqa: E402
 from shapes import SHAPES, random_model  # noqa: E402
 
+from truthflow.config import schema_defaults  # noqa: E402
 from truthflow.depth.mink import batch_token_statistics  # noqa: E402
 from truthflow.engine import Condition, describe_attention, float_logits, resid_states, unnormed  # noqa: E402
 from truthflow.engine.hooks import LayerMasks, ResidCapture  # noqa: E402
@@ -165,7 +166,7 @@ def stage_probes(arrays, n: int):
     cells = check(samples, auc).select(
         pl.lit("smoke").alias("model"), pl.lit("random").alias("dataset"), pl.all()
     )
-    table, _ = family(cells, {"min_samples": 10})
+    table, _ = family(cells, schema_defaults("pathways", "check", given={"min_samples": 10}))
     assert auc["status"].to_list()[0] == "ok" and samples.height == 2 * n * clean.shape[1]
     return f"{auc.height} per-layer probes, check verdict on random labels: {table['verdict'][0]}"
 

@@ -11,6 +11,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from truthflow.config import schema_defaults
 from truthflow.pathways.check import (
     HOLDS,
     INCONCLUSIVE,
@@ -29,6 +30,11 @@ from truthflow.pathways.check import (
 )
 
 SIMS, ALPHA, SESOI, SD = 1000, 0.05, 5.0, 10.0
+
+
+def _cfg(**given) -> dict:
+    """pathways.check as the workflow fills it."""
+    return schema_defaults("pathways", "check", given=given)
 
 
 def _simulate(effect: float, n: int, cells: int = 1, seed: int = 0, sign: int = -1, sd: float = SD) -> dict:
@@ -153,7 +159,8 @@ def test_table_columns_and_verdict_invariants():
                 ("no probe signal", _samples(80, 12.0, 40, seed=3), _auc(0.55)),
                 ("too few", _samples(12, 12.0, 6, seed=4), _auc(0.8)),
             ]
-        )
+        ),
+        _cfg(),
     )
     fixed = ["measure", "layers", "diff", "diff_low", "diff_high", "p_value", "p_holm", "sesoi", "mde"]
     assert set(fixed + ["n_needed", "verdict"]) <= set(table.columns)
@@ -195,9 +202,9 @@ def test_a_probe_with_nothing_to_flip_is_inconclusive():
     (a CI well within ±SESOI); it describes the probe, not the pathway."""
     s = _samples(400, 0.0, 20, flip=0.0015).with_columns(pl.col("delta_p") / 20)
     cells = _cells([("one class", s, _auc(0.85))])
-    ungated, _ = family(cells, {"min_minority": 2, "min_minority_share": 0.0})
+    ungated, _ = family(cells, _cfg(min_minority=2, min_minority_share=0.0))
     assert ungated["verdict"][0] == NOT_HOLD
-    table, _ = family(cells)
+    table, _ = family(cells, _cfg())
     assert table["verdict"][0] == INCONCLUSIVE
     assert "minority class has 20 of 400" in table["reason"][0] and "too little signal" in table["reason"][0]
 
@@ -205,7 +212,7 @@ def test_a_probe_with_nothing_to_flip_is_inconclusive():
 @pytest.mark.parametrize("measure", ["delta_p", "flip_rate"])
 def test_measure_key_picks_the_primary(measure):
     s = _samples(80, 12.0, 40, flip=0.2)
-    table, _ = family(_cells([("x", s, _auc(0.8))], [3, 6]), {"measure": measure, "layers": [3, 6]})
+    table, _ = family(_cells([("x", s, _auc(0.8))], [3, 6]), _cfg(measure=measure, layers=[3, 6]))
     assert table["measure"][0] == measure and table["layers"][0] == "explicit (3-6)"
     assert table["secondary_measure"][0] != measure
 

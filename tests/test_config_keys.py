@@ -12,6 +12,7 @@ it can take are listed, with the reason, in DYNAMIC."""
 
 from __future__ import annotations
 
+import inspect
 import re
 
 import pytest
@@ -39,8 +40,8 @@ HANDOFFS = {
     "src/truthflow/models.py": {"spec": ("models", ANY), "source": ("models", ANY, "source")},
     # memplan.plan_model(name, spec, ...) / dims_for(name, source): a model entry with its defaults
     "src/truthflow/memplan.py": {"spec": ("models", ANY), "source": ("models", ANY, "source")},
-    # depth.judge: settings = judge_settings(cfg), i.e. {**JUDGE_DEFAULTS, **cfg}
-    "src/truthflow/depth/judge.py": {"cfg": ("depth", "judge"), "settings": ("depth", "judge")},
+    # depth.judge: the section, its defaults filled, is the judge's `settings`
+    "src/truthflow/depth/judge.py": {"settings": ("depth", "judge")},
     # pathways.check: the verdict's settings, rule param `check` passed whole to check.family / caption
     "src/truthflow/pathways/check.py": {"cfg": ("pathways", "check")},
     # the probe settings (pathways.probe) passed whole to the cross-fitted probes
@@ -227,10 +228,9 @@ def test_dynamic_reads_are_schema_keys():
     assert set(PARAM_SECTIONS.values()) <= set(PATHS) | {()}
 
 
-def test_judge_section_is_judge_defaults():
-    # the judge reads its section only through JUDGE_DEFAULTS (tests/test_judge.py checks its reads)
+def test_judge_reads_every_key_of_its_section():
     section = {p[-1] for p in PATHS if p[:2] == ("depth", "judge") and len(p) == 3}
-    assert section == set(judge.JUDGE_DEFAULTS)
+    assert section == set(re.findall(r"settings\[\"(\w+)\"\]", inspect.getsource(judge)))
 
 
 def test_the_scan_sees_reads():

@@ -9,6 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from truthflow.config import schema_defaults
 from truthflow.depth.judge import judge_all
 from truthflow.depth.tables import depthwise_average, pooled_by_depth, score_gaps
 
@@ -65,6 +66,6 @@ def test_reference_judge_on_real_answers(real, tmp_path) -> None:
         {"qid": q, "question": v["question"], "answer": v["predicted_answer"], "reference": v["answer"]}
         for q, v in list(real.items())[:25]
     ]
-    table = judge_all(rows, {"backend": "reference"}, tmp_path / "judge.jsonl", progress=False)
+    table = judge_all(rows, schema_defaults("depth", "judge"), tmp_path / "judge.jsonl", progress=False)
     assert table.height == 25 and table["score"].null_count() == 0
     assert table["score"].is_between(1, 5).all()

@@ -23,6 +23,7 @@ from conftest import knockout_sweep
 from torch.overrides import TorchFunctionMode
 
 from truthflow import devices
+from truthflow.config import schema_defaults
 from truthflow.depth import judge
 from truthflow.depth.mink import encode_for_scoring, score_texts
 from truthflow.engine import Condition, resid_states
@@ -223,11 +224,16 @@ def test_models_load_straight_onto_their_gpu(fake_gpu, tmp_path):
     assert fake_gpu["load"][0]["device_map"] == {"": "cuda:1"}
 
 
+def hf_judge(**given) -> dict:
+    """depth.judge with the hf backend, as the workflow fills it."""
+    return schema_defaults("depth", "judge", given={"backend": "hf", **given})
+
+
 def test_hf_judge_from_a_hub_id_gets_its_gpu_like_a_model_job(fake_gpu, tmp_path):
     """A judge named by hub id (here a plain directory: no prepared info file) claims its device through
     devices.assign_devices and loads onto it. Before: .to('cuda'), past the locks, onto whichever GPU."""
     build_twin("llama").tokenizer.save_pretrained(tmp_path / "hub")
-    hf = judge.HFJudge({"backend": "hf", "model": str(tmp_path / "hub"), "dtype": "float32"})
+    hf = judge.HFJudge(hf_judge(model=str(tmp_path / "hub"), dtype="float32"))
     assert hf.lm.device == "cuda:1" and fake_gpu["assign"] == [1]
     assert fake_gpu["load"][0]["device_map"] == {"": "cuda:1"}
 
@@ -247,7 +253,7 @@ def test_hf_judge_turns_qwen3_thinking_off_unless_asked(monkeypatch):
     def prompt(arch, kwargs):
         twin = build_twin(arch)
         monkeypatch.setattr(judge.HFJudge, "_load", lambda self: twin)
-        return judge.HFJudge({"backend": "hf", "model": "x", "chat_template_kwargs": kwargs})._prompt(row)
+        return judge.HFJudge(hf_judge(model="x", chat_template_kwargs=kwargs))._prompt(row)
 
     assert prompt("qwen3", {}).endswith("<think>\n\n</think>\n\n")
     assert prompt("qwen3", {"enable_thinking": True}).endswith("<|im_start|>assistant\n<think>\n")

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from conftest import REPO, small_config
 
-from truthflow.config import check_schema
+from truthflow.config import check_schema, schema_defaults
 from truthflow.depth import judge
 from truthflow.depth.judge import f1_to_score, judge_all, normalize_text, parse_verdict, read_cache, token_f1
 from truthflow.errors import TruthflowError
@@ -24,6 +24,11 @@ from truthflow.errors import TruthflowError
 KEY_ENV = "TRUTHFLOW_TEST_JUDGE_KEY"
 PARSER_DIGEST = "7562f7a0f139"
 ROW = {"qid": "d1_q1", "question": "What is a thylakoid?", "answer": "A membrane sac.", "reference": "A sac."}
+
+
+def judge_cfg(cfg: dict) -> dict:
+    """depth.judge as the workflow fills it."""
+    return schema_defaults("depth", "judge", given=cfg)
 
 
 # ---------------------------------------------------------------- reference backend
@@ -55,14 +60,14 @@ def test_token_f1_edges() -> None:
 def test_reference_backend_table_and_cache(tmp_path) -> None:
     rows = [ROW, {**ROW, "qid": "d1_q2", "answer": "Unrelated words only."}]
     cache = tmp_path / "judge.jsonl"
-    first = judge_all(rows, {"backend": "reference"}, cache, progress=False)
+    first = judge_all(rows, judge_cfg({"backend": "reference"}), cache, progress=False)
     assert first.schema == pl.Schema(judge.SCORES_SCHEMA)
     # "membrane sac" vs "sac": P = 1/2, R = 1, F1 = 2/3 → 1 + round(2.67) = 4
     assert first["score"].to_list() == [4, 1]
     assert first["judgments"].to_list() == [[4], [1]] and first["n_judgments"].to_list() == [1, 1]
     assert first["score_sd"].to_list() == [None, None] and first["n_unparseable"].to_list() == [0, 0]
     assert first["cached"].to_list() == [False, False]
-    second = judge_all(rows, {"backend": "reference"}, cache, progress=False)
+    second = judge_all(rows, judge_cfg({"backend": "reference"}), cache, progress=False)
     assert second["cached"].to_list() == [True, True]
     assert second["score"].to_list() == [4, 1]
     assert len(cache.read_text().splitlines()) == 2
@@ -157,13 +162,9 @@ def key(monkeypatch) -> str:
 
 
 def openai_cfg(base_url: str, **extra) -> dict:
-    return {
-        "backend": "openai",
-        "base_url": base_url,
-        "model": "judge-model",
-        "api_key_env": KEY_ENV,
-        **extra,
-    }
+    return judge_cfg(
+        {"backend": "openai", "base_url": base_url, "model": "judge-model", "api_key_env": KEY_ENV, **extra}
+    )
 
 
 def test_openai_good_verdict(endpoint, key, tmp_path) -> None:
@@ -351,7 +352,12 @@ def test_openai_keyless_endpoint_never_gets_the_openai_key(endpoint, monkeypatch
 
 
 def test_cache_key_covers_everything_that_can_change_a_verdict(monkeypatch, tmp_path) -> None:
-    cfg = openai_cfg("http://127.0.0.1:9/v1")
+    cfg = {
+        "backend": "openai",
+        "base_url": "http://127.0.0.1:9/v1",
+        "model": "judge-model",
+        "api_key_env": KEY_ENV,
+    }
     shipped = yaml.safe_load((REPO / "prompts" / "depthqa_judge.yaml").read_text())
 
     def prompt_file(**edit) -> str:
@@ -361,7 +367,10 @@ def test_cache_key_covers_everything_that_can_change_a_verdict(monkeypatch, tmp_
 
     def key(row: dict = ROW, **settings) -> str:
         return judge.cache_key(
-            judge.judge_method({**cfg, **settings}), row["question"], row["answer"], row["reference"]
+            judge.judge_method(judge_cfg({**cfg, **settings})),
+            row["question"],
+            row["answer"],
+            row["reference"],
         )
 
     base = key()
@@ -402,7 +411,7 @@ def test_greedy_verdicts_keep_the_keys_they_had_before_prompts_were_files() -> N
     }
     for backend, expected in golden.items():
         cfg = {"backend": backend, "model": {"openai": "judge-model", "hf": "some/dir"}.get(backend)}
-        assert judge.cache_key(judge.judge_method(cfg), "Q?", "A.", "R.") == expected, backend
+        assert judge.cache_key(judge.judge_method(judge_cfg(cfg)), "Q?", "A.", "R.") == expected, backend
 
 
 def test_parser_change_needs_a_new_parser_version() -> None:
@@ -413,10 +422,13 @@ def test_parser_change_needs_a_new_parser_version() -> None:
 
 
 def test_judge_code_reads_no_key_outside_the_schema() -> None:
-    # settings reach the backends only through judge_settings (JUDGE_DEFAULTS merged in)
+    # the backends read the settings (depth.judge, its defaults filled) by key only
     source = inspect.getsource(judge)
-    read = set(re.findall(r"settings\[\"(\w+)\"\]", source)) | set(re.findall(r"cfg\.get\(\"(\w+)\"", source))
-    assert read <= set(judge.JUDGE_DEFAULTS), read - set(judge.JUDGE_DEFAULTS)
+    read = set(re.findall(r"settings\[\"(\w+)\"\]", source))
+    assert read and read <= set(schema_defaults("depth", "judge")), read - set(
+        schema_defaults("depth", "judge")
+    )
+    assert "settings.get(" not in source
 
 
 @pytest.mark.parametrize(
@@ -435,7 +447,7 @@ def test_judge_code_reads_no_key_outside_the_schema() -> None:
 )
 def test_check_judge_config_names_the_culprit(cfg, environ, match) -> None:
     with pytest.raises(TruthflowError, match=match):
-        judge.check_judge_config(cfg, environ)
+        judge.check_judge_config(judge_cfg(cfg), environ)
 
 
 def test_unknown_backend_is_refused_by_the_schema() -> None:
@@ -455,14 +467,14 @@ def test_unknown_backend_is_refused_by_the_schema() -> None:
     ],
 )
 def test_check_judge_config_passes(cfg) -> None:
-    judge.check_judge_config(cfg, {"MY_KEY": "k"})
+    judge.check_judge_config(judge_cfg(cfg), {"MY_KEY": "k"})
 
 
 def test_hf_judge_chat_template_kwargs_reach_the_prompt_and_the_cache_key(monkeypatch) -> None:
     from truthflow.twins import build_twin
 
     def key(**settings) -> str:
-        method = judge.judge_method({"backend": "hf", "model": "some/dir", **settings})
+        method = judge.judge_method(judge_cfg({"backend": "hf", "model": "some/dir", **settings}))
         return judge.cache_key(method, ROW["question"], ROW["answer"], ROW["reference"])
 
     # unset (or empty) keeps the keys of verdicts cached before the setting existed; set, it is a new key
@@ -481,7 +493,7 @@ def test_hf_judge_chat_template_kwargs_reach_the_prompt_and_the_cache_key(monkey
         ({}, True),
         ({"enable_thinking": True}, False),
     ):
-        hf = judge.HFJudge({"backend": "hf", "model": "some/dir", "chat_template_kwargs": kwargs})
+        hf = judge.HFJudge(judge_cfg({"backend": "hf", "model": "some/dir", "chat_template_kwargs": kwargs}))
         hf.lm.tokenizer.chat_template = template
         prompt = hf._prompt({"question": "Q?", "answer": "A.", "reference": "R."})
         assert prompt.startswith("[no-think] ") is expected

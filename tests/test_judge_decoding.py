@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 import yaml
 from conftest import copy_run, small_config, snakemake, write_config
-from test_judge import ROW, endpoint, key, openai_cfg  # noqa: F401 - fixtures
+from test_judge import ROW, endpoint, judge_cfg, key, openai_cfg  # noqa: F401 - fixtures
 
 from truthflow.config import check_schema
 from truthflow.depth import judge
@@ -55,7 +55,7 @@ def test_draw_seed_depends_on_seed_key_and_index_only() -> None:
 
 
 def test_several_sampled_verdicts_give_mean_and_spread(tmp_path) -> None:
-    table = judge_all(ROWS, SAMPLED, tmp_path / "c.jsonl", progress=False)
+    table = judge_all(ROWS, judge_cfg(SAMPLED), tmp_path / "c.jsonl", progress=False)
     assert table["n_judgments"].to_list() == [5, 5, 5] and table["n_unparseable"].to_list() == [0, 0, 0]
     for row in table.iter_rows(named=True):
         verdicts = row["judgments"]
@@ -71,25 +71,27 @@ def test_several_sampled_verdicts_give_mean_and_spread(tmp_path) -> None:
 
 def test_sampled_rerun_pays_nothing_and_a_fresh_cache_draws_the_same(tmp_path) -> None:
     cache = tmp_path / "c.jsonl"
-    first = judge_all(ROWS, SAMPLED, cache, progress=False)
+    first = judge_all(ROWS, judge_cfg(SAMPLED), cache, progress=False)
     assert len(cache.read_text().splitlines()) == 15  # 3 answers x 5 verdicts, each under its own key
-    again = judge_all(ROWS, SAMPLED, cache, progress=False)
+    again = judge_all(ROWS, judge_cfg(SAMPLED), cache, progress=False)
     assert again["cached"].all() and again.drop("cached").equals(first.drop("cached"))
     # another order, a subset, a fresh cache: every answer's verdicts are the same draws
-    alone = judge_all(ROWS[::-1], SAMPLED, tmp_path / "other.jsonl", progress=False)
+    alone = judge_all(ROWS[::-1], judge_cfg(SAMPLED), tmp_path / "other.jsonl", progress=False)
     assert alone.sort("qid").drop("cached").equals(first.sort("qid").drop("cached"))
-    one = judge_all(ROWS[1:2], SAMPLED, tmp_path / "one.jsonl", progress=False)
+    one = judge_all(ROWS[1:2], judge_cfg(SAMPLED), tmp_path / "one.jsonl", progress=False)
     assert one["judgments"].to_list() == first["judgments"].to_list()[1:2]
     # another seed draws again
-    other = judge_all(ROWS, {**SAMPLED, "decoding": {"mode": "sampled", "seed": 8}}, cache, progress=False)
+    other = judge_all(
+        ROWS, judge_cfg({**SAMPLED, "decoding": {"mode": "sampled", "seed": 8}}), cache, progress=False
+    )
     assert not other["cached"].any() and other["judgments"].to_list() != first["judgments"].to_list()
     # more verdicts keep the first five and draw only the new ones
-    more = judge_all(ROWS, {**SAMPLED, "judgments": 7}, cache, progress=False)
+    more = judge_all(ROWS, judge_cfg({**SAMPLED, "judgments": 7}), cache, progress=False)
     assert [v[:5] for v in more["judgments"].to_list()] == first["judgments"].to_list()
 
 
 def test_greedy_default_is_todays_single_verdict(tmp_path) -> None:
-    table = judge_all(ROWS, {"backend": "reference"}, tmp_path / "c.jsonl", progress=False)
+    table = judge_all(ROWS, judge_cfg({"backend": "reference"}), tmp_path / "c.jsonl", progress=False)
     expected = [f1_to_score(token_f1(r["answer"], r["reference"])) for r in ROWS]
     assert table["judgments"].to_list() == [[s] for s in expected] and table["score"].to_list() == expected
 
@@ -135,7 +137,7 @@ def test_openai_sampled_sends_its_settings_and_a_seed_per_verdict(endpoint, key,
 )
 def test_check_judge_config_refuses_what_cannot_run(cfg, match) -> None:
     with pytest.raises(TruthflowError, match=match):
-        judge.check_judge_config(cfg, {})
+        judge.check_judge_config(judge_cfg(cfg), {})
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from conftest import REPO, checkout_config, copy_run, snakemake, write_config
 
 from truthflow import validate
 from truthflow.compare import compare
+from truthflow.config import schema_defaults
 from truthflow.pathways.check import HOLDS, INCONCLUSIVE, NOT_HOLD, check, family, per_sample_means
 from truthflow.pathways.extract import control_positions, knockout_blocks
 
@@ -66,7 +67,7 @@ def _verdict(s: pl.DataFrame, **kw) -> dict:
     cells = check(s, AUC, "second_half", **kw).select(
         pl.lit("m").alias("model"), pl.lit("d").alias("dataset"), pl.all()
     )
-    return family(cells)[0].row(0, named=True)
+    return family(cells, schema_defaults("pathways", "check"))[0].row(0, named=True)
 
 
 def test_per_sample_means_hand_case():

@@ -30,15 +30,12 @@ from pathlib import Path
 import polars as pl
 from tqdm.auto import tqdm
 
-from ..config import schema_defaults
 from ..errors import TruthflowError
 from ..redact import add_secret, redact
 from ..text import normalize_text
 from .prompts import JudgePrompt, load_judge_prompt
 
 REFERENCE_MODEL = "token-f1"
-JUDGE_DEFAULTS: dict = schema_defaults("depth", "judge")
-DECODING_DEFAULTS: dict = schema_defaults("depth", "judge", "decoding")
 OPENAI_WORKERS = 4  # requests in flight
 # bump when parse_verdict reads a text differently: cached verdicts of the old parser are then asked again
 PARSER_VERSION = 1
@@ -101,12 +98,7 @@ def read_verdict(text: str | None) -> Verdict:
 
 
 # ---------------------------------------------------------------- settings and backends
-
-
-def judge_settings(cfg: Mapping) -> dict:
-    settings = {**JUDGE_DEFAULTS, **cfg}
-    settings["decoding"] = {**DECODING_DEFAULTS, **(cfg.get("decoding") or {})}
-    return settings
+# `settings`: the config's depth.judge section, its defaults filled (truthflow.config.schema_defaults)
 
 
 def sampled(settings: Mapping) -> bool:
@@ -124,20 +116,19 @@ def draw_seed(seed: int, key: str, index: int) -> int:
     return int.from_bytes(blob[:4], "big") & 0x7FFFFFFF  # the OpenAI API takes a 32-bit seed
 
 
-def judge_model_name(cfg: Mapping) -> str:
-    backend = cfg.get("backend", "reference")  # one of the schema's enum
+def judge_model_name(settings: Mapping) -> str:
+    backend = settings["backend"]
     if backend == "reference":
         return REFERENCE_MODEL
-    if not cfg.get("model"):
+    if not settings["model"]:
         raise TruthflowError(
             f"depth.judge.backend '{backend}' needs depth.judge.model (the judge model's name, dir or id)"
         )
-    return str(cfg["model"])
+    return str(settings["model"])
 
 
-def check_judge_config(judge_cfg: Mapping, environ: Mapping[str, str]) -> None:
+def check_judge_config(settings: Mapping, environ: Mapping[str, str]) -> None:
     """Raise TruthflowError, naming the config key or variable, when the judge cannot run as configured."""
-    settings = judge_settings(judge_cfg)
     judge_model_name(settings)
     judge_prompt(settings)
     mode, n = settings["decoding"]["mode"], int(settings["judgments"])
@@ -170,8 +161,8 @@ def sampled_f1_score(f1: float, temperature: float, draw: float) -> int:
 class ReferenceJudge:
     """Token-F1 against the reference; sampled, its verdict is drawn from the verdict's own seed."""
 
-    def __init__(self, cfg: Mapping) -> None:
-        self.decoding = judge_settings(cfg)["decoding"]
+    def __init__(self, settings: Mapping) -> None:
+        self.decoding = settings["decoding"]
 
     def verdicts(self, rows: list[dict]) -> Iterator[tuple[int, Verdict]]:
         for i, row in enumerate(rows):
@@ -195,10 +186,9 @@ class OpenAIJudge:
     SDK retries a network error, a timeout, HTTP 408/409/429 and 5xx `retries` times; any other error (401,
     400, an unknown model) stops the job with one line naming the endpoint and the status."""
 
-    def __init__(self, cfg: Mapping) -> None:
+    def __init__(self, settings: Mapping) -> None:
         import openai
 
-        settings = judge_settings(cfg)
         check_judge_config(settings, os.environ)
         self.model, self.key_env = str(settings["model"]), settings["api_key_env"]
         key = os.environ[self.key_env] if self.key_env else None
@@ -282,8 +272,8 @@ class OpenAIJudge:
 class HFJudge:
     """A local transformers model with the rubric prompt, greedy. Greedy repeats itself, so no retries."""
 
-    def __init__(self, cfg: Mapping) -> None:
-        self.settings = judge_settings(cfg)
+    def __init__(self, settings: Mapping) -> None:
+        self.settings = settings
         self.model_id = judge_model_name(self.settings)
         self.batch_size = int(self.settings["batch_size"])
         self.max_new_tokens = int(self.settings["max_new_tokens"])
@@ -346,10 +336,9 @@ class HFJudge:
 # ---------------------------------------------------------------- cache and driver
 
 
-def judge_method(cfg: Mapping) -> dict:
+def judge_method(settings: Mapping) -> dict:
     """Everything besides the row (and a sampled verdict's index) that can change a verdict; part of every
     cache key. Greedy verdicts keep the keys they had before decoding was a setting."""
-    settings = judge_settings(cfg)
     backend = settings["backend"]
     method: dict = {"backend": backend, "judge_model": judge_model_name(settings)}
     if sampled(settings):
@@ -427,14 +416,13 @@ def _summary(qid: str, entries: list[dict], backend: str, cached: bool) -> tuple
 
 
 def judge_all(
-    rows: Iterable[dict], backend_cfg: Mapping, cache_path: str | Path, progress: bool = True
+    rows: Iterable[dict], settings: Mapping, cache_path: str | Path, progress: bool = True
 ) -> pl.DataFrame:
     """Score every row {qid, question, answer, reference} `depth.judge.judgments` times; one row per answer
     (SCORES_SCHEMA). Each new verdict is appended to cache_path and flushed before the next, so a rerun or a
     crash never pays for a verdict twice; a greedy unparseable verdict is never cached (the next run asks
     again), a sampled one is (it is a draw: asking again until one parses would bias the scores)."""
     rows = list(rows)
-    settings = judge_settings(backend_cfg)
     backend = settings["backend"]
     method = judge_method(settings)
     draws = range(int(settings["judgments"])) if sampled(settings) else [None]

@@ -15,7 +15,6 @@ import polars as pl
 import polars.selectors as cs
 from scipy import optimize, stats
 
-from ..config import schema_defaults
 from .probes import CONTROL, TARGET
 
 HOLDS, NOT_HOLD, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
@@ -24,8 +23,6 @@ MEASURES = {"delta_p": -1, "flip_rate": 1}
 UNITS = {"delta_p": "ΔP points", "flip_rate": "flip-rate points (%)"}
 NAMES = {"delta_p": "ΔP", "flip_rate": "flip rate"}
 POWER = 0.8
-# config: the verdict's settings, the schema's defaults of pathways.check
-DEFAULTS = schema_defaults("pathways", "check")
 
 CELL_SCHEMA = {
     "range": pl.String,  # all | second_half | explicit | middle_third (the explicit stand-in)
@@ -305,10 +302,10 @@ def _family(rows: pl.DataFrame, cfg: dict) -> pl.DataFrame:
     )
 
 
-def family(cells: pl.DataFrame, cfg: dict | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """From every cell's `check` rows (with model, dataset): (the check table, Holm over the cells; the
-    sensitivity table: the primary measure's verdict under each layer range, Holm within each range)."""
-    cfg = {**DEFAULTS, **(cfg or {})}
+def family(cells: pl.DataFrame, cfg: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """From every cell's `check` rows (with model, dataset) and the config's pathways.check (its defaults
+    filled): (the check table, Holm over the cells; the sensitivity table: the primary measure's verdict
+    under each layer range, Holm within each range)."""
     primary, chosen = cfg["measure"], "explicit" if isinstance(cfg["layers"], list | tuple) else cfg["layers"]
     secondary = next(m for m in MEASURES if m != primary)
     cells = cells.sort(["model", "dataset"], maintain_order=True)
