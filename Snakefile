@@ -45,6 +45,9 @@ include: "workflow/rules/depth.smk"
 include: "workflow/rules/report.smk"
 
 
+deploy_script_rules()
+
+
 report: "workflow/report/workflow.rst"
 
 

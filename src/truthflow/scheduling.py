@@ -3,6 +3,8 @@ it), so editing it reruns nothing."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 def model_slots(gpus: int | None, gpu_machine: bool) -> int:
     """How many model jobs a local run holds at once: one per GPU given with `--resources gpu=K`; one on a
@@ -30,3 +32,9 @@ def torch_threads(threads: int, cores: int | None, cpus: int) -> int:
     if not cores:
         return 0
     return max(1, min(threads, cpus * threads // cores))
+
+
+def gpu_machine() -> bool:
+    """Whether this machine has an NVIDIA GPU: a device node /dev/nvidia<N>, read without importing torch
+    (the Snakefile asks at parse time)."""
+    return any(Path("/dev").glob("nvidia[0-9]*"))

@@ -5,10 +5,13 @@ import sys
 from pathlib import Path
 
 SRC = str(Path(workflow.basedir) / "src")  # on sys.path since the Snakefile
-# script jobs (local, SLURM or in a conda env) import the package from this checkout
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    filter(None, [SRC, os.environ.get("PYTHONPATH")])
-)
+# script jobs (local, SLURM or in a conda env) import the package from this checkout, ahead of an installed one
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")]))
+
+
+envvars:
+    "PYTHONPATH",
+
 
 from truthflow import registry  # noqa: E402
 from truthflow.depth import prompts  # noqa: E402
@@ -16,7 +19,7 @@ from truthflow.report_tables import (
     TABLES as REPORT_TABLES,
     caption as table_caption,
 )  # noqa: E402
-from truthflow.scheduling import model_slots, model_threads, torch_threads  # noqa: E402
+from truthflow.scheduling import gpu_machine, model_slots, model_threads, torch_threads  # noqa: E402
 
 # the config is checked and its defaults filled by the Snakefile (truthflow.config.check_config)
 RUN = config["run"]
@@ -39,10 +42,8 @@ def _local_cores():
 _cores = _local_cores()
 _gpus = workflow.global_resources.get("gpu")  # --resources gpu=K
 _gpus = getattr(_gpus, "value", _gpus)
-_gpu_machine = any(Path("/dev").glob("nvidia[0-9]*"))
 MODEL_THREADS = model_threads(
-    _cores,
-    model_slots(_gpus if isinstance(_gpus, int) and _gpus > 0 else None, _gpu_machine),
+    _cores, model_slots(_gpus if isinstance(_gpus, int) and _gpus > 0 else None, gpu_machine())
 )
 _cpus = (
     len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -111,16 +112,20 @@ def _script_modules(script):
     return sorted(os.path.relpath(f, Path.cwd()) for f in files if f)
 
 
-def code():
-    """The `code=` input of a rule: every truthflow module its script imports, so that editing one reruns
-    exactly the jobs that import it (Snakemake tracks the script's own code only;
-    tests/test_cache.py::test_module_edit_reruns_exactly_its_importers)."""
+def deploy_script_rules():
+    """Every script rule runs in envs/truthflow.yaml (--sdm conda) and takes as input `code`, the truthflow
+    modules its script imports, so that editing one reruns exactly the jobs that import it (Snakemake tracks
+    the script's own code only). prepare_model takes no code: its conversion is keyed by PREPARE_VERSION.
+    Called once, after the last rule; Snakemake's global `conda:` would inject the env into its own process."""
 
-    def modules(wildcards):
-        job_rule = next(r for r in workflow.rules if any(i is modules for i in r.input))
-        return _script_modules(str(Path(job_rule.snakefile).parent / job_rule.script))
+    def imported_modules(script):
+        return lambda wildcards: _script_modules(script)
 
-    return modules
+    for r in workflow.rules:
+        if r.script:
+            r.conda_env = str(Path(workflow.basedir, "envs", "truthflow.yaml"))
+            if r.name != "prepare_model":
+                r.set_input(code=imported_modules(str(Path(r.snakefile).parent / r.script)))
 
 
 def model_dir(wildcards=None, model=None):

@@ -1,7 +1,6 @@
 rule download_dataset:
     input:
         local=lambda w: local_source(w.dataset),
-        code=code(),
     output:
         data=res("data", "{dataset}.parquet"),
         # rows dropped from the source (duplicate_id, no_question, no_gold_answer) and n_exceeds_rows
@@ -10,8 +9,6 @@ rule download_dataset:
         res("logs", "download_dataset", "{dataset}.log"),
     priority: PRIORITY["step"]
     localrule: True
-    conda:
-        "../../envs/truthflow.yaml"
     params:
         spec=lambda w: config["datasets"][w.dataset],
     script:
@@ -21,7 +18,6 @@ rule download_dataset:
 rule download_depthqa:
     input:
         local=lambda w: local_source("depthqa"),
-        code=code(),
     output:
         questions=res("data", "depthqa.parquet"),
         nodes=res("data", "depthqa_nodes.parquet"),
@@ -30,8 +26,6 @@ rule download_depthqa:
         res("logs", "download_dataset", "depthqa.log"),
     priority: PRIORITY["step"]
     localrule: True
-    conda:
-        "../../envs/truthflow.yaml"
     params:
         spec=config["datasets"].get("depthqa"),
     script:

@@ -2,7 +2,6 @@ rule score_mink:
     input:
         data=rules.download_depthqa.output.questions,
         model=model_dir,
-        code=code(),
     output:
         depth_dir("mink.parquet"),
     log:
@@ -10,8 +9,6 @@ rule score_mink:
     benchmark:
         res("benchmarks", "score_mink", "{model}.tsv")
     priority: PRIORITY["answers"]
-    conda:
-        "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
     resources:
         **MODEL_RESOURCES,
@@ -28,7 +25,6 @@ rule answer_depthqa:
         data=rules.download_depthqa.output.questions,
         model=model_dir,
         prompt=prompt_file(config["depth"]["prompt"], "depth.prompt"),
-        code=code(),
     output:
         depth_dir("answers.parquet"),
     log:
@@ -36,8 +32,6 @@ rule answer_depthqa:
     benchmark:
         res("benchmarks", "answer_depthqa", "{model}.tsv")
     priority: PRIORITY["answers"]
-    conda:
-        "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
     resources:
         **MODEL_RESOURCES,
@@ -58,13 +52,10 @@ rule judge_answers:
         # an hf judge named as a configured model's dir (resources/models/<name>) is prepared first
         judge_model=judge_model_input(),
         prompt=prompt_file(config["depth"]["judge"]["prompt"], "depth.judge.prompt"),
-        code=code(),
     output:
         depth_dir("scores.parquet"),
     log:
         res("logs", "judge_answers", "{model}.log"),
-    conda:
-        "../../envs/truthflow.yaml"
     # an hf judge is a model job: it holds a GPU (devices.assign_devices, as the model jobs) and their threads
     threads: MODEL_THREADS if config["depth"]["judge"].get("backend") == "hf" else 1
     resources:
@@ -86,7 +77,6 @@ rule depth_tables:
         judge_prompt=prompt_file(
             config["depth"]["judge"]["prompt"], "depth.judge.prompt"
         ),
-        code=code(),
     output:
         per_question=res("tables", "depth_per_question.parquet"),
         depthwise=res("tables", "depth_depthwise.parquet"),
@@ -99,8 +89,6 @@ rule depth_tables:
     log:
         res("logs", "depth_tables.log"),
     localrule: True
-    conda:
-        "../../envs/truthflow.yaml"
     params:
         k_plot=config["depth"]["mink"]["k_plot"],
         memorization=config["depth"]["memorization"],
@@ -116,7 +104,6 @@ rule plot_depth:
         depthwise=res("tables", "depth_depthwise.parquet"),
         subsets=res("tables", "depth_memorization_subsets.parquet"),
         captions=caption_files("depth_boxes", "depth_gap"),
-        code=code(),
     output:
         boxes_png=report(
             res("figures", "depth_mink_boxes.png"),
@@ -133,8 +120,6 @@ rule plot_depth:
     log:
         res("logs", "plot_depth.log"),
     localrule: True
-    conda:
-        "../../envs/truthflow.yaml"
     params:
         models=config["figures"]["depth"],
         titles={

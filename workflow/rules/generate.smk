@@ -2,7 +2,6 @@ rule generate_answers:
     input:
         data=rules.download_dataset.output.data,
         model=model_dir,
-        code=code(),
     output:
         res("answers", "{model}", "{dataset}.parquet"),
     log:
@@ -10,8 +9,6 @@ rule generate_answers:
     benchmark:
         res("benchmarks", "generate_answers", "{model}", "{dataset}.tsv")
     priority: PRIORITY["answers"]
-    conda:
-        "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
     resources:
         **MODEL_RESOURCES,
@@ -30,15 +27,12 @@ rule label_answers:
     input:
         answers=rules.generate_answers.output[0],
         data=rules.download_dataset.output.data,
-        code=code(),
     output:
         labels=res("labels", "{model}", "{dataset}.parquet"),
         accuracy=res("labels", "{model}", "{dataset}.accuracy.tsv"),
     log:
         res("logs", "label_answers", "{model}", "{dataset}.log"),
     priority: PRIORITY["step"]
-    conda:
-        "../../envs/truthflow.yaml"
     script:
         "../scripts/label_answers.py"
 
@@ -46,13 +40,10 @@ rule label_answers:
 rule accuracy_table:
     input:
         tables=per_pair(rules.label_answers.output.accuracy, qa_pairs()),
-        code=code(),
     output:
         res("tables", "accuracy.tsv"),
     log:
         res("logs", "accuracy_table.log"),
     localrule: True
-    conda:
-        "../../envs/truthflow.yaml"
     script:
         "../scripts/concat_tables.py"

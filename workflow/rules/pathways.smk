@@ -3,7 +3,6 @@ rule extract_pathways:
         labels=rules.label_answers.output.labels,
         data=rules.download_dataset.output.data,
         model=model_dir,
-        code=code(),
     output:
         samples=pw_dir("samples.parquet"),
         dropped=pw_dir("dropped.parquet"),
@@ -16,8 +15,6 @@ rule extract_pathways:
     benchmark:
         res("benchmarks", "extract_pathways", "{model}", "{dataset}.tsv")
     priority: PRIORITY["knockout"]
-    conda:
-        "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
     resources:
         **MODEL_RESOURCES,
@@ -44,7 +41,6 @@ rule probe_deltap:
         resid_clean=rules.extract_pathways.output.resid_clean,
         resid_ko=rules.extract_pathways.output.resid_ko,
         resid_control=rules.extract_pathways.output.resid_control,
-        code=code(),
     output:
         auc=pw_dir("probe_auc.parquet"),
         deltap=pw_dir("deltap.parquet"),
@@ -53,8 +49,6 @@ rule probe_deltap:
     log:
         res("logs", "probe_deltap", "{model}", "{dataset}.log"),
     priority: PRIORITY["step"]
-    conda:
-        "../../envs/truthflow.yaml"
     params:
         cfg={
             k: config["pathways"][k]
@@ -75,7 +69,6 @@ rule pathways_tables:
             rules.download_dataset.output.dropped,
             dataset=config["pathways"]["datasets"],
         ),
-        code=code(),
     output:
         summary=res("tables", "pathways_summary.parquet"),
         check=res("tables", "pathways_check.parquet"),
@@ -88,8 +81,6 @@ rule pathways_tables:
     log:
         res("logs", "pathways_tables.log"),
     localrule: True
-    conda:
-        "../../envs/truthflow.yaml"
     params:
         pairs=pw_pairs(),
         check=config["pathways"]["check"],
@@ -103,7 +94,6 @@ rule plot_pathways:
         auc=res("tables", "probe_auc.parquet"),
         check=res("tables", "pathways_check.parquet"),
         captions=caption_files("pathways", "probe_auc", "pathways_control", "pathways_check"),
-        code=code(),
     output:
         png=report(
             res("figures", "pathways_{pair}.png"),
@@ -132,8 +122,6 @@ rule plot_pathways:
     log:
         res("logs", "plot_pathways", "{pair}.log"),
     localrule: True
-    conda:
-        "../../envs/truthflow.yaml"
     params:
         models=lambda w: pair_models(w.pair),
         titles=lambda w: {
@@ -157,7 +145,6 @@ rule extract_experiments:
         data=rules.download_dataset.output.data,
         auc=rules.probe_deltap.output.auc,
         model=model_dir,
-        code=code(),
     output:
         patch=pw_dir("exp_patch.npy"),
         answer_only=pw_dir("exp_answer_only.npy"),
@@ -168,8 +155,6 @@ rule extract_experiments:
     benchmark:
         res("benchmarks", "extract_experiments", "{model}", "{dataset}.tsv")
     priority: PRIORITY["experiments"]
-    conda:
-        "../../envs/truthflow.yaml"
     threads: MODEL_THREADS
     resources:
         **MODEL_RESOURCES,
@@ -188,7 +173,6 @@ rule pathway_experiments:
         deltap=rules.probe_deltap.output.deltap,
         resid_clean=rules.extract_pathways.output.resid_clean,
         data=rules.download_dataset.output.data,
-        code=code(),
     output:
         rows=pw_dir("exp_rows.parquet"),
         awareness=pw_dir("exp_awareness.parquet"),
@@ -197,8 +181,6 @@ rule pathway_experiments:
     log:
         res("logs", "pathway_experiments", "{model}", "{dataset}.log"),
     priority: PRIORITY["step"]
-    conda:
-        "../../envs/truthflow.yaml"
     params:
         experiments=config["pathways"]["experiments"],
         probe=config["pathways"]["probe"],
@@ -210,7 +192,6 @@ rule pathway_experiments:
 rule experiment_tables:
     input:
         **{k: per_pair(path) for k, path in rules.pathway_experiments.output.items()},
-        code=code(),
     output:
         rows=res("tables", "pathways_experiments.parquet"),
         rows_tsv=res("tables", "pathways_experiments.tsv"),
@@ -222,8 +203,6 @@ rule experiment_tables:
     log:
         res("logs", "experiment_tables.log"),
     localrule: True
-    conda:
-        "../../envs/truthflow.yaml"
     script:
         "../scripts/experiment_tables.py"
 
@@ -237,7 +216,6 @@ rule plot_experiments:
         captions=caption_files(
             *(f"pathways_{f}" for f in ("patching", "answer_only", "boundary", "saliency", "awareness"))
         ),
-        code=code(),
     output:
         patching_png=report(
             res("figures", "experiment_patching_{pair}.png"),
@@ -272,8 +250,6 @@ rule plot_experiments:
     log:
         res("logs", "plot_experiments", "{pair}.log"),
     localrule: True
-    conda:
-        "../../envs/truthflow.yaml"
     params:
         models=lambda w: pair_models(w.pair),
         titles=lambda w: {

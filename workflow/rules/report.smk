@@ -1,14 +1,11 @@
 rule benchmark_table:
     input:
         tables=[getattr(rules, r).benchmark.format(**w) for r, w in gpu_jobs()],
-        code=code(),
     output:
         res("tables", "benchmarks.tsv"),
     log:
         res("logs", "benchmark_table.log"),
     localrule: True
-    conda:
-        "../../envs/truthflow.yaml"
     params:
         jobs=[{"rule": r, "dataset": "depthqa", **w} for r, w in gpu_jobs()],
     script:
@@ -30,14 +27,11 @@ rule compare_published:
         depthwise=optional_input("depth", res("tables", "depth_depthwise.parquet")),
         pooled=optional_input("depth", res("tables", "depth_pooled_by_depth.tsv")),
         depth_metrics=optional_input("depth", res("tables", "depth_metrics.parquet")),
-        code=code(),
     output:
         res("tables", "published_vs_reproduced.tsv"),
     log:
         res("logs", "compare_published.log"),
     localrule: True
-    conda:
-        "../../envs/truthflow.yaml"
     script:
         "../scripts/compare_published.py"
 
@@ -45,7 +39,6 @@ rule compare_published:
 rule table_html:
     input:
         table=res("tables", "{table}.tsv"),
-        code=code(),
     output:
         report(
             res("report", "{table}.html"),
@@ -57,8 +50,6 @@ rule table_html:
     wildcard_constraints:
         table="|".join(REPORT_TABLES),
     localrule: True
-    conda:
-        "../../envs/truthflow.yaml"
     params:
         title=lambda w: REPORT_TABLES[w.table][0],
         caption=lambda w: table_caption(
