@@ -450,15 +450,8 @@ def judge_all(
         ):
             for i, verdict in judge.verdicts([row for _, row in pending]):
                 key, row = pending[i]
-                entry = {
-                    "key": key,
-                    "backend": backend,
-                    "judge_model": method["judge_model"],
-                    "qid": row["qid"],
-                    "score": verdict.score,
-                    "reason": verdict.reason,
-                    "raw": verdict.raw,
-                }
+                entry = dict(key=key, backend=backend, judge_model=method["judge_model"], qid=row["qid"])
+                entry.update(score=verdict.score, reason=verdict.reason, raw=verdict.raw)
                 if row["index"] is not None:
                     entry.update(index=row["index"], seed=row["seed"])
                 verdicts[key] = entry

@@ -195,14 +195,7 @@ def verdicts(mean, sd, n, sign: int, sesoi: float, alpha: float = 0.05, correct:
     p = np.where(np.isfinite(mean) & (sd > 0) & (n > 1), t_test(mean, sd, n, sign), np.nan)
     p_holm, level = holm(p, alpha) if correct else (p, np.where(np.isnan(p), np.nan, alpha))
     low, high = bounds(mean, sd, n, level)
-    return {
-        "p": p,
-        "p_holm": p_holm,
-        "level": level,
-        "low": low,
-        "high": high,
-        "verdict": decide(low, high, sign, sesoi),
-    }
+    return dict(p=p, p_holm=p_holm, level=level, low=low, high=high, verdict=decide(low, high, sign, sesoi))
 
 
 def power(effect: float, sd: float, n: int, level: float) -> float:
@@ -320,15 +313,9 @@ def family(cells: pl.DataFrame, cfg: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
     sec = cells.filter((pl.col("range") == chosen) & (pl.col("measure") == secondary))
     n, sd, mean = (sec[c].fill_null(np.nan).to_numpy().astype(float) for c in ("n_samples", "sd", "diff"))
     s = verdicts(mean, sd, n, MEASURES[secondary], float(cfg["sesoi"]), cfg["alpha"], correct=False)
-    sec = sec.select(
-        "model",
-        "dataset",
-        pl.lit(secondary).alias("secondary_measure"),
-        pl.col("diff").alias("secondary_diff"),
-        pl.Series("secondary_low", s["low"]).fill_nan(None),
-        pl.Series("secondary_high", s["high"]).fill_nan(None),
-        pl.Series("secondary_p", s["p"]).fill_nan(None),
-    )
+    secondary_cols = [pl.lit(secondary).alias("secondary_measure"), pl.col("diff").alias("secondary_diff")]
+    secondary_cols += [pl.Series(f"secondary_{k}", s[k]).fill_nan(None) for k in ("low", "high", "p")]
+    sec = sec.select("model", "dataset", *secondary_cols)
     # the mean E_Q and control values per measure: flip_target, ..., delta_p_control
     means = cells.filter(pl.col("range") == chosen).pivot(
         on="measure", index=["model", "dataset"], values=["target", "control"]
