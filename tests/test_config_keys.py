@@ -42,13 +42,16 @@ HANDOFFS = {
     "src/truthflow/memplan.py": {"spec": ("models", ANY), "source": ("models", ANY, "source")},
     # depth.judge: the section, its defaults filled, is the judge's `settings`
     "src/truthflow/depth/judge.py": {"settings": ("depth", "judge")},
+    # the answers' decoding section, read by engine.decoding.Decoding.from_config(cfg)
+    "src/truthflow/engine/decoding.py": {"cfg": ("depth", "decoding")},
     # pathways.check: the verdict's settings, rule param `check` passed whole to check.family / caption
     "src/truthflow/pathways/check.py": {"cfg": ("pathways", "check")},
     # the probe settings (pathways.probe) passed whole to the cross-fitted probes
     "src/truthflow/pathways/probes.py": {"probe": ("pathways", "probe")},
     "src/truthflow/pathways/detection.py": {"probe": ("pathways", "probe")},
     "src/truthflow/pathways/experiments.py": {"probe": ("pathways", "probe")},
-    # extract(..., knockout, ...): pathways.knockout; experiment_states(..., cfg, ...): pathways.experiments
+    # knockout_states(..., knockout, ...): pathways.knockout;
+    # experiment_states(..., cfg, ...): pathways.experiments
     "src/truthflow/pathways/extract.py": {
         "knockout": ("pathways", "knockout"),
         "cfg": ("pathways", "experiments"),
