@@ -299,29 +299,30 @@ def _pdf_font_subtypes(path: Path) -> set[str]:
 
 
 def _fake_snakemake(tmp_path, tables: dict[str, pl.DataFrame], show_caption: bool):
-    inputs = {}
+    class Named(dict):  # a Snakemake NamedList: indexed by name or read by attribute, iterated over its paths
+        __getattr__ = dict.__getitem__
+
+        def __iter__(self):
+            return iter(self.values())
+
+    figs = [f"experiment_{f}" for f in ("patching", "answer_only", "boundary", "saliency", "awareness")]
+    inputs = Named({f"{fig}_caption": str(REPO / "workflow" / "report" / f"{fig}.rst") for fig in figs})
     inputs["published"] = str(REPO / "workflow" / "report" / "published.tsv")
     for name, df in tables.items():
         inputs[name] = str(tmp_path / f"{name}.parquet")
         df.write_parquet(inputs[name])
 
-    class Outputs(dict):  # a Snakemake NamedList: indexed by name, iterated over its paths
-        def __iter__(self):
-            return iter(self.values())
-
-    out = Outputs(
+    out = Named(
         {
-            f"{fig}_{ext}": str(tmp_path / "figures" / f"pathways_{fig}_m1__m2.{ext}")
-            for fig in ("patching", "answer_only", "boundary", "saliency", "awareness")
+            f"{fig}_{ext}": str(tmp_path / "figures" / f"{fig}_m1__m2.{ext}")
+            for fig in figs
             for ext in ("png", "pdf")
         }
     )
     return SimpleNamespace(
-        input=SimpleNamespace(**inputs),
+        input=inputs,
         output=out,
-        params=SimpleNamespace(
-            models=MODELS, titles=TITLES, show_caption=show_caption, report=REPO / "workflow" / "report"
-        ),
+        params=SimpleNamespace(models=MODELS, titles=TITLES, show_caption=show_caption),
         log=[str(tmp_path / "logs" / "plot.log")],
         rule="plot_experiments",
     )
@@ -338,5 +339,5 @@ def test_script_writes_every_figure(tmp_path, empty):
         assert Path(path).stat().st_size > (1000 if empty else 5000), path
         assert Path(path).read_bytes()[:4] in (b"\x89PNG", b"%PDF")
     if not empty:  # TrueType (Type 42) fonts, the math text ($E_Q$) included; never Type 3
-        fonts = _pdf_font_subtypes(Path(sm.output["saliency_pdf"]))
+        fonts = _pdf_font_subtypes(Path(sm.output["experiment_saliency_pdf"]))
         assert "Type3" not in fonts and fonts & {"TrueType", "CIDFontType2"}, fonts

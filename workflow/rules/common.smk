@@ -79,7 +79,7 @@ MODEL_RESOURCES = dict(
 )
 
 
-def res(*parts):
+def results_path(*parts):
     """Every results path is built here: results/{run}/<parts>."""
     return str(Path("results", RUN, *parts))
 
@@ -90,10 +90,22 @@ def checkout_path(*parts):
     return os.path.relpath(Path(workflow.basedir, *parts), Path.cwd())
 
 
-def caption_files(*names):
-    """The caption files (workflow/report/<name>.rst) a plot script writes under its figures: inputs, so that
-    editing one redraws them."""
-    return [checkout_path("workflow", "report", f"{name}.rst") for name in names]
+def figures(category, names, suffix=""):
+    """A plot rule's figures, each named once: <name> is its caption (workflow/report/<name>.rst, shown in
+    the report) and its files (figures/<name><suffix>.png and .pdf), outputs <name>_png and <name>_pdf."""
+    out = {}
+    for name in names:
+        caption = str(Path(workflow.basedir, "workflow", "report", f"{name}.rst"))
+        png = results_path("figures", f"{name}{suffix}.png")
+        out[f"{name}_png"] = report(png, category=category, caption=caption)
+        out[f"{name}_pdf"] = results_path("figures", f"{name}{suffix}.pdf")
+    return out
+
+
+def captions(names):
+    """The caption files of figures(names) as inputs <name>_caption: a plot script writes each under its
+    figure, and editing one redraws it."""
+    return {f"{n}_caption": checkout_path("workflow", "report", f"{n}.rst") for n in names}
 
 
 @functools.cache
@@ -138,37 +150,35 @@ def local_source(name):
     return [src["local"]] if "local" in src and Path(src["local"]).exists() else []
 
 
-def qa_pairs():
-    """(model, dataset) pairs whose answers are generated and labelled."""
+def qa_runs():
+    """The runs, (model, dataset), whose answers are generated and labelled."""
     models = sorted(set(config["pathways"]["models"])) or MODELS
     return [(m, d) for m in models for d in QA]
 
 
-def pw_pairs():
-    """(model, dataset) pairs of the pathways analysis, in one order for every aggregate."""
+def pw_runs():
+    """The runs, (model, dataset), of the pathways analysis, in one order for every aggregate. (A {pair} of
+    figures is two models side by side: pair_name.)"""
     pw = config["pathways"]
     return [(m, d) for m in pw["models"] for d in pw["datasets"]]
 
 
 def pw_dir(*parts):
-    return res("pathways", "{model}", "{dataset}", *parts)
+    return results_path("pathways", "{model}", "{dataset}", *parts)
 
 
-def per_pair(path, pairs=None):
-    """A {model}/{dataset} path for each pair of the pathways analysis (or of `pairs`), in their order."""
-    return [
-        path.format(model=m, dataset=d)
-        for m, d in (pw_pairs() if pairs is None else pairs)
-    ]
+def per_run(path, runs=None):
+    """A {model}/{dataset} path for each run of the pathways analysis (or of `runs`), in their order."""
+    return [path.format(model=m, dataset=d) for m, d in (pw_runs() if runs is None else runs)]
 
 
 def depth_dir(*parts):
-    return res("depth", "{model}", *parts)
+    return results_path("depth", "{model}", *parts)
 
 
 def optional_input(part, path):
     """An analysis's table as input only when that analysis is configured."""
-    active = pw_pairs() if part == "pathways" else config["depth"]["models"]
+    active = pw_runs() if part == "pathways" else config["depth"]["models"]
     return [path] if active else []
 
 
@@ -189,9 +199,9 @@ def judge_model_input():
 
 def gpu_jobs():
     """(rule, wildcards) of every model job in the DAG, in the benchmark table's row order."""
-    jobs = [("generate_answers", dict(model=m, dataset=d)) for m, d in qa_pairs()]
+    jobs = [("generate_answers", dict(model=m, dataset=d)) for m, d in qa_runs()]
     for name in ("extract_pathways", "extract_experiments"):
-        jobs += [(name, dict(model=m, dataset=d)) for m, d in pw_pairs()]
+        jobs += [(name, dict(model=m, dataset=d)) for m, d in pw_runs()]
     for m in config["depth"]["models"]:
         jobs += [(name, dict(model=m)) for name in ("score_mink", "answer_depthqa")]
     return jobs
@@ -200,8 +210,8 @@ def gpu_jobs():
 def all_targets():
     """Every output of the configured analyses, read off the rules that make them."""
     depth = config["depth"]["models"]
-    made = [rules.accuracy_table] if qa_pairs() else []
-    if pw_pairs():
+    made = [rules.accuracy_table] if qa_runs() else []
+    if pw_runs():
         made += [rules.pathways_tables, rules.experiment_tables]
     if depth:
         made += [rules.depth_tables] + (
@@ -209,15 +219,15 @@ def all_targets():
         )
     elif "depthqa" in config["datasets"]:
         made.append(rules.download_depthqa)
-    if depth or pw_pairs():
+    if depth or pw_runs():
         made += [rules.compare_published, rules.benchmark_table]
     targets = [str(f) for r in made for f in r.output]
-    if pw_pairs():
+    if pw_runs():
         pairs = [pair_name(p) for p in config["figures"]["pathways"]]
         targets += expand(
             [*rules.plot_pathways.output, *rules.plot_experiments.output], pair=pairs
         )
-    tables = [t for t in REPORT_TABLES if res("tables", f"{t}.tsv") in targets]
+    tables = [t for t in REPORT_TABLES if results_path("tables", f"{t}.tsv") in targets]
     return targets + expand(rules.table_html.output[0], table=tables)
 
 

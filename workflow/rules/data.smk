@@ -2,11 +2,11 @@ rule download_dataset:
     input:
         local=lambda w: local_source(w.dataset),
     output:
-        data=res("data", "{dataset}.parquet"),
+        data=results_path("data", "{dataset}.parquet"),
         # rows dropped from the source (duplicate_id, no_question, no_gold_answer) and n_exceeds_rows
-        dropped=res("data", "{dataset}.dropped.parquet"),
+        dropped=results_path("data", "{dataset}.dropped.parquet"),
     log:
-        res("logs", "download_dataset", "{dataset}.log"),
+        results_path("logs", "download_dataset", "{dataset}.log"),
     priority: PRIORITY["step"]
     localrule: True
     params:
@@ -19,11 +19,11 @@ rule download_depthqa:
     input:
         local=lambda w: local_source("depthqa"),
     output:
-        questions=res("data", "depthqa.parquet"),
-        nodes=res("data", "depthqa_nodes.parquet"),
-        dropped=res("data", "depthqa.dropped.parquet"),
+        questions=results_path("data", "depthqa.parquet"),
+        nodes=results_path("data", "depthqa_nodes.parquet"),
+        dropped=results_path("data", "depthqa.dropped.parquet"),
     log:
-        res("logs", "download_dataset", "depthqa.log"),
+        results_path("logs", "download_dataset", "depthqa.log"),
     priority: PRIORITY["step"]
     localrule: True
     params:

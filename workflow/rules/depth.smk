@@ -5,9 +5,9 @@ rule score_mink:
     output:
         depth_dir("mink.parquet"),
     log:
-        res("logs", "score_mink", "{model}.log"),
+        results_path("logs", "score_mink", "{model}.log"),
     benchmark:
-        res("benchmarks", "score_mink", "{model}.tsv")
+        results_path("benchmarks", "score_mink", "{model}.tsv")
     priority: PRIORITY["answers"]
     threads: MODEL_THREADS
     resources:
@@ -28,9 +28,9 @@ rule answer_depthqa:
     output:
         depth_dir("answers.parquet"),
     log:
-        res("logs", "answer_depthqa", "{model}.log"),
+        results_path("logs", "answer_depthqa", "{model}.log"),
     benchmark:
-        res("benchmarks", "answer_depthqa", "{model}.tsv")
+        results_path("benchmarks", "answer_depthqa", "{model}.tsv")
     priority: PRIORITY["answers"]
     threads: MODEL_THREADS
     resources:
@@ -55,7 +55,7 @@ rule judge_answers:
     output:
         depth_dir("scores.parquet"),
     log:
-        res("logs", "judge_answers", "{model}.log"),
+        results_path("logs", "judge_answers", "{model}.log"),
     # an hf judge is a model job: it holds a GPU (devices.assign_devices, as the model jobs) and their threads
     threads: MODEL_THREADS if config["depth"]["judge"].get("backend") == "hf" else 1
     resources:
@@ -78,16 +78,16 @@ rule depth_tables:
             config["depth"]["judge"]["prompt"], "depth.judge.prompt"
         ),
     output:
-        per_question=res("tables", "depth_per_question.parquet"),
-        depthwise=res("tables", "depth_depthwise.parquet"),
-        gaps=res("tables", "depth_score_gaps.parquet"),
-        subsets=res("tables", "depth_memorization_subsets.parquet"),
-        pooled=res("tables", "depth_pooled_by_depth.tsv"),
-        metrics=res("tables", "depth_metrics.parquet"),
-        metrics_tsv=res("tables", "depth_metrics.tsv"),
-        prompts=res("tables", "depth_prompts.tsv"),
+        per_question=results_path("tables", "depth_per_question.parquet"),
+        depthwise=results_path("tables", "depth_depthwise.parquet"),
+        gaps=results_path("tables", "depth_score_gaps.parquet"),
+        subsets=results_path("tables", "depth_memorization_subsets.parquet"),
+        pooled=results_path("tables", "depth_pooled_by_depth.tsv"),
+        metrics=results_path("tables", "depth_metrics.parquet"),
+        metrics_tsv=results_path("tables", "depth_metrics.tsv"),
+        prompts=results_path("tables", "depth_prompts.tsv"),
     log:
-        res("logs", "depth_tables.log"),
+        results_path("logs", "depth_tables.log"),
     localrule: True
     params:
         k_plot=config["depth"]["mink"]["k_plot"],
@@ -99,26 +99,18 @@ rule depth_tables:
         "../scripts/depth_tables.py"
 
 
+DEPTH_FIGURES = ("depth_mink_boxes", "depth_score_gap_density")
+
+
 rule plot_depth:
     input:
-        depthwise=res("tables", "depth_depthwise.parquet"),
-        subsets=res("tables", "depth_memorization_subsets.parquet"),
-        captions=caption_files("depth_boxes", "depth_gap"),
+        depthwise=results_path("tables", "depth_depthwise.parquet"),
+        subsets=results_path("tables", "depth_memorization_subsets.parquet"),
+        **captions(DEPTH_FIGURES),
     output:
-        boxes_png=report(
-            res("figures", "depth_mink_boxes.png"),
-            category="Depth",
-            caption="../report/depth_boxes.rst",
-        ),
-        boxes_pdf=res("figures", "depth_mink_boxes.pdf"),
-        gap_png=report(
-            res("figures", "depth_score_gap_density.png"),
-            category="Depth",
-            caption="../report/depth_gap.rst",
-        ),
-        gap_pdf=res("figures", "depth_score_gap_density.pdf"),
+        **figures("Depth", DEPTH_FIGURES),
     log:
-        res("logs", "plot_depth.log"),
+        results_path("logs", "plot_depth.log"),
     localrule: True
     params:
         models=config["figures"]["depth"],
@@ -127,6 +119,5 @@ rule plot_depth:
         },
         caption=depth_caption,
         show_caption=config["figures"]["caption"],
-        report=checkout_path("workflow", "report"),
     script:
         "../scripts/plot_depth.py"

@@ -3,11 +3,11 @@ rule generate_answers:
         data=rules.download_dataset.output.data,
         model=model_dir,
     output:
-        res("answers", "{model}", "{dataset}.parquet"),
+        results_path("answers", "{model}", "{dataset}.parquet"),
     log:
-        res("logs", "generate_answers", "{model}", "{dataset}.log"),
+        results_path("logs", "generate_answers", "{model}", "{dataset}.log"),
     benchmark:
-        res("benchmarks", "generate_answers", "{model}", "{dataset}.tsv")
+        results_path("benchmarks", "generate_answers", "{model}", "{dataset}.tsv")
     priority: PRIORITY["answers"]
     threads: MODEL_THREADS
     resources:
@@ -28,10 +28,10 @@ rule label_answers:
         answers=rules.generate_answers.output[0],
         data=rules.download_dataset.output.data,
     output:
-        labels=res("labels", "{model}", "{dataset}.parquet"),
-        accuracy=res("labels", "{model}", "{dataset}.accuracy.tsv"),
+        labels=results_path("labels", "{model}", "{dataset}.parquet"),
+        accuracy=results_path("labels", "{model}", "{dataset}.accuracy.tsv"),
     log:
-        res("logs", "label_answers", "{model}", "{dataset}.log"),
+        results_path("logs", "label_answers", "{model}", "{dataset}.log"),
     priority: PRIORITY["step"]
     script:
         "../scripts/label_answers.py"
@@ -39,11 +39,11 @@ rule label_answers:
 
 rule accuracy_table:
     input:
-        tables=per_pair(rules.label_answers.output.accuracy, qa_pairs()),
+        tables=per_run(rules.label_answers.output.accuracy, qa_runs()),
     output:
-        res("tables", "accuracy.tsv"),
+        results_path("tables", "accuracy.tsv"),
     log:
-        res("logs", "accuracy_table.log"),
+        results_path("logs", "accuracy_table.log"),
     localrule: True
     script:
         "../scripts/concat_tables.py"

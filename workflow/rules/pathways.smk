@@ -11,9 +11,9 @@ rule extract_pathways:
         resid_control=pw_dir("resid_control.npy"),
         saliency=pw_dir("saliency.parquet"),
     log:
-        res("logs", "extract_pathways", "{model}", "{dataset}.log"),
+        results_path("logs", "extract_pathways", "{model}", "{dataset}.log"),
     benchmark:
-        res("benchmarks", "extract_pathways", "{model}", "{dataset}.tsv")
+        results_path("benchmarks", "extract_pathways", "{model}", "{dataset}.tsv")
     priority: PRIORITY["knockout"]
     threads: MODEL_THREADS
     resources:
@@ -47,7 +47,7 @@ rule probe_deltap:
         summary=pw_dir("summary.parquet"),
         check=pw_dir("check.parquet"),
     log:
-        res("logs", "probe_deltap", "{model}", "{dataset}.log"),
+        results_path("logs", "probe_deltap", "{model}", "{dataset}.log"),
     priority: PRIORITY["step"]
     params:
         cfg={
@@ -60,67 +60,47 @@ rule probe_deltap:
 
 rule pathways_tables:
     input:
-        summary=per_pair(rules.probe_deltap.output.summary),
-        auc=per_pair(rules.probe_deltap.output.auc),
-        dropped=per_pair(rules.extract_pathways.output.dropped),
-        samples=per_pair(rules.extract_pathways.output.samples),
-        check=per_pair(rules.probe_deltap.output.check),
+        summary=per_run(rules.probe_deltap.output.summary),
+        auc=per_run(rules.probe_deltap.output.auc),
+        dropped=per_run(rules.extract_pathways.output.dropped),
+        samples=per_run(rules.extract_pathways.output.samples),
+        check=per_run(rules.probe_deltap.output.check),
         data_dropped=expand(
             rules.download_dataset.output.dropped,
             dataset=config["pathways"]["datasets"],
         ),
     output:
-        summary=res("tables", "pathways_summary.parquet"),
-        check=res("tables", "pathways_check.parquet"),
-        check_tsv=res("tables", "pathways_check.tsv"),
-        check_layers=res("tables", "pathways_check_layers.tsv"),
-        exact_tokens=res("tables", "exact_tokens.tsv"),
-        auc=res("tables", "probe_auc.parquet"),
-        auc_tsv=res("tables", "probe_auc.tsv"),
-        dropped=res("tables", "dropped_samples.tsv"),
+        summary=results_path("tables", "pathways_summary.parquet"),
+        check=results_path("tables", "pathways_check.parquet"),
+        check_tsv=results_path("tables", "pathways_check.tsv"),
+        check_layers=results_path("tables", "pathways_check_layers.tsv"),
+        exact_tokens=results_path("tables", "exact_tokens.tsv"),
+        auc=results_path("tables", "probe_auc.parquet"),
+        auc_tsv=results_path("tables", "probe_auc.tsv"),
+        dropped=results_path("tables", "dropped_samples.tsv"),
     log:
-        res("logs", "pathways_tables.log"),
+        results_path("logs", "pathways_tables.log"),
     localrule: True
     params:
-        pairs=pw_pairs(),
+        runs=pw_runs(),
         check=config["pathways"]["check"],
     script:
         "../scripts/pathways_tables.py"
 
 
+PATHWAYS_FIGURES = ("pathways", "probe_auc", "pathways_control", "pathways_check")
+
+
 rule plot_pathways:
     input:
-        summary=res("tables", "pathways_summary.parquet"),
-        auc=res("tables", "probe_auc.parquet"),
-        check=res("tables", "pathways_check.parquet"),
-        captions=caption_files("pathways", "probe_auc", "pathways_control", "pathways_check"),
+        summary=results_path("tables", "pathways_summary.parquet"),
+        auc=results_path("tables", "probe_auc.parquet"),
+        check=results_path("tables", "pathways_check.parquet"),
+        **captions(PATHWAYS_FIGURES),
     output:
-        png=report(
-            res("figures", "pathways_{pair}.png"),
-            category="Pathways",
-            caption="../report/pathways.rst",
-        ),
-        pdf=res("figures", "pathways_{pair}.pdf"),
-        auc_png=report(
-            res("figures", "probe_auc_{pair}.png"),
-            category="Pathways",
-            caption="../report/probe_auc.rst",
-        ),
-        auc_pdf=res("figures", "probe_auc_{pair}.pdf"),
-        control_png=report(
-            res("figures", "pathways_control_{pair}.png"),
-            category="Pathways",
-            caption="../report/pathways_control.rst",
-        ),
-        control_pdf=res("figures", "pathways_control_{pair}.pdf"),
-        check_png=report(
-            res("figures", "pathways_check_{pair}.png"),
-            category="Pathways",
-            caption="../report/pathways_check.rst",
-        ),
-        check_pdf=res("figures", "pathways_check_{pair}.pdf"),
+        **figures("Pathways", PATHWAYS_FIGURES, "_{pair}"),
     log:
-        res("logs", "plot_pathways", "{pair}.log"),
+        results_path("logs", "plot_pathways", "{pair}.log"),
     localrule: True
     params:
         models=lambda w: pair_models(w.pair),
@@ -131,7 +111,6 @@ rule plot_pathways:
         show_caption=config["figures"]["caption"],
         target=config["pathways"]["knockout"]["target"],
         check=config["pathways"]["check"],
-        report=checkout_path("workflow", "report"),
     script:
         "../scripts/plot_pathways.py"
 
@@ -151,9 +130,9 @@ rule extract_experiments:
         pr=pw_dir("exp_pr.npy"),
         scores=pw_dir("exp_scores.parquet"),
     log:
-        res("logs", "extract_experiments", "{model}", "{dataset}.log"),
+        results_path("logs", "extract_experiments", "{model}", "{dataset}.log"),
     benchmark:
-        res("benchmarks", "extract_experiments", "{model}", "{dataset}.tsv")
+        results_path("benchmarks", "extract_experiments", "{model}", "{dataset}.tsv")
     priority: PRIORITY["experiments"]
     threads: MODEL_THREADS
     resources:
@@ -179,7 +158,7 @@ rule pathway_experiments:
         detection=pw_dir("exp_detection.parquet"),
         per_sample=pw_dir("exp_samples.parquet"),
     log:
-        res("logs", "pathway_experiments", "{model}", "{dataset}.log"),
+        results_path("logs", "pathway_experiments", "{model}", "{dataset}.log"),
     priority: PRIORITY["step"]
     params:
         experiments=config["pathways"]["experiments"],
@@ -191,64 +170,38 @@ rule pathway_experiments:
 
 rule experiment_tables:
     input:
-        **{k: per_pair(path) for k, path in rules.pathway_experiments.output.items()},
+        **{k: per_run(path) for k, path in rules.pathway_experiments.output.items()},
     output:
-        rows=res("tables", "pathways_experiments.parquet"),
-        rows_tsv=res("tables", "pathways_experiments.tsv"),
-        awareness=res("tables", "pathways_awareness.parquet"),
-        awareness_tsv=res("tables", "pathways_awareness.tsv"),
-        detection=res("tables", "pathways_detection.parquet"),
-        table3=res("tables", "pathways_table3.tsv"),
-        per_sample=res("tables", "pathways_experiment_samples.parquet"),
+        rows=results_path("tables", "pathways_experiments.parquet"),
+        rows_tsv=results_path("tables", "pathways_experiments.tsv"),
+        awareness=results_path("tables", "pathways_awareness.parquet"),
+        awareness_tsv=results_path("tables", "pathways_awareness.tsv"),
+        detection=results_path("tables", "pathways_detection.parquet"),
+        table3=results_path("tables", "pathways_table3.tsv"),
+        per_sample=results_path("tables", "pathways_experiment_samples.parquet"),
     log:
-        res("logs", "experiment_tables.log"),
+        results_path("logs", "experiment_tables.log"),
     localrule: True
     script:
         "../scripts/experiment_tables.py"
 
 
+EXPERIMENT_FIGURES = [
+    f"experiment_{e}" for e in ("patching", "answer_only", "boundary", "saliency", "awareness")
+]
+
+
 rule plot_experiments:
     input:
-        rows=res("tables", "pathways_experiments.parquet"),
-        awareness=res("tables", "pathways_awareness.parquet"),
-        per_sample=res("tables", "pathways_experiment_samples.parquet"),
+        rows=results_path("tables", "pathways_experiments.parquet"),
+        awareness=results_path("tables", "pathways_awareness.parquet"),
+        per_sample=results_path("tables", "pathways_experiment_samples.parquet"),
         published=checkout_path("workflow", "report", "published.tsv"),
-        captions=caption_files(
-            *(f"pathways_{f}" for f in ("patching", "answer_only", "boundary", "saliency", "awareness"))
-        ),
+        **captions(EXPERIMENT_FIGURES),
     output:
-        patching_png=report(
-            res("figures", "experiment_patching_{pair}.png"),
-            category="Pathways experiments",
-            caption="../report/pathways_patching.rst",
-        ),
-        patching_pdf=res("figures", "experiment_patching_{pair}.pdf"),
-        answer_only_png=report(
-            res("figures", "experiment_answer_only_{pair}.png"),
-            category="Pathways experiments",
-            caption="../report/pathways_answer_only.rst",
-        ),
-        answer_only_pdf=res("figures", "experiment_answer_only_{pair}.pdf"),
-        boundary_png=report(
-            res("figures", "experiment_boundary_{pair}.png"),
-            category="Pathways experiments",
-            caption="../report/pathways_boundary.rst",
-        ),
-        boundary_pdf=res("figures", "experiment_boundary_{pair}.pdf"),
-        saliency_png=report(
-            res("figures", "experiment_saliency_{pair}.png"),
-            category="Pathways experiments",
-            caption="../report/pathways_saliency.rst",
-        ),
-        saliency_pdf=res("figures", "experiment_saliency_{pair}.pdf"),
-        awareness_png=report(
-            res("figures", "experiment_awareness_{pair}.png"),
-            category="Pathways experiments",
-            caption="../report/pathways_awareness.rst",
-        ),
-        awareness_pdf=res("figures", "experiment_awareness_{pair}.pdf"),
+        **figures("Pathways experiments", EXPERIMENT_FIGURES, "_{pair}"),
     log:
-        res("logs", "plot_experiments", "{pair}.log"),
+        results_path("logs", "plot_experiments", "{pair}.log"),
     localrule: True
     params:
         models=lambda w: pair_models(w.pair),
@@ -256,6 +209,5 @@ rule plot_experiments:
             m: model_spec(m).get("display_name", m) for m in pair_models(w.pair)
         },
         show_caption=config["figures"]["caption"],
-        report=checkout_path("workflow", "report"),
     script:
         "../scripts/plot_experiments.py"

@@ -2,9 +2,9 @@ rule benchmark_table:
     input:
         tables=[getattr(rules, r).benchmark.format(**w) for r, w in gpu_jobs()],
     output:
-        res("tables", "benchmarks.tsv"),
+        results_path("tables", "benchmarks.tsv"),
     log:
-        res("logs", "benchmark_table.log"),
+        results_path("logs", "benchmark_table.log"),
     localrule: True
     params:
         jobs=[{"rule": r, "dataset": "depthqa", **w} for r, w in gpu_jobs()],
@@ -15,22 +15,22 @@ rule benchmark_table:
 rule compare_published:
     input:
         published=checkout_path("workflow", "report", "published.tsv"),
-        pathways=optional_input("pathways", res("tables", "pathways_summary.parquet")),
-        check=optional_input("pathways", res("tables", "pathways_check.parquet")),
-        rows=optional_input("pathways", res("tables", "pathways_experiments.parquet")),
+        pathways=optional_input("pathways", results_path("tables", "pathways_summary.parquet")),
+        check=optional_input("pathways", results_path("tables", "pathways_check.parquet")),
+        rows=optional_input("pathways", results_path("tables", "pathways_experiments.parquet")),
         awareness=optional_input(
-            "pathways", res("tables", "pathways_awareness.parquet")
+            "pathways", results_path("tables", "pathways_awareness.parquet")
         ),
         detection=optional_input(
-            "pathways", res("tables", "pathways_detection.parquet")
+            "pathways", results_path("tables", "pathways_detection.parquet")
         ),
-        depthwise=optional_input("depth", res("tables", "depth_depthwise.parquet")),
-        pooled=optional_input("depth", res("tables", "depth_pooled_by_depth.tsv")),
-        depth_metrics=optional_input("depth", res("tables", "depth_metrics.parquet")),
+        depthwise=optional_input("depth", results_path("tables", "depth_depthwise.parquet")),
+        pooled=optional_input("depth", results_path("tables", "depth_pooled_by_depth.tsv")),
+        depth_metrics=optional_input("depth", results_path("tables", "depth_metrics.parquet")),
     output:
-        res("tables", "published_vs_reproduced.tsv"),
+        results_path("tables", "published_vs_reproduced.tsv"),
     log:
-        res("logs", "compare_published.log"),
+        results_path("logs", "compare_published.log"),
     localrule: True
     script:
         "../scripts/compare_published.py"
@@ -38,15 +38,15 @@ rule compare_published:
 
 rule table_html:
     input:
-        table=res("tables", "{table}.tsv"),
+        table=results_path("tables", "{table}.tsv"),
     output:
         report(
-            res("report", "{table}.html"),
+            results_path("report", "{table}.html"),
             category="Tables",
             caption="../report/table.rst",
         ),
     log:
-        res("logs", "table_html", "{table}.log"),
+        results_path("logs", "table_html", "{table}.log"),
     wildcard_constraints:
         table="|".join(REPORT_TABLES),
     localrule: True

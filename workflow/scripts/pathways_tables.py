@@ -18,13 +18,13 @@ def main(sm):
     cells = _concat(sm.input.check, [*KEYS, *CELL_SCHEMA])
     check, by_layers = family(cells, sm.params.check)  # the verdicts: Holm needs every cell
     samples = [validate.read_parquet(p, ["id", "correct", "n_ea"]) for p in sm.input.samples]
-    kept = [(m, d, s.height) for (m, d), s in zip(sm.params.pairs, samples, strict=True)]
+    kept = [(m, d, s.height) for (m, d), s in zip(sm.params.runs, samples, strict=True)]
     schema = {"dataset": pl.String, "reason": pl.String, "detail": pl.String}
     data_dropped = (
         _concat(sm.input.data_dropped, list(schema)) if sm.input.data_dropped else pl.DataFrame(schema=schema)
     )
     dropped = dropped_table(kept, _concat(sm.input.dropped, [*KEYS, "reason"]), data_dropped)
-    classes = [class_table(s, m, d) for (m, d), s in zip(sm.params.pairs, samples, strict=True) if s.height]
+    classes = [class_table(s, m, d) for (m, d), s in zip(sm.params.runs, samples, strict=True) if s.height]
     classes = pl.concat([pl.DataFrame(schema=CLASS_TABLE_SCHEMA), *classes]).sort(
         ["model", "dataset", "class"]
     )

@@ -1,5 +1,4 @@
 import logging
-from pathlib import Path
 
 from truthflow import report_tables, runlog, validate
 from truthflow.pathways import plots_experiments as pe
@@ -22,9 +21,9 @@ def main(sm):
     at_k = pe.k_caption(rows, awareness, models, titles)
 
     def out(fig: str):
-        rst = Path(sm.params.report, f"pathways_{fig}.rst")
-        caption = report_tables.caption(rst, extra=at_k) if sm.params.show_caption else ""
-        return sm.output[f"{fig}_png"], sm.output[f"{fig}_pdf"], caption
+        name = f"experiment_{fig}"
+        cap = report_tables.caption(sm.input[f"{name}_caption"], extra=at_k) if sm.params.show_caption else ""
+        return sm.output[f"{name}_png"], sm.output[f"{name}_pdf"], cap
 
     pe.plot_patching(rows, models, titles, *out("patching"), published=published)
     pe.plot_answer_only(rows, models, titles, *out("answer_only"), published=published)

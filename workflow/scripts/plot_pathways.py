@@ -1,5 +1,3 @@
-from pathlib import Path
-
 from truthflow import report_tables, runlog, validate
 from truthflow.pathways.check import caption as check_caption
 from truthflow.pathways.plots import plot_anchored, plot_check, plot_pathways, plot_probe_auc
@@ -15,15 +13,15 @@ def main(sm):
     )
     p = sm.params
 
-    def out(name: str, fig: str, extra: str = ""):
-        cap = report_tables.caption(Path(p.report, f"{fig}.rst"), p.caption, extra) if p.show_caption else ""
-        return sm.output[f"{name}png"], sm.output[f"{name}pdf"], cap
+    def out(fig: str, extra: str = ""):
+        cap = report_tables.caption(sm.input[f"{fig}_caption"], p.caption, extra) if p.show_caption else ""
+        return sm.output[f"{fig}_png"], sm.output[f"{fig}_pdf"], cap
 
-    plot_pathways(summary, auc, p.models, p.titles, *out("", "pathways"))
-    plot_anchored(summary, auc, p.models, p.titles, *out("control_", "pathways_control"), knockout="control")
-    check_out = out("check_", "pathways_check", check_caption(check, p.check))
+    plot_pathways(summary, auc, p.models, p.titles, *out("pathways"))
+    plot_anchored(summary, auc, p.models, p.titles, *out("pathways_control"), knockout="control")
+    check_out = out("pathways_check", check_caption(check, p.check))
     plot_check(summary, check, auc, p.models, p.titles, *check_out, target=p.target)
-    plot_probe_auc(auc, p.models, p.titles, *out("auc_", "probe_auc"))
+    plot_probe_auc(auc, p.models, p.titles, *out("probe_auc"))
 
 
 runlog.run(snakemake, main)  # noqa: F821
