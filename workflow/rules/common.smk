@@ -45,9 +45,7 @@ _gpus = getattr(_gpus, "value", _gpus)
 MODEL_THREADS = model_threads(
     _cores, model_slots(_gpus if isinstance(_gpus, int) and _gpus > 0 else None, gpu_machine())
 )
-_cpus = (
-    len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-)
+_cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 TORCH_THREADS = torch_threads(MODEL_THREADS, _cores, _cpus)
 
 
@@ -74,9 +72,7 @@ def model_gpus(wildcards):
 PRIORITY = {"step": 10, "answers": 3, "knockout": 2, "experiments": 1}
 
 # the other resources of every model job (each rule names its `gpu` resource, which the SLURM profiles key on)
-MODEL_RESOURCES = dict(
-    torch_threads=TORCH_THREADS, **model_params("mem_mb", "runtime", "batch_size")
-)
+MODEL_RESOURCES = dict(torch_threads=TORCH_THREADS, **model_params("mem_mb", "runtime", "batch_size"))
 
 
 def results_path(*parts):
@@ -116,11 +112,7 @@ def _script_modules(script):
         finder.run_script(script)
     except SyntaxError as exc:
         raise WorkflowError(f"cannot read the imports of {exc.filename}: {exc.msg} (line {exc.lineno})")
-    files = {
-        m.__file__
-        for name, m in finder.modules.items()
-        if name.split(".")[0] == "truthflow"
-    }
+    files = {m.__file__ for name, m in finder.modules.items() if name.split(".")[0] == "truthflow"}
     return sorted(os.path.relpath(f, Path.cwd()) for f in files if f)
 
 
@@ -128,7 +120,8 @@ def deploy_script_rules():
     """Every script rule runs in envs/truthflow.yaml (--sdm conda) and takes as input `code`, the truthflow
     modules its script imports, so that editing one reruns exactly the jobs that import it (Snakemake tracks
     the script's own code only). prepare_model takes no code: its conversion is keyed by PREPARE_VERSION.
-    Called once, after the last rule; Snakemake's global `conda:` would inject the env into its own process."""
+    Called once, after the last rule; Snakemake's global `conda:` would inject the env into its own process.
+    """
 
     def imported_modules(script):
         return lambda wildcards: _script_modules(script)
@@ -214,9 +207,7 @@ def all_targets():
     if pw_runs():
         made += [rules.pathways_tables, rules.experiment_tables]
     if depth:
-        made += [rules.depth_tables] + (
-            [rules.plot_depth] if config["figures"]["depth"] else []
-        )
+        made += [rules.depth_tables] + ([rules.plot_depth] if config["figures"]["depth"] else [])
     elif "depthqa" in config["datasets"]:
         made.append(rules.download_depthqa)
     if depth or pw_runs():
@@ -224,9 +215,7 @@ def all_targets():
     targets = [str(f) for r in made for f in r.output]
     if pw_runs():
         pairs = [pair_name(p) for p in config["figures"]["pathways"]]
-        targets += expand(
-            [*rules.plot_pathways.output, *rules.plot_experiments.output], pair=pairs
-        )
+        targets += expand([*rules.plot_pathways.output, *rules.plot_experiments.output], pair=pairs)
     tables = [t for t in REPORT_TABLES if results_path("tables", f"{t}.tsv") in targets]
     return targets + expand(rules.table_html.output[0], table=tables)
 
@@ -242,9 +231,7 @@ def pair_models(name):
 def pathways_caption(wildcards=None):
     pw = config["pathways"]
     ko = pw["knockout"]
-    split = pw["anchor_split"] + (
-        f" (K={pw['fixed_layer']})" if pw["anchor_split"] == "fixed_layer" else ""
-    )
+    split = pw["anchor_split"] + (f" (K={pw['fixed_layer']})" if pw["anchor_split"] == "fixed_layer" else "")
     return (
         f"knockout.mode={ko['mode']}"
         + (f" (w={ko['window']})" if ko["mode"] == "window" else "")

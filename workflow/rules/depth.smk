@@ -74,9 +74,7 @@ rule depth_tables:
         scores=expand(rules.judge_answers.output[0], model=config["depth"]["models"]),
         nodes=rules.download_depthqa.output.nodes,
         answer_prompt=prompt_file(config["depth"]["prompt"], "depth.prompt"),
-        judge_prompt=prompt_file(
-            config["depth"]["judge"]["prompt"], "depth.judge.prompt"
-        ),
+        judge_prompt=prompt_file(config["depth"]["judge"]["prompt"], "depth.judge.prompt"),
     output:
         per_question=results_path("tables", "depth_per_question.parquet"),
         depthwise=results_path("tables", "depth_depthwise.parquet"),
@@ -104,9 +102,9 @@ DEPTH_FIGURES = ("depth_mink_boxes", "depth_score_gap_density")
 
 rule plot_depth:
     input:
+        **captions(DEPTH_FIGURES),
         depthwise=results_path("tables", "depth_depthwise.parquet"),
         subsets=results_path("tables", "depth_memorization_subsets.parquet"),
-        **captions(DEPTH_FIGURES),
     output:
         **figures("Depth", DEPTH_FIGURES),
     log:
@@ -114,9 +112,7 @@ rule plot_depth:
     localrule: True
     params:
         models=config["figures"]["depth"],
-        titles={
-            m: model_spec(m).get("display_name", m) for m in config["figures"]["depth"]
-        },
+        titles={m: model_spec(m).get("display_name", m) for m in config["figures"]["depth"]},
         caption=depth_caption,
         show_caption=config["figures"]["caption"],
     script:

@@ -14,9 +14,7 @@ rule generate_answers:
         **MODEL_RESOURCES,
         gpu=model_gpus,
     params:
-        **model_params(
-            "chat", "dtype", "attention", "max_new_tokens", "token_budget", "chat_template_kwargs"
-        ),
+        **model_params("chat", "dtype", "attention", "max_new_tokens", "token_budget", "chat_template_kwargs"),
         instruction=config["generation"]["instruction"],
         max_prompt_tokens=config["generation"]["max_prompt_tokens"],
     script:

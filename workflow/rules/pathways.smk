@@ -50,10 +50,7 @@ rule probe_deltap:
         results_path("logs", "probe_deltap", "{model}", "{dataset}.log"),
     priority: PRIORITY["step"]
     params:
-        cfg={
-            k: config["pathways"][k]
-            for k in ("probe", "anchor_split", "fixed_layer", "bootstrap", "check")
-        },
+        cfg={k: config["pathways"][k] for k in ("probe", "anchor_split", "fixed_layer", "bootstrap", "check")},
     script:
         "../scripts/probe_deltap.py"
 
@@ -93,10 +90,10 @@ PATHWAYS_FIGURES = ("pathways", "probe_auc", "pathways_control", "pathways_check
 
 rule plot_pathways:
     input:
+        **captions(PATHWAYS_FIGURES),
         summary=results_path("tables", "pathways_summary.parquet"),
         auc=results_path("tables", "probe_auc.parquet"),
         check=results_path("tables", "pathways_check.parquet"),
-        **captions(PATHWAYS_FIGURES),
     output:
         **figures("Pathways", PATHWAYS_FIGURES, "_{pair}"),
     log:
@@ -104,9 +101,7 @@ rule plot_pathways:
     localrule: True
     params:
         models=lambda w: pair_models(w.pair),
-        titles=lambda w: {
-            m: model_spec(m).get("display_name", m) for m in pair_models(w.pair)
-        },
+        titles=lambda w: {m: model_spec(m).get("display_name", m) for m in pair_models(w.pair)},
         caption=pathways_caption,
         show_caption=config["figures"]["caption"],
         target=config["pathways"]["knockout"]["target"],
@@ -193,11 +188,11 @@ EXPERIMENT_FIGURES = [
 
 rule plot_experiments:
     input:
+        **captions(EXPERIMENT_FIGURES),
         rows=results_path("tables", "pathways_experiments.parquet"),
         awareness=results_path("tables", "pathways_awareness.parquet"),
         per_sample=results_path("tables", "pathways_experiment_samples.parquet"),
         published=checkout_path("workflow", "report", "published.tsv"),
-        **captions(EXPERIMENT_FIGURES),
     output:
         **figures("Pathways experiments", EXPERIMENT_FIGURES, "_{pair}"),
     log:
@@ -205,9 +200,7 @@ rule plot_experiments:
     localrule: True
     params:
         models=lambda w: pair_models(w.pair),
-        titles=lambda w: {
-            m: model_spec(m).get("display_name", m) for m in pair_models(w.pair)
-        },
+        titles=lambda w: {m: model_spec(m).get("display_name", m) for m in pair_models(w.pair)},
         show_caption=config["figures"]["caption"],
     script:
         "../scripts/plot_experiments.py"

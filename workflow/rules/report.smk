@@ -18,12 +18,8 @@ rule compare_published:
         pathways=optional_input("pathways", results_path("tables", "pathways_summary.parquet")),
         check=optional_input("pathways", results_path("tables", "pathways_check.parquet")),
         rows=optional_input("pathways", results_path("tables", "pathways_experiments.parquet")),
-        awareness=optional_input(
-            "pathways", results_path("tables", "pathways_awareness.parquet")
-        ),
-        detection=optional_input(
-            "pathways", results_path("tables", "pathways_detection.parquet")
-        ),
+        awareness=optional_input("pathways", results_path("tables", "pathways_awareness.parquet")),
+        detection=optional_input("pathways", results_path("tables", "pathways_detection.parquet")),
         depthwise=optional_input("depth", results_path("tables", "depth_depthwise.parquet")),
         pooled=optional_input("depth", results_path("tables", "depth_pooled_by_depth.tsv")),
         depth_metrics=optional_input("depth", results_path("tables", "depth_metrics.parquet")),
@@ -52,8 +48,6 @@ rule table_html:
     localrule: True
     params:
         title=lambda w: REPORT_TABLES[w.table][0],
-        caption=lambda w: table_caption(
-            checkout_path("workflow", "report", REPORT_TABLES[w.table][1])
-        ),
+        caption=lambda w: table_caption(checkout_path("workflow", "report", REPORT_TABLES[w.table][1])),
     script:
         "../scripts/table_html.py"
