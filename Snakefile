@@ -56,6 +56,10 @@ onstart:
     check_gated_tokens()
 
 
+onsuccess:
+    print(finished_message(), file=sys.stderr)
+
+
 rule all:
     default_target: True
     input:

@@ -238,6 +238,7 @@ def _shared_run(tmp_path_factory, models_root: Path) -> Path:
             new_workdir(ck, models_root, checkout_config())
             proc = snakemake(ck)
             assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+            (root / "output.txt").write_text(proc.stdout + proc.stderr)  # what the user saw
             _copy_tree(ck, root / "pristine" / "truthflow")
             (root / "done").touch()
     return root

@@ -186,3 +186,15 @@ def test_published_vs_reproduced_names_its_checks(demo_run):
         "inconclusive",
         "undefined (a depth is empty)",
     }
+
+
+def test_a_finished_run_says_where_its_figures_are(demo_run):
+    """The run's last words: each figure's path and the report command."""
+    said = (demo_run.parents[1] / "output.txt").read_text()
+    figures = sorted((demo_run / "results" / "demo" / "figures").glob("*.png"))
+    assert len(figures) >= 8
+    assert f"truthflow: {len(figures)} figures in results/demo/figures/" in said
+    assert all(f"results/demo/figures/{f.name}" in said for f in figures)
+    assert said.rstrip().endswith(
+        "Every figure and table with its caption, in one HTML report: snakemake --report report.zip"
+    )

@@ -243,16 +243,42 @@ def pathways_caption(wildcards=None):
     )
 
 
+def decoding_text(d):
+    """A decoding section (depth.decoding, depth.judge.decoding) as a caption says it."""
+    if d.get("mode", "greedy") == "greedy":
+        return "greedy"
+    rp = d.get("repetition_penalty", 1.0)
+    return (
+        f"sampled (temperature {d['temperature']}, top_p {d['top_p']}"
+        + (f", repetition penalty {rp}" if rp != 1.0 else "")
+        + f", seed {d['seed']})"
+    )
+
+
 def depth_caption(wildcards=None):
     d = config["depth"]
     m = d["memorization"]
     judge = d["judge"]
+    verdicts = f", {judge['judgments']} verdicts per answer" if judge["judgments"] > 1 else ""
     return (
         f"MIN-K% k={d['mink']['k_plot']} (grid {d['mink']['k_grid']}) on the raw question with BOS; "
-        f"depthwise average = mean over a group's questions at each depth; judge backend={judge['backend']}"
+        f"depthwise average = mean over a group's questions at each depth; answers {decoding_text(d['decoding'])}"
+        f", max_new_tokens={d['max_new_tokens']}, prompt {Path(d['prompt']).name}; judge backend={judge['backend']}"
         + (f" ({judge['model']})" if judge.get("model") else "")
-        + f", max_new_tokens={d['max_new_tokens']}; score gap = (score(D3) - mean score(D2 predecessors))/4; "
+        + f", {decoding_text(judge['decoding'])}{verdicts}; "
+        f"score gap = (score(D3) - mean score(D2 predecessors))/4; "
         f"memorization subsets: D3 MIN-K% <= q{m['lower_quantile']} and >= q{m['upper_quantile']}"
+    )
+
+
+def finished_message():
+    """What a finished run prints last: where its figures are and how to browse them with their captions."""
+    figures = Path(results_path("figures"))
+    shown = sorted(f.name for f in figures.glob("*.png")) if figures.is_dir() else []
+    listing = "".join(f"\n  {figures / name}" for name in shown)
+    return (
+        f"truthflow: {len(shown)} figures in {figures}/{listing}\n"
+        "Every figure and table with its caption, in one HTML report: snakemake --report report.zip"
     )
 
 
