@@ -5,8 +5,9 @@
     python benchmarks/bench_job.py --shape qwen3-8b --n 2000 --record       # append to throughput.tsv
 
 Stages, each through the package's own functions with the workflow's settings: the answers
-(`generation.generate_answers`, base-model prompts, the model's max_new_tokens); `pathways.extract.extract`,
-which runs saliency (its clean pass gives resid_clean) and the knockout with the workflow's control draws;
+(`generation.generate_answers`, base-model prompts, the model's max_new_tokens);
+`pathways.extract.knockout_states`, which runs saliency (its clean pass gives resid_clean) and the knockout
+with the workflow's control draws;
 `pathways.extract.experiment_states` at layer K = L/2: patching, answer-only, Pathway Reweighting (the default
 pr_factors) and P(True); and MIN-K% scoring of the questions (`depth.mink.score_texts`, the depth job's pass).
 Each stage's time is read by wrapping the function the job module calls (`timed_stages`), so the job's code
@@ -37,11 +38,11 @@ import polars as pl  # noqa: E402
 import torch  # noqa: E402
 from common import REPO, add_settings_args, attention_line, card, peak_mb, settings, sync  # noqa: E402
 
-import truthflow.pathways.extract as ex  # noqa: E402
-import truthflow.pathways.interventions as iv  # noqa: E402
+import truthflow.pathways.extract as extract  # noqa: E402
 from truthflow.config import schema_defaults  # noqa: E402
 from truthflow.depth.mink import score_texts  # noqa: E402
 from truthflow.generation import build_prompt, generate_answers  # noqa: E402
+from truthflow.pathways.activations import DTYPE, experiment_shapes  # noqa: E402
 
 STAGES = ("answers", "saliency", "knockout", "patching", "answer-only", "reweighting", "P(True)", "MIN-K%")
 TABLE = Path(__file__).resolve().parent / "throughput.tsv"
@@ -83,9 +84,9 @@ def timed_stages(timer: StageTimer):
         return next((stage for start, stage in RESID_STAGES if desc.startswith(start)), "knockout")
 
     patches = [
-        (ex, "saliency", timer.wrap(ex.saliency, lambda _: "saliency")),
-        (ex, "resid_states", timer.wrap(ex.resid_states, resid_stage)),
-        (iv, "p_true", timer.wrap(iv.p_true, lambda _: "P(True)")),
+        (extract, "saliency", timer.wrap(extract.saliency, lambda _: "saliency")),
+        (extract, "resid_states", timer.wrap(extract.resid_states, resid_stage)),
+        (extract, "p_true", timer.wrap(extract.p_true, lambda _: "P(True)")),
     ]
     saved = [(module, name, getattr(module, name)) for module, name, _ in patches]
     try:
@@ -105,8 +106,9 @@ def questions(n: int, seed: int) -> list[str]:
 
 
 def kept_table(qs: list[str], answers: list[dict], answer_tokens: int, seed: int) -> pl.DataFrame:
-    """extract's input: each answer cut to answer_tokens (padded with random ids where it stopped early); E_Q
-    2-3 question words, E_A the answer's last 1-3 tokens, the probe on the last; half of them correct."""
+    """knockout_states' input: each answer cut to answer_tokens (padded with random ids where it stopped
+    early); E_Q 2-3 question words, E_A the answer's last 1-3 tokens, the probe on the last; half of them
+    correct."""
     rng = np.random.default_rng(seed)
     rows = []
     for i, (q, a) in enumerate(zip(qs, answers, strict=True)):
@@ -137,22 +139,17 @@ def run_job(lm, n: int, plan: dict, max_new: int, answer_tokens: int, seed: int 
     table = kept_table(qs, answers, answer_tokens, seed)
     name = "benchmark job"
     with timed_stages(timer):
-        columns = list(ex.SAMPLES_SCHEMA)  # locate_all's table: up to ea_text, and the token sequence
-        kept = table.select("seq", "answer_start", *columns[: columns.index("ea_text") + 1])
-        samples, scores = ex.extract(
+        kept = table.select(list(extract.LOCATED_SCHEMA))
+        samples, scores = extract.knockout_states(
             lm, kept, batch, knockout, experiments["saliency_batch_size"], f"knockout {name}"
         )
         full = samples.join(
             table.select("id", "prompt_ids", "answer_ids", "answer", "question"), on="id"
         ).join(scores, on="id")
         hidden, layer = lm.info["hidden_size"], max(1, lm.info["n_layers"] // 2)
-        outs = (
-            np.zeros((2, n, hidden), np.float16),
-            np.zeros((n, hidden), np.float16),
-            np.zeros((2 * len(experiments["pr_factors"]), n, hidden), np.float16),
-        )
-        prompt = {"chat": False, "template_kwargs": {}}
-        ex.experiment_states(lm, full, layer, experiments, batch, prompt, outs, name)
+        shapes = experiment_shapes(n, hidden, len(experiments["pr_factors"])).values()
+        outs = [np.zeros(shape, DTYPE) for shape in shapes]
+        extract.experiment_states(lm, full, layer, experiments, batch, False, None, outs, name)
     with timer.stage("MIN-K%"):
         score_texts(lm, qs, k_grid, batch)
     return timer.seconds

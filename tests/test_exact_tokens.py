@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from truthflow.generation import build_prompt, encode_prompt
-from truthflow.pathways.tokens import locate, question_spans, short_answer_span
+from truthflow.pathways.spans import locate, question_spans, short_answer_span
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -239,7 +239,7 @@ def test_random_control_positions_are_seeded_and_outside_eq():
 
 @pytest.mark.model
 def test_llm_extractor_runs_on_a_real_model(gemma, monkeypatch):
-    """The real model's copies become spans inside their texts, and locate_all takes a wrong answer's E_A
+    """The real model's copies become spans inside their texts, and locate_spans takes a wrong answer's E_A
     (and E_Q) from the LLM extractor, not from the deterministic fallback."""
     from truthflow.generation import generate_answers
     from truthflow.pathways import extract
@@ -273,7 +273,7 @@ def test_llm_extractor_runs_on_a_real_model(gemma, monkeypatch):
     first = [(0, len(o["answer"].split()[0])) for o in out]
     last = [[(q.rindex(" ") + 1, len(q) - 1)] for q in questions]
     monkeypatch.setattr(extract, "llm_spans", lambda *a, **k: (first, last))
-    kept, dropped = extract.locate_all(gemma, False, "triviaqa", table, extractor="llm", batch_size=2)
+    kept, dropped = extract.locate_spans(gemma, False, "triviaqa", table, extractor="llm", batch_size=2)
     assert dropped.height == 0 and kept.height == 2
     assert kept["ea_text"].to_list() == [o["answer"].split()[0] for o in out]
     assert kept["eq_text"].to_list() == ["France", "Hamlet"]
@@ -329,7 +329,7 @@ def test_shared_run_ea_lengths_comparable(demo_run, model):
 
 
 def test_position_only_auc_hand_case():
-    from truthflow.pathways.tokens import position_only_auc
+    from truthflow.pathways.spans import position_only_auc
 
     correct = np.array([True, True, False, False])
     # wrong |E_A| 3, 2 vs correct 1, 2: pairs (3>1, 3>2, 2>1, 2=2) -> (1 + 1 + 1 + 0.5) / 4 = 0.875
@@ -343,7 +343,7 @@ def test_position_only_auc_hand_case():
 def test_class_table_reports_the_confound_check():
     import polars as pl
 
-    from truthflow.pathways.tokens import class_table
+    from truthflow.pathways.spans import class_table
 
     s = pl.DataFrame(
         {

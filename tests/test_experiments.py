@@ -15,8 +15,7 @@ from truthflow.engine.masks import attention_mask as knockout_mask
 from truthflow.engine.masks import reweight_mask
 from truthflow.errors import TruthflowError
 from truthflow.models import LoadedModel
-from truthflow.pathways import experiments as ex
-from truthflow.pathways import interventions as iv
+from truthflow.pathways import experiments, interventions
 
 MIN = torch.finfo(torch.float32).min
 
@@ -27,7 +26,7 @@ def test_donor_swap_keeps_lengths_hand_case():
     seqs = [[1, 10, 11, 2, 3], [1, 20, 21, 2, 4], [1, 30, 2, 5, 6], [1, 2, 40, 7, 8]]
     eq = [[1, 2], [1, 2], [1], [2]]  # a, b: |E_Q| 2; c, d: |E_Q| 1
     ctrl = [[3, 4], None, [3], [3]]
-    out = iv.patched_inputs(ids, seqs, eq, ctrl, seed=0)
+    out = interventions.patched_inputs(ids, seqs, eq, ctrl, seed=0)
     # same-length donors exist for everyone: a <-> b, c <-> d
     assert out["donor"] == ["b", "a", "d", "c"] and all(out["length_matched"])
     assert out["target"][0] == [1, 20, 21, 2, 3]  # b's E_Q ids written over a's E_Q
@@ -37,30 +36,30 @@ def test_donor_swap_keeps_lengths_hand_case():
     assert out["control"][1] == seqs[1]  # no control: unpatched (and left out downstream)
     assert all(len(t) == len(s) for t, s in zip(out["target"], seqs, strict=True))
     # seeded: the same seed gives the same donors
-    assert iv.patched_inputs(ids, seqs, eq, ctrl, seed=0)["donor"] == out["donor"]
+    assert interventions.patched_inputs(ids, seqs, eq, ctrl, seed=0)["donor"] == out["donor"]
 
 
 def test_donor_of_another_length_is_cycled_or_cut_and_counted():
-    donors = iv.choose_donors(["a", "b"], [3, 1], seed=1)
+    donors = interventions.choose_donors(["a", "b"], [3, 1], seed=1)
     assert donors == [(1, False), (0, False)]
-    assert iv.donor_tokens([7], 3) == [7, 7, 7]
-    assert iv.donor_tokens([7, 8, 9], 2) == [7, 8]
-    assert iv.choose_donors(["only"], [2], seed=0) == [(-1, False)]
+    assert interventions.donor_tokens([7], 3) == [7, 7, 7]
+    assert interventions.donor_tokens([7, 8, 9], 2) == [7, 8]
+    assert interventions.choose_donors(["only"], [2], seed=0) == [(-1, False)]
     with pytest.raises(ValueError):
-        iv.patch([1, 2, 3], [0, 1], [5])
+        interventions.patch([1, 2, 3], [0, 1], [5])
 
 
 # ------------------------------------------------------------------ A13 answer only
 def test_answer_only_input_construction():
     seqs = [[1, 50, 51, 52, 60, 61, 62], [1, 50, 70]]
-    out, pos = iv.answer_only_inputs(seqs, prompt_lens=[4, 2], probe_pos=[5, 2], bos_id=1)
+    out, pos = interventions.answer_only_inputs(seqs, prompt_lens=[4, 2], probe_pos=[5, 2], bos_id=1)
     assert out == [[1, 60, 61, 62], [1, 70]]
     assert pos == [2, 1]  # the same answer token: 61 and 70
     assert [o[p] for o, p in zip(out, pos, strict=True)] == [61, 70]
-    out, pos = iv.answer_only_inputs(seqs, [4, 2], [5, 2], bos_id=None)
+    out, pos = interventions.answer_only_inputs(seqs, [4, 2], [5, 2], bos_id=None)
     assert out == [[60, 61, 62], [70]] and pos == [1, 0]
     with pytest.raises(ValueError):
-        iv.answer_only_inputs(seqs, [4, 2], [3, 2], bos_id=None)  # probe inside the prompt
+        interventions.answer_only_inputs(seqs, [4, 2], [3, 2], bos_id=None)  # probe inside the prompt
 
 
 # ------------------------------------------------------------------ A16 Pathway Reweighting
@@ -145,7 +144,7 @@ def test_stopped_pass_equals_the_full_sweep_at_layer_k(tiny):
 def test_answer_logprobs_match_the_full_logits(tiny):
     seqs = _seqs()
     ea = [[5, 6], [8], [3, 9, 10]]
-    mean, low = iv.answer_logprobs(tiny, seqs, ea, batch_size=2)
+    mean, low = interventions.answer_logprobs(tiny, seqs, ea, batch_size=2)
     with torch.no_grad():
         for i, s in enumerate(seqs):
             lp = torch.log_softmax(tiny.model(torch.tensor([s])).logits[0].float(), -1)
@@ -165,10 +164,10 @@ def test_shared_head_runs_once_and_changes_nothing(tiny, monkeypatch):
     calls = []
     real = passes.head_cache
     monkeypatch.setattr(passes, "head_cache", lambda *a: calls.append(a[2]) or real(*a))
-    shared = iv.answer_logprobs(tiny, seqs, ea, batch_size=3)
+    shared = interventions.answer_logprobs(tiny, seqs, ea, batch_size=3)
     assert calls == [10]  # the whole head (E_A starts after it), once for the batch
     monkeypatch.setattr(batches, "MIN_SHARED_PREFIX", 10**6)
-    full = iv.answer_logprobs(tiny, seqs, ea, batch_size=3)
+    full = interventions.answer_logprobs(tiny, seqs, ea, batch_size=3)
     assert calls == [10]
     with torch.no_grad():
         for i, s in enumerate(seqs):
@@ -191,9 +190,9 @@ def test_p_true_is_the_two_way_softmax(tiny):
             }
 
     lm = LoadedModel(model=tiny.model, tokenizer=Tok(), info={}, device="cpu")
-    assert iv.verdict_token_ids(lm.tokenizer) == ([5, 6], [7])
+    assert interventions.verdict_token_ids(lm.tokenizer) == ([5, 6], [7])
     prompts = _seqs()
-    got = iv.p_true(lm, prompts, batch_size=2)
+    got = interventions.p_true(lm, prompts, batch_size=2)
     with torch.no_grad():
         for i, s in enumerate(prompts):
             logits = tiny.model(torch.tensor([s])).logits[0, -1].float()
@@ -212,7 +211,9 @@ def test_patching_flip_counting_hand_case():
     control = np.array([[0.9, 0.9, 0.7, 0.1], [0.3, 0.9, 0.6, 0.1]])
     correct = np.array([1, 1, 1, 0])
     groups = np.array([True, True, False, False])
-    rows = ex.patching_rows(prob, patched, control, correct, groups, np.array([1, 0, 1, 1], bool), AT)
+    rows = experiments.patching_rows(
+        prob, patched, control, correct, groups, np.array([1, 0, 1, 1], bool), AT
+    )
     by = {(r["condition"], r["group"]): r for r in rows}
     # sample 0: both seeds predict correct; seed 0 flips -> 50%. sample 1: mean 0.6 -> eligible; only seed 0
     # predicts correct and it does not flip -> 0%. sample 2: both seeds predict correct, both flip -> 100%.
@@ -230,7 +231,7 @@ def test_patching_flip_counting_hand_case():
 def test_answer_only_minus_delta_p_hand_case():
     prob = np.array([[0.8, 0.2]])  # sample 0 predicted correct (p 0.8), sample 1 wrong (p 0.8)
     prob_ao = np.array([[0.4, 0.6]])
-    rows = ex.answer_only_rows(prob, prob_ao, np.array([True, False]), AT)
+    rows = experiments.answer_only_rows(prob, prob_ao, np.array([True, False]), AT)
     # sample 0: ΔP = 100 (0.4 - 0.8) / 0.8 = -50 -> -ΔP 50; sample 1: p_ko(wrong) 0.4 -> -ΔP 50
     assert [r["value"] for r in rows] == [pytest.approx(50.0), pytest.approx(50.0)]
 
@@ -244,8 +245,8 @@ def test_boundary_rows_and_groups_hand_case():
             "anchor": ["Q-Anchored", "A-Anchored", "A-Anchored", "Q-Anchored", "Q-Anchored", "A-Anchored"],
         }
     )
-    assert ex.groups_at(deltap, ["a", "b", "c"], 2).tolist() == [True, True, False]
-    rows = ex.boundary_rows(
+    assert experiments.groups_at(deltap, ["a", "b", "c"], 2).tolist() == [True, True, False]
+    rows = experiments.boundary_rows(
         deltap,
         {"a": True, "b": False, "c": True},
         {"a": False, "b": True, "c": False},
@@ -261,19 +262,19 @@ def test_boundary_rows_and_groups_hand_case():
     assert by[("log10 popularity", "A-Anchored", 2)]["n"] == 0
     assert ("log10 popularity", "Q-Anchored", 1) not in by
     with pytest.raises(ValueError, match="no knockout anchor"):
-        ex.groups_at(deltap, ["a", "zz"], 1)
+        experiments.groups_at(deltap, ["a", "zz"], 1)
 
 
 def test_experiment_layer_choice():
     auc = pl.DataFrame(
         {"layer": [1, 2, 3, 1, 2, 3], "auc": [0.6, 0.8, 0.8, 0.7, 0.8, 0.8], "status": ["ok"] * 6}
     )
-    assert ex.experiment_layer("auto", auc, 3)[0] == 2  # tie between 2 and 3: the lowest
-    assert ex.experiment_layer(3, auc, 3) == (3, "pathways.experiments.layer")
+    assert experiments.experiment_layer("auto", auc, 3)[0] == 2  # tie between 2 and 3: the lowest
+    assert experiments.experiment_layer(3, auc, 3) == (3, "pathways.experiments.layer")
     with pytest.raises(TruthflowError, match="m1 has 3 layers: set a layer in 1..3"):
-        ex.experiment_layer(4, auc, 3, "m1")
+        experiments.experiment_layer(4, auc, 3, "m1")
     undefined = pl.DataFrame({"layer": [None], "auc": [None], "status": ["probe undefined: one class"]})
-    assert ex.experiment_layer("auto", undefined, 30) == (15, "probe undefined: middle layer")
+    assert experiments.experiment_layer("auto", undefined, 30) == (15, "probe undefined: middle layer")
 
 
 @pytest.mark.parametrize("model", ["tiny"])  # the real architectures: test_architectures (twins)
@@ -287,7 +288,7 @@ def test_conditions_from_a_shared_prefix_equal_full_passes(model, request, monke
     probe = [27, 25, 31]
     answer = [list(range(22, p + 1)) for p in probe]
     eq = [[12, 13], [10], [14, 15]]
-    patched = [iv.patch(s, e, [7] * len(e)) for s, e in zip(seqs, eq, strict=True)]
+    patched = [interventions.patch(s, e, [7] * len(e)) for s, e in zip(seqs, eq, strict=True)]
     conds = [
         Condition(tokens=patched),
         Condition(edges=(answer, eq), factor=3.0),
@@ -309,7 +310,7 @@ def test_conditions_from_a_shared_prefix_equal_full_passes(model, request, monke
 def test_rate_rows_have_wilson_cis_never_zero_width():
     """Flip rates, accuracy and refusal are rates: Wilson CIs, so 0% of 6 samples is not '[0, 0]'."""
     prob = np.full((2, 6), 0.9)  # every sample predicted correct by both seeds, and none flips
-    rows = ex.patching_rows(
+    rows = experiments.patching_rows(
         prob, prob.copy(), prob.copy(), np.ones(6), np.zeros(6, bool), np.ones(6, bool), AT
     )
     a = next(r for r in rows if r["condition"] == "E_Q" and r["group"] == "A-Anchored")
@@ -344,7 +345,7 @@ def _pair(n=40, n_layers=3, d=4, seed=0):
             "s_eq_ea": [[0.1, 0.3]] * (n - 1) + [[]],
             "s_eq_all": [[0.2, 0.2]] * n,
         },
-        schema=ex.SCORES_SCHEMA,
+        schema=experiments.SCORES_SCHEMA,
     )
     data = pl.DataFrame({"id": ids, "s_pop": rng.integers(1, 10**4, n)})
     x = clean[:, 1]
@@ -355,13 +356,13 @@ def _pair(n=40, n_layers=3, d=4, seed=0):
 def test_run_gives_every_table_with_k_layer():
     samples, scores, deltap, data, clean, states, probe = _pair()
     keys = {"model": "m", "dataset": "nq"}
-    rows, aware, det, per_sample = ex.run(
+    rows, aware, det, per_sample = experiments.run(
         samples, scores, deltap, data, clean, states, probe, {"n": 50, "seed": 0}, [2.0, 4.0], keys
     )
     for t in (rows, aware, det, per_sample):
-        assert t.columns[:3] == list(ex.TABLE_KEYS) and t["k_layer"].unique().to_list() == [2]
+        assert t.columns[:3] == list(experiments.TABLE_KEYS) and t["k_layer"].unique().to_list() == [2]
     assert set(rows["experiment"]) == {"patching", "answer_only", "boundary", "saliency"}
-    assert rows.columns[3:] == list(ex.ROW_SCHEMA)
+    assert rows.columns[3:] == list(experiments.ROW_SCHEMA)
     assert sorted(aware["layer"].unique()) == [1, 3]  # every layer but K
     assert det["method"].unique(maintain_order=True).to_list()[:4] == [
         "P(True)",
@@ -371,17 +372,17 @@ def test_run_gives_every_table_with_k_layer():
     ]
     assert per_sample["s_eq_ea"][0] == pytest.approx(0.2) and np.isnan(per_sample["s_eq_ea"][-1])
     assert per_sample["s_pop"].to_list() == data["s_pop"].cast(pl.Float64).to_list()
-    groups = ex.groups_at(deltap, samples["id"].to_list(), 2)
+    groups = experiments.groups_at(deltap, samples["id"].to_list(), 2)
     assert per_sample["group"].to_list() == np.where(groups, "Q-Anchored", "A-Anchored").tolist()
     # no ΔP rows (the probe is undefined): empty tables that keep their columns
-    empty = ex.run(
+    empty = experiments.run(
         samples, scores, deltap.clear(), data, clean, states, probe, {"n": 50, "seed": 0}, [2.0], keys
     )
     assert [t.height for t in empty] == [0, 0, 0, 0] and empty[0].columns == rows.columns
 
 
 def test_extract_writes_the_passes_and_the_samples_table(tiny):
-    from truthflow.pathways.extract import SAMPLES_SCHEMA, extract
+    from truthflow.pathways.extract import SAMPLES_SCHEMA, knockout_states
     from truthflow.pathways.saliency import saliency
 
     seqs = _seqs()
@@ -408,8 +409,10 @@ def test_extract_writes_the_passes_and_the_samples_table(tiny):
         "window": 9,
     }
     out = (np.zeros((3, 3, 32), np.float32), [np.zeros((3, 3, 32), np.float32) for _ in range(3)])
-    samples, scores = extract(tiny, kept, 2, cfg, 2, "test", out)
-    assert samples.schema == pl.Schema(SAMPLES_SCHEMA) and scores.schema == pl.Schema(ex.SALIENCY_SCHEMA)
+    samples, scores = knockout_states(tiny, kept, 2, cfg, 2, "test", out)
+    assert samples.schema == pl.Schema(SAMPLES_SCHEMA) and scores.schema == pl.Schema(
+        experiments.SALIENCY_SCHEMA
+    )
     # the saliency table is the separate saliency stage's; resid_clean its pass's states (checked below)
     sep = saliency(tiny, seqs, [9, 8, 12], kept["eq_positions"].to_list(), kept["ea_positions"].to_list(), 2)
     assert scores["id"].to_list() == ["a", "b", "c"]
@@ -427,9 +430,9 @@ def test_extract_writes_the_passes_and_the_samples_table(tiny):
     clean, ko = resid_states(tiny, seqs, [10, 8, 13], [Condition(), Condition(block=eq)], 2, out=f32)
     assert np.allclose(out[0], clean, atol=1e-5) and np.allclose(out[1][0], ko, atol=1e-5)
     none = (np.zeros((0, 3, 32)), [np.zeros((0, 3, 32))] * 3)
-    empty, no_scores = extract(tiny, kept.clear(), 2, cfg, 2, "test", none)
+    empty, no_scores = knockout_states(tiny, kept.clear(), 2, cfg, 2, "test", none)
     assert empty.height == 0 and empty.schema == pl.Schema(SAMPLES_SCHEMA)
-    assert no_scores.height == 0 and no_scores.schema == pl.Schema(ex.SALIENCY_SCHEMA)
+    assert no_scores.height == 0 and no_scores.schema == pl.Schema(experiments.SALIENCY_SCHEMA)
 
 
 @pytest.mark.model
@@ -469,10 +472,9 @@ def test_experiment_states_on_a_real_model(smollm):
         np.zeros((3, hidden), np.float32),
         np.zeros((4, 3, hidden), np.float32),
     )
-    prompt = {"chat": True, "template_kwargs": {}}
     cfg = {"pr_factors": [2.0, 4.0], "patch_seed": 0, "saliency_batch_size": 2}
-    scores = experiment_states(smollm, table, 3, cfg, 3, prompt, outs, "t")
-    assert scores.schema == pl.Schema(ex.SCORES_SCHEMA) and scores["layer"].to_list() == [3] * 3
+    scores = experiment_states(smollm, table, 3, cfg, 3, True, {}, outs, "t")
+    assert scores.schema == pl.Schema(experiments.SCORES_SCHEMA) and scores["layer"].to_list() == [3] * 3
     assert scores["patch_control_matched"].to_list() == [True, True, False]
     assert ((scores["p_true"] > 0) & (scores["p_true"] < 1)).all()
     assert scores["logit_min"].to_list() == [-2.0, -3.0, -4.0] and scores["s_eq_all"][2].to_list() == [
@@ -480,7 +482,7 @@ def test_experiment_states_on_a_real_model(smollm):
         0.4,
     ]
     seqs = [p + a for p, a in zip(prompts, answers, strict=True)]
-    inputs = iv.patched_inputs(
+    inputs = interventions.patched_inputs(
         ["a", "b", "c"],
         seqs,
         table["eq_positions"].to_list(),
@@ -497,5 +499,5 @@ def test_experiment_states_of_no_samples_is_an_empty_scores_table():
     from truthflow.pathways.extract import experiment_states
 
     empty = pl.DataFrame(schema={"id": pl.String})
-    scores = experiment_states(None, empty, 3, {}, 3, {}, None, "t")
-    assert scores.height == 0 and scores.schema == pl.Schema(ex.SCORES_SCHEMA)
+    scores = experiment_states(None, empty, 3, {}, 3, False, None, None, "t")
+    assert scores.height == 0 and scores.schema == pl.Schema(experiments.SCORES_SCHEMA)

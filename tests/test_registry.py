@@ -15,7 +15,7 @@ from truthflow import data, registry
 from truthflow.config import check_names, fill_defaults
 from truthflow.data import load_qa
 from truthflow.errors import TruthflowError
-from truthflow.pathways import tokens as exact_tokens
+from truthflow.pathways.spans import question_spans
 
 SCHEMA = REPO / "src" / "truthflow" / "schemas" / "config.schema.yaml"
 DEMO = REPO / "data" / "demo"
@@ -131,11 +131,11 @@ def test_fill_defaults_takes_hub_defaults_and_schema_defaults():
 # ------------------------------------------------------------ E_Q rule
 def test_eq_rule_popqa_own_else_generic():
     q = "What is George Rankin's occupation?"
-    spans = exact_tokens.question_spans(q, "popqa", "George Rankin", "occupation")
+    spans = question_spans(q, "popqa", "George Rankin", "occupation")
     assert spans == registry.popqa_spans(q, {"subj": "George Rankin", "prop": "occupation"})
     assert [q[s:e] for s, e in spans] == ["George Rankin", "occupation"]
     # no subject: PopQA's rule does not apply, the generic rule does (as for a set without a rule)
-    assert exact_tokens.question_spans(q, "popqa") == exact_tokens.question_spans(q, "nq")
+    assert question_spans(q, "popqa") == question_spans(q, "nq")
     assert all(s.question_spans is None for s in registry.QA_SETS if s.name != "popqa")
 
 
@@ -167,10 +167,10 @@ def test_config_accepts_registered_names_only():
 
 
 def test_plots_take_names_and_colours_from_the_registry():
-    from truthflow import plotting as pp
+    from truthflow import plotting
 
-    assert pp.DATASETS == {s.name: s.display for s in registry.QA_SETS}
-    assert {k: pp.COLOURS[k] for k in pp.DATASETS} == {s.name: s.colour for s in registry.QA_SETS}
+    assert plotting.DATASETS == {s.name: s.display for s in registry.QA_SETS}
+    assert {k: plotting.COLOURS[k] for k in plotting.DATASETS} == {s.name: s.colour for s in registry.QA_SETS}
 
 
 # outside registry.py, a QA set name quoted in a list, tuple, dict or comparison, or in a regex or YAML list
@@ -209,7 +209,7 @@ def test_one_entry_is_a_new_qa_set(fifth_set):
     assert df.height == 10 and set(df["dataset"]) == {"nq2"}
     assert all(i.startswith("nq2-") for i in df["id"])  # the hash id carries the set's own name
     q = df["question"][0]
-    assert exact_tokens.question_spans(q, "nq2") == exact_tokens.question_spans(q, "nq")
+    assert question_spans(q, "nq2") == question_spans(q, "nq")
     cfg = {"models": MODEL, "datasets": {"nq2": {}, "nq": {}}}
     fill_defaults(cfg)
     assert cfg["datasets"]["nq2"]["source"]["hub"] == "someone/nq2"

@@ -18,7 +18,7 @@ does did doing done i you we us our your my me""".split()
 
 ARTICLES = {"a", "an", "the"}
 # lowercase words inside a name ("Leonardo da Vinci", "Statue of Liberty", "Osama bin Laden"): they join the
-# words of an E_A run (pathways.tokens) and of a choice option (pathways.labels). Not "al": an E_A run drops
+# words of an E_A run (pathways.spans) and of a choice option (pathways.labels). Not "al": an E_A run drops
 # a connector at its start in any case, and "Al" is a given name ("Al Pacino" would lose it)
 NAME_CONNECTORS = set("of the de da di del der van von du la le y for on en bin".split())
 PUNCT = set(string.punctuation) | {"“", "”", "‘", "’", "–", "—", "…", "«", "»"}

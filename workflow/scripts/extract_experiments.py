@@ -1,7 +1,6 @@
-import numpy as np
-
 from truthflow import runlog, validate
 from truthflow.jobs import load_job_model
+from truthflow.pathways import activations
 from truthflow.pathways.experiments import SALIENCY_SCHEMA, experiment_layer
 from truthflow.pathways.extract import experiment_states
 
@@ -31,17 +30,12 @@ def main(sm):
     n, hidden = table.height, lm.info["hidden_size"]
     layer, why = experiment_layer(cfg["layer"], auc, lm.info["n_layers"], model)
     print(f"{model}/{dataset}: experiments at layer {layer} ({why})", flush=True)
-    shapes = {
-        "patch": (2, n, hidden),
-        "answer_only": (n, hidden),
-        "pr": (2 * len(cfg["pr_factors"]), n, hidden),
-    }
-    outs = [np.lib.format.open_memmap(sm.output[k], "w+", np.float16, s) for k, s in shapes.items()]
-    prompt = {"chat": sm.params.chat, "template_kwargs": sm.params.chat_template_kwargs}
+    shapes = activations.experiment_shapes(n, hidden, len(cfg["pr_factors"]))
     bs, name = sm.resources.batch_size, f"{model}/{dataset}"
-    scores = experiment_states(lm, table, layer, cfg, bs, prompt, outs, name)
-    for arr in outs:
-        arr.flush()
+    with activations.written(sm.output, shapes) as outs:
+        scores = experiment_states(
+            lm, table, layer, cfg, bs, sm.params.chat, sm.params.chat_template_kwargs, outs, name
+        )
     scores.write_parquet(sm.output.scores)
 
 

@@ -3,7 +3,7 @@ import polars as pl
 from truthflow import runlog, validate
 from truthflow.pathways.check import CELL_SCHEMA, dropped_table, family, rounded
 from truthflow.pathways.probes import AUC_SCHEMA, SUMMARY_SCHEMA, auc_by_layer
-from truthflow.pathways.tokens import CLASS_TABLE_SCHEMA, class_table
+from truthflow.pathways.spans import CLASS_TABLE_SCHEMA, class_table
 
 KEYS = ["model", "dataset"]
 

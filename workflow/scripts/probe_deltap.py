@@ -1,17 +1,14 @@
 import polars as pl
 
 from truthflow import runlog, validate
+from truthflow.pathways import activations
 from truthflow.pathways.check import check
 from truthflow.pathways.probes import run_probes, summarize
 
 
 def main(sm):
     samples = validate.read_parquet(sm.input.samples, ["id", "correct", "control_matched"])
-    # memory-mapped: layer slices are read as needed; shapes and sizes checked against samples.parquet
-    rows = f", one row per sample of {sm.input.samples}"
-    clean = validate.load_npy(sm.input.resid_clean, (samples.height, None, None), "float16", why=rows)
-    ko = validate.load_npy(sm.input.resid_ko, clean.shape, "float16", why=rows)
-    control = validate.load_npy(sm.input.resid_control, (None, *clean.shape), "float16", why=rows)
+    clean, ko, control = activations.read_resid(sm.input, samples.height, sm.input.samples)
     cfg = sm.params.cfg
     labels, matched = samples["correct"].to_numpy().astype(int), samples["control_matched"].to_numpy()
     split = {"split": cfg["anchor_split"], "fixed_layer": cfg["fixed_layer"]}
@@ -25,10 +22,8 @@ def main(sm):
     stats = cells.select("layers", "measure", "n_samples", "n_minority", "probe_auc", "diff", "sd", "status")
     print(f"{model}/{dataset}: E_Q − control, per-cell statistics", stats, sep="\n", flush=True)
     keys = [pl.lit(model).alias("model"), pl.lit(dataset).alias("dataset")]
-    auc.select(*keys, pl.all()).write_parquet(sm.output.auc)
-    per_sample.select(*keys, pl.all()).write_parquet(sm.output.deltap)
-    summary.select(*keys, pl.all()).write_parquet(sm.output.summary)
-    cells.select(*keys, pl.all()).write_parquet(sm.output.check)
+    for table, name in ((auc, "auc"), (per_sample, "deltap"), (summary, "summary"), (cells, "check")):
+        table.select(*keys, pl.all()).write_parquet(sm.output[name])
 
 
 runlog.run(snakemake, main)  # noqa: F821

@@ -10,6 +10,7 @@ import polars as pl
 
 from ..errors import TruthflowError
 from ..stats import bootstrap_ci, wilson_ci
+from .activations import pr_pairs
 from .detection import AWARENESS_SCHEMA, DETECTION_SCHEMA, awareness_auc, detection_table
 from .probes import A_ANCHORED, Q_ANCHORED, TARGET, crossfit_seeds, knockout_effect, n_folds
 
@@ -136,7 +137,7 @@ def boundary_rows(deltap: pl.DataFrame, correct: dict, refusal: dict, popularity
 def run(samples, scores, deltap, data, clean, states, probe: dict, boot: dict, factors: list, keys: dict):
     """Every experiment of one (model, dataset) at the layer K of `scores` (extract_experiments' per-sample
     scores): returns the tables (rows, awareness, detection, per_sample), each with the columns of `keys`
-    and k_layer = K in front. states: the patched [2, N, D], answer-only [N, D] and PR [2·F, N, D] arrays."""
+    and k_layer = K in front. states: patch, answer_only, pr as `activations` lays them out."""
     k_layer, name = (int(scores["layer"][0]) if scores.height else None), "/".join(map(str, keys.values()))
     front = [*(pl.lit(v).alias(c) for c, v in keys.items()), pl.lit(k_layer, pl.Int64).alias("k_layer")]
     schemas = (ROW_SCHEMA, AWARENESS_SCHEMA, DETECTION_SCHEMA, PER_SAMPLE_SCHEMA)
@@ -170,10 +171,9 @@ def run(samples, scores, deltap, data, clean, states, probe: dict, boot: dict, f
     if has_pop:
         per_sample = per_sample.join(data.select("id", pl.col("s_pop").cast(pl.Float64)), on="id", how="left")
     aware = awareness_auc(clean, groups, [i for i in range(1, clean.shape[1] + 1) if i != layer], probe)
-    pr_states = {f: (pr[2 * i], pr[2 * i + 1]) for i, f in enumerate(factors)}
     baselines = {"P(True)": "p_true", "Logits-mean": "logit_mean", "Logits-min": "logit_min"}
     baselines = {name: scores[c].to_numpy() for name, c in baselines.items()}
-    det = detection_table(x, labels, groups, pr_states, baselines, factors, probe, probing=prob)
+    det = detection_table(x, labels, groups, pr_pairs(pr, factors), baselines, factors, probe, probing=prob)
     rows = pl.DataFrame(rows, schema=ROW_SCHEMA)
     for r in rows.filter(pl.col("experiment") != "boundary").iter_rows(named=True):
         print(

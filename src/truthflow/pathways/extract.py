@@ -13,18 +13,22 @@ import polars as pl
 from ..engine import Condition, resid_states
 from ..generation import build_prompt, encode_prompt, generate_answers
 from ..models import LoadedModel
-from . import interventions as iv
-from . import tokens as et
+from .activations import DTYPE, resid_shapes
 from .experiments import SALIENCY_SCHEMA, SCORES_SCHEMA
+from .interventions import P_TRUE_TEMPLATE, answer_only_inputs, p_true, patched_inputs, reweighting
 from .saliency import saliency
+from .spans import locate, question_spans, short_answer_span
 
 _POS = pl.List(pl.Int64)
-# samples.parquet, the kept samples with their token positions and knockout blocks
-SAMPLES_SCHEMA = {"id": pl.String, "correct": pl.Boolean, "refusal": pl.Boolean, "eq_positions": _POS,
-                  "ea_positions": _POS, "probe_position": pl.Int64, "question_positions": _POS,
-                  "eq_text": pl.String, "ea_text": pl.String, "blocked_positions": _POS,
-                  "control_positions": pl.List(_POS), "control_matched": pl.Boolean, "n_eq": pl.Int64,
-                  "n_ea": pl.Int64}  # fmt: skip
+# the kept samples with their token positions
+_LOCATED = {"id": pl.String, "correct": pl.Boolean, "refusal": pl.Boolean, "eq_positions": _POS,
+            "ea_positions": _POS, "probe_position": pl.Int64, "question_positions": _POS,
+            "eq_text": pl.String, "ea_text": pl.String}  # fmt: skip
+# locate_spans' table: the located samples with their token sequence and where its answer starts
+LOCATED_SCHEMA = {"seq": _POS, "answer_start": pl.Int64, **_LOCATED}
+# samples.parquet: the located samples with their knockout blocks
+SAMPLES_SCHEMA = _LOCATED | {"blocked_positions": _POS, "control_positions": pl.List(_POS),
+                             "control_matched": pl.Boolean, "n_eq": pl.Int64, "n_ea": pl.Int64}  # fmt: skip
 
 
 EA_PROMPT = (
@@ -53,14 +57,14 @@ def llm_spans(
     questions: list[str],
     answers: list[str],
     batch_size: int,
-    template_kwargs: dict | None = None,
+    chat_template_kwargs: dict | None = None,
 ) -> tuple[list[tuple[int, int] | None], list[list[tuple[int, int]]]]:
     """The LLM extractor option (as LLMsKnow): the model copies the short answer and the question's
-    subject/property words; a copy not found verbatim gives None/[] (the caller falls back). template_kwargs
-    go to the chat template, as for the answers; generate_answers strips a reasoning block in a copy."""
+    subject/property words; a copy not found verbatim gives None/[] (the caller falls back). The chat
+    template gets chat_template_kwargs, as for the answers; generate_answers strips a reasoning block."""
 
     def ask(template, fields):
-        kw = {"instruction": "", "template_kwargs": template_kwargs}
+        kw = {"instruction": "", "chat_template_kwargs": chat_template_kwargs}
         prompts = [build_prompt(lm.tokenizer, template.format(**f), chat, **kw) for f in fields]
         out = generate_answers(
             lm, prompts, batch_size, 16, stop_at_newline=True, chat=chat, desc="llm extractor"
@@ -74,67 +78,43 @@ def llm_spans(
     return ea, eq
 
 
-def locate_all(
+def locate_spans(
     lm: LoadedModel,
     chat: bool,
     dataset: str,
     table: pl.DataFrame,
     extractor: str = "deterministic",
     batch_size: int = 32,
-    template_kwargs: dict | None = None,
+    chat_template_kwargs: dict | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """table: labelled answers joined with their questions. Returns (kept samples with their token sequence,
-    answer start and token positions, dropped samples with their reason)."""
+    """E_Q and E_A of every labelled answer (`table`, joined with its question) as token positions.
+    Returns (the located samples, LOCATED_SCHEMA; the dropped samples with their reason)."""
     rows = table.to_dicts()
-    llm_ea: list = [None] * len(rows)
-    llm_eq: list = [[] for _ in rows]
+    questions, answers = [r["question"] for r in rows], [r["answer"] for r in rows]
+    llm_ea, llm_eq = [None] * len(rows), [[] for _ in rows]
     if extractor == "llm":
-        llm_ea, llm_eq = llm_spans(
-            lm, chat, [r["question"] for r in rows], [r["answer"] for r in rows], batch_size, template_kwargs
-        )
+        llm_ea, llm_eq = llm_spans(lm, chat, questions, answers, batch_size, chat_template_kwargs)
     kept, dropped = [], []
-    for i, r in enumerate(rows):
+    for r, ea_llm, eq_llm in zip(rows, llm_ea, llm_eq, strict=True):
+        q, start = r["question"], len(r["prompt_ids"])
         if r["correct"]:
             ea_span = (r["match_start"], r["match_end"])
         else:
-            ea_span = llm_ea[i] or et.short_answer_span(r["answer"], question=r["question"])
-        eq_spans = llm_eq[i] or et.question_spans(r["question"], dataset, r.get("subj"), r.get("prop"))
-        eq, ea, qpos, reason = et.locate(
-            lm.tokenizer,
-            r["prompt"],
-            r["prompt_ids"],
-            chat,
-            r["question"],
-            eq_spans,
-            r["answer_ids"],
-            ea_span,
+            ea_span = ea_llm or short_answer_span(r["answer"], question=q)
+        eq_spans = eq_llm or question_spans(q, dataset, r.get("subj"), r.get("prop"))
+        located = locate(
+            lm.tokenizer, r["prompt"], r["prompt_ids"], chat, q, eq_spans, r["answer_ids"], ea_span
         )
+        eq, ea, qpos, reason = located
         if reason:
             dropped.append({"id": r["id"], "reason": reason})
             continue
-        kept.append(
-            {
-                "id": r["id"],
-                "correct": bool(r["correct"]),
-                "refusal": bool(r["refusal"]),
-                "seq": list(r["prompt_ids"]) + list(r["answer_ids"]),
-                "answer_start": len(r["prompt_ids"]),
-                "eq_positions": eq,
-                "ea_positions": ea,
-                "probe_position": ea[-1],
-                "question_positions": qpos,
-                "eq_text": " | ".join(r["question"][s:e] for s, e in eq_spans),
-                "ea_text": lm.tokenizer.decode(
-                    [r["answer_ids"][p - len(r["prompt_ids"])] for p in ea]
-                ).strip(),
-            }
-        )
-    # kept: the samples table's columns up to ea_text and the token sequence
-    kept_columns = list(SAMPLES_SCHEMA)[: list(SAMPLES_SCHEMA).index("ea_text") + 1]
-    schema = {"seq": _POS, "answer_start": pl.Int64, **{c: SAMPLES_SCHEMA[c] for c in kept_columns}}
-    return pl.DataFrame(kept, schema=schema), pl.DataFrame(
-        dropped, schema={"id": pl.String, "reason": pl.String}
-    )
+        ea_text = lm.tokenizer.decode([r["answer_ids"][p - start] for p in ea]).strip()
+        eq_text = " | ".join(q[s:e] for s, e in eq_spans)
+        seq, flags = r["prompt_ids"] + r["answer_ids"], (bool(r["correct"]), bool(r["refusal"]))
+        kept.append((seq, start, r["id"], *flags, eq, ea, ea[-1], qpos, eq_text, ea_text))
+    dropped = pl.DataFrame(dropped, schema={"id": pl.String, "reason": pl.String})
+    return pl.DataFrame(kept, schema=LOCATED_SCHEMA, orient="row"), dropped
 
 
 def control_positions(
@@ -180,7 +160,7 @@ def knockout_blocks(
     return target_blocks, controls, matched
 
 
-def extract(
+def knockout_states(
     lm: LoadedModel,
     kept: pl.DataFrame,
     batch_size: int,
@@ -205,29 +185,20 @@ def extract(
     blocks = [target_blocks, *controls]
     conditions = [Condition(block=b, window=window, name=n) for b, n in zip(blocks, names, strict=True)]
     if out is None:
-        shape = (kept.height, lm.info["n_layers"], lm.info["hidden_size"])
-        out = (np.zeros(shape, np.float16), [np.zeros(shape, np.float16) for _ in conditions])
-    sal = None
-    if kept.height:
-        eq, ea = kept["eq_positions"].to_list(), kept["ea_positions"].to_list()
-        sal = saliency(
-            lm,
-            seqs,
-            kept["answer_start"].to_list(),
-            eq,
-            ea,
-            saliency_batch,
-            f"saliency {desc}",
-            (probe, out[0]),
-        )
-        resid_states(lm, seqs, probe, conditions, batch_size, out=out[1], desc=desc)
+        shapes = resid_shapes(kept.height, lm.info["n_layers"], lm.info["hidden_size"], draws).values()
+        clean, ko, control = (np.zeros(shape, DTYPE) for shape in shapes)
+        out = (clean, [ko, *control])
     values = {c: [] for c in SALIENCY_SCHEMA if c != "id"}
-    if sal is not None:
+    if kept.height:
+        eq, ea, start = (kept[c].to_list() for c in ("eq_positions", "ea_positions", "answer_start"))
+        sal = saliency(lm, seqs, start, eq, ea, saliency_batch, f"saliency {desc}", (probe, out[0]))
+        resid_states(lm, seqs, probe, conditions, batch_size, out=out[1], desc=desc)
+        s_eq_ea, s_eq_all = sal.scores[:, :, 0].tolist(), sal.scores[:, :, 1].tolist()
         values = {
             "logit_mean": sal.logit_mean,
             "logit_min": sal.logit_min,
-            "s_eq_ea": sal.scores[:, :, 0].tolist(),
-            "s_eq_all": sal.scores[:, :, 1].tolist(),
+            "s_eq_ea": s_eq_ea,
+            "s_eq_all": s_eq_all,
         }
     scores = pl.DataFrame({"id": ids, **values}, schema=SALIENCY_SCHEMA)
     n_unmatched = len(matched) - sum(matched)
@@ -251,13 +222,20 @@ def extract(
 
 
 def experiment_states(
-    lm: LoadedModel, table: pl.DataFrame, layer: int, cfg: dict, batch_size: int, prompt: dict, outs, name
+    lm: LoadedModel,
+    table: pl.DataFrame,
+    layer: int,
+    cfg: dict,
+    batch_size: int,
+    chat: bool,
+    chat_template_kwargs: dict | None,
+    outs,
+    name: str,
 ) -> pl.DataFrame:
     """The new states at layer K for `table` (samples.parquet joined with their labels, question and
-    saliency.parquet), written into outs = (patch [2, N, D]: E_Q and control patched; answer-only [N, D];
-    PR [2·F, N, D]: ×f and ×1/f per factor f). Returns the per-sample scores (SCORES_SCHEMA): donors,
-    P(True), and the table's answer log-probabilities and saliency per layer. cfg: pathways.experiments;
-    prompt: chat, template_kwargs (P(True)'s prompt is built like the answers')."""
+    saliency.parquet), written into outs = (patch, answer_only, pr) as `activations` lays them out. Returns
+    the per-sample scores (SCORES_SCHEMA): donors, P(True), and the table's answer log-probabilities and
+    saliency per layer. cfg: pathways.experiments; P(True)'s prompt is built like the answers'."""
     if table.height == 0:
         return pl.DataFrame(schema=SCORES_SCHEMA)
     patch, answer_only, pr = outs
@@ -270,19 +248,19 @@ def experiment_states(
         c[0] if m and c else None
         for c, m in zip(table["control_positions"].to_list(), table["control_matched"], strict=True)
     ]
-    inputs = iv.patched_inputs(ids, seqs, eq, ctrl0, cfg["patch_seed"])
+    inputs = patched_inputs(ids, seqs, eq, ctrl0, cfg["patch_seed"])
     patched = [Condition(tokens=inputs["target"]), Condition(tokens=inputs["control"])]
     resid_states(lm, seqs, probe, patched, batch_size, layer, list(patch), f"patching {name}")
     bos = lm.tokenizer.bos_token_id
     bos = bos if bos is not None and seqs[0][:1] == [bos] else None
-    ao_seqs, ao_pos = iv.answer_only_inputs(seqs, prompt_lens, probe, bos)
+    ao_seqs, ao_pos = answer_only_inputs(seqs, prompt_lens, probe, bos)
     resid_states(lm, ao_seqs, ao_pos, [Condition()], batch_size, layer, [answer_only], f"answer only {name}")
     answer_pos = [list(range(start, p + 1)) for start, p in zip(prompt_lens, probe, strict=True)]
-    conds = iv.reweighting(answer_pos, eq, cfg["pr_factors"])
+    conds = reweighting(answer_pos, eq, cfg["pr_factors"])
     resid_states(lm, seqs, probe, conds, batch_size, layer, list(pr), f"PR {name}")
-    chat, kw = prompt["chat"], {"instruction": "", "template_kwargs": prompt["template_kwargs"]}
+    kw = {"instruction": "", "chat_template_kwargs": chat_template_kwargs}
     texts = [
-        iv.P_TRUE_TEMPLATE.format(question=q, answer=a.strip())
+        P_TRUE_TEMPLATE.format(question=q, answer=a.strip())
         for q, a in zip(table["question"], table["answer"], strict=True)
     ]
     prompts = [encode_prompt(lm.tokenizer, build_prompt(lm.tokenizer, t, chat, **kw), chat) for t in texts]
@@ -290,7 +268,7 @@ def experiment_states(
         donor=inputs["donor"],
         donor_length_matched=inputs["length_matched"],
         patch_control_matched=[c is not None for c in ctrl0],
-        p_true=iv.p_true(lm, prompts, batch_size, desc=f"P(True) {name}"),
+        p_true=p_true(lm, prompts, batch_size, desc=f"P(True) {name}"),
         **{c: table[c] for c in SALIENCY_SCHEMA if c != "id"},  # extract_pathways' saliency pass
     )
     return pl.DataFrame(scores, schema=SCORES_SCHEMA)

@@ -127,7 +127,7 @@ def saliency(
     (`engine.logits_at`), as `interventions.answer_logprobs` computes them in a pass of its own.
     states = (positions, out [N, L, D]): the same pass's residual stream after every layer at one position
     per sample (at or after its first E_Q token and answer_start - 1), written into out: the clean states of
-    the knockout (`extract`), which then needs no clean pass of its own."""
+    the knockout (`extract.knockout_states`), which then needs no clean pass of its own."""
     n = len(seqs)
     model = lm.model
     n_layers = model.config.get_text_config().num_hidden_layers
