@@ -28,8 +28,7 @@ from truthflow.generation import (
     strip_think,
 )
 from truthflow.models import load_model, prepare_model
-from truthflow.pathways import interventions as iv
-from truthflow.pathways import saliency as sal
+from truthflow.pathways import interventions, saliency
 from truthflow.twins import ARCHS, SPECIAL, WINDOW, build_twin, save_twin
 
 MIN = torch.finfo(torch.float32).min
@@ -193,7 +192,7 @@ def test_conditions_from_a_shared_prefix_equal_reference(twin):
     probes = [len(s) - 2 for s in seqs]
     eq = [[12, 13], [11], [14, 15]]
     answer = [list(range(p - 4, p + 1)) for p in probes]
-    patched = [iv.patch(s, e, [FIRST_BYTE + 7] * len(e)) for s, e in zip(seqs, eq, strict=True)]
+    patched = [interventions.patch(s, e, [FIRST_BYTE + 7] * len(e)) for s, e in zip(seqs, eq, strict=True)]
     conds = [Condition(tokens=patched), Condition(edges=(answer, eq), factor=3.0)]
     k = 2
     outs = [np.zeros((3, twin.info["hidden_size"]), np.float32) for _ in conds]
@@ -215,10 +214,10 @@ def test_answer_logprobs_and_p_true_equal_the_models_own_logits(twin, monkeypatc
     calls = []
     real = passes.head_cache
     monkeypatch.setattr(passes, "head_cache", lambda *a: calls.append(a[2]) or real(*a))
-    mean, low = iv.answer_logprobs(twin, seqs, ea, batch_size=3)
-    pt = iv.p_true(twin, seqs, batch_size=3)
+    mean, low = interventions.answer_logprobs(twin, seqs, ea, batch_size=3)
+    pt = interventions.p_true(twin, seqs, batch_size=3)
     assert calls == [10, 10]
-    t_ids, f_ids = iv.verdict_token_ids(twin.tokenizer)
+    t_ids, f_ids = interventions.verdict_token_ids(twin.tokenizer)
     with torch.no_grad():
         for i, s in enumerate(seqs):
             logits = twin.model(torch.tensor([s])).logits[0].float()  # the model applies its soft-cap
@@ -250,17 +249,20 @@ def test_saliency_loss_is_the_answer_nll(twin):
             expected += -float(np.mean([lp[t - 1, seq[t]].item() for t in range(s, len(seq))]))
     with backend.gradient_mode(twin.model):
         for head in (0, 10):
-            loss, attns, grads, valid, _, _ = sal.attention_and_grads(twin, seqs, starts, head)
+            loss, attns, grads, valid, _, _ = saliency.attention_and_grads(twin, seqs, starts, head)
             assert float(loss) == pytest.approx(expected, rel=1e-5)
             assert attns[0].shape[-2:] == (valid.shape[1] - head, valid.shape[1])
 
 
 def test_saliency_shared_head_batched_equals_single_full_passes(twin, monkeypatch):
     seqs, starts, eqs, eas = _sal_case()
-    shared = sal.saliency(twin, seqs, starts, eqs, eas, batch_size=3).scores
+    shared = saliency.saliency(twin, seqs, starts, eqs, eas, batch_size=3).scores
     monkeypatch.setattr(batches, "MIN_SHARED_PREFIX", 10**9)
     single = np.concatenate(
-        [sal.saliency(twin, [s], [a], [q], [e], 1).scores for s, a, q, e in zip(*_sal_case(), strict=True)]
+        [
+            saliency.saliency(twin, [s], [a], [q], [e], 1).scores
+            for s, a, q, e in zip(*_sal_case(), strict=True)
+        ]
     )
     # full-attention layers see every edge; a sliding layer's S is 0 where the cells lie beyond its window
     full = np.array([w is None for w in layer_windows(twin.model.config)])
@@ -275,8 +277,8 @@ def test_saliency_pass_gives_the_separate_logits_baseline(twin):
     row they equal `answer_logprobs`' separate pass, and the model's own (soft-capped) logits."""
     seqs, starts, eqs, eas = _sal_case()
     eas = [*eas[:2], []]  # a sample without E_A tokens: NaN, as in the separate pass
-    got = sal.saliency(twin, seqs, starts, eqs, eas, batch_size=2)
-    mean, low = iv.answer_logprobs(twin, seqs, eas, batch_size=3)
+    got = saliency.saliency(twin, seqs, starts, eqs, eas, batch_size=2)
+    mean, low = interventions.answer_logprobs(twin, seqs, eas, batch_size=3)
     assert np.isnan(got.logit_mean[2]) and np.isnan(mean[2]) and np.isfinite(got.logit_min[:2]).all()
     np.testing.assert_allclose(got.logit_mean, mean, rtol=1e-5, atol=1e-6, equal_nan=True)
     np.testing.assert_allclose(got.logit_min, low, rtol=1e-5, atol=1e-6, equal_nan=True)
@@ -298,13 +300,13 @@ def test_saliency_pass_gives_the_knockouts_clean_states(twin):
     blocks = [[q[0]] for q in eqs]
     ref_clean, (ref_ko,) = knockout_sweep(twin, seqs, probes, [blocks], 3)
     got = np.full_like(ref_clean, np.nan)
-    sal.saliency(twin, seqs, starts, eqs, eas, batch_size=2, states=(probes, got))
+    saliency.saliency(twin, seqs, starts, eqs, eas, batch_size=2, states=(probes, got))
     np.testing.assert_allclose(got, ref_clean, rtol=1e-4, atol=1e-5 * np.abs(ref_clean).max())
     out = [np.zeros_like(ref_ko)]
     (ko_only,) = resid_states(twin, seqs, probes, [Condition(block=blocks)], 3, out=out)
     assert np.array_equal(ko_only, ref_ko) and not np.allclose(ko_only, ref_clean)
     with pytest.raises(ValueError, match="states positions of samples"):  # inside the shared head
-        sal.saliency(twin, seqs, starts, eqs, eas, 2, states=([0, 0, 0], got))
+        saliency.saliency(twin, seqs, starts, eqs, eas, 2, states=([0, 0, 0], got))
 
 
 # ------------------------------------------------------------------ MIN-K% (B1)
@@ -392,8 +394,8 @@ def test_oom_back_off_gives_the_unbatched_results(twin):
     prompts = [build_prompt(twin.tokenizer, q, True) for q in QUESTIONS]
     runs = {
         "knockout": lambda b: knockout_sweep(twin, seqs, probes, block_sets, b),
-        "logprobs": lambda b: iv.answer_logprobs(twin, seqs, ea, b),
-        "saliency": lambda b: sal.saliency(twin, s_seqs, starts, eqs, eas, b),
+        "logprobs": lambda b: interventions.answer_logprobs(twin, seqs, ea, b),
+        "saliency": lambda b: saliency.saliency(twin, s_seqs, starts, eqs, eas, b),
         "mink": lambda b: score_texts(twin, TEXTS, [20], b).to_numpy(),
         "generate": lambda b: [g["answer_ids"] for g in generate_answers(twin, prompts, b, 6, False, True)],
     }
@@ -435,5 +437,5 @@ def test_saved_twin_is_a_model_directory(twin, tmp_path):
         assert set(cfg.layer_types) == {"sliding_attention", "full_attention"}
     if arch == "qwen3":  # enable_thinking opens a reasoning block; False writes an empty one (Qwen3's own)
         think = build_prompt(lm.tokenizer, "Who?", True)
-        plain = build_prompt(lm.tokenizer, "Who?", True, template_kwargs={"enable_thinking": False})
+        plain = build_prompt(lm.tokenizer, "Who?", True, chat_template_kwargs={"enable_thinking": False})
         assert think.endswith("<think>\n") and plain.endswith("<think>\n\n</think>\n\n")

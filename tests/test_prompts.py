@@ -29,7 +29,7 @@ def test_shipped_answer_prompt_is_the_prompt_depthqa_gets_today(arch, chat) -> N
     `Q: ...\\nA:` to a base model."""
     tok = build_twin(arch).tokenizer
     kwargs = {"enable_thinking": False} if arch == "qwen3" else None
-    today = build_prompt(tok, QUESTION, chat, instruction="", template_kwargs=kwargs)
+    today = build_prompt(tok, QUESTION, chat, instruction="", chat_template_kwargs=kwargs)
     assert prompts.load_answer_prompt(ANSWER).render(tok, QUESTION, chat, kwargs) == today
 
 
@@ -47,7 +47,7 @@ def test_system_role_is_detected_and_folded_where_a_template_lacks_it() -> None:
     ]
     text = authors.render(mixtral, QUESTION, chat=True)
     assert text == f"<bos>[INST] {authors.system}\n\n{user} [/INST]"
-    text = authors.render(qwen, QUESTION, chat=True, template_kwargs={"enable_thinking": False})
+    text = authors.render(qwen, QUESTION, chat=True, chat_template_kwargs={"enable_thinking": False})
     assert text.startswith(f"<|im_start|>system\n{authors.system}<|im_end|>\n<|im_start|>user\n{user}")
 
 

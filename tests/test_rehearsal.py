@@ -95,6 +95,6 @@ def test_twin_source_is_prepared_with_a_real_tokenizer(tmp_path):
     lm = load_model(out, "bfloat16")
     assert lm.model.config.vocab_size == len(lm.tokenizer) == 49152 + 2  # SmolLM2's + <think>, </think>
     assert lm.model.config.tie_word_embeddings and lm.tokenizer.bos_token is None
-    prompt = build_prompt(lm.tokenizer, "Who?", True, template_kwargs={"enable_thinking": False})
+    prompt = build_prompt(lm.tokenizer, "Who?", True, chat_template_kwargs={"enable_thinking": False})
     assert prompt.endswith("<think>\n\n</think>\n\n")
     assert lm.tokenizer.convert_tokens_to_ids("</think>") in lm.tokenizer("</think>")["input_ids"]

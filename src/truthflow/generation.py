@@ -17,6 +17,7 @@ from .models import LoadedModel
 BASE_TEMPLATE = "Q: {question}\nA:"
 DEFAULT_INSTRUCTION = "Answer the question briefly, in a few words, without explanation."
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+ANSWER_KEYS = ("prompt_ids", "answer_ids", "answer", "n_new_tokens", "think_stripped")  # generate_answers'
 
 
 def build_prompt(
@@ -24,16 +25,16 @@ def build_prompt(
     question: str,
     chat: bool,
     instruction: str = DEFAULT_INSTRUCTION,
-    template_kwargs: dict | None = None,
+    chat_template_kwargs: dict | None = None,
 ) -> str:
-    """A1 prompt. template_kwargs go to the chat template (Qwen3: {"enable_thinking": False})."""
+    """A1 prompt. chat_template_kwargs go to the chat template (Qwen3: {"enable_thinking": False})."""
     if chat and getattr(tokenizer, "chat_template", None):
         content = f"{instruction}\nQuestion: {question}" if instruction else question
         return tokenizer.apply_chat_template(
             [{"role": "user", "content": content}],
             add_generation_prompt=True,
             tokenize=False,
-            **(template_kwargs or {}),
+            **(chat_template_kwargs or {}),
         )
     return BASE_TEMPLATE.format(question=question)
 
@@ -49,7 +50,7 @@ def fit_prompt(
     chat: bool,
     instruction: str,
     max_prompt_tokens: int | None,
-    template_kwargs: dict | None = None,
+    chat_template_kwargs: dict | None = None,
     render: Callable | None = None,
 ) -> tuple[str, list[int], bool]:
     """(prompt, prompt ids, truncated): a prompt over max_prompt_tokens keeps the longest prefix of the
@@ -60,7 +61,7 @@ def fit_prompt(
         if render is not None:
             prompt = render(tokenizer, q)
         else:
-            prompt = build_prompt(tokenizer, q, chat, instruction, template_kwargs)
+            prompt = build_prompt(tokenizer, q, chat, instruction, chat_template_kwargs)
         return prompt, encode_prompt(tokenizer, prompt, chat)
 
     prompt, ids = make(question)
@@ -168,15 +169,9 @@ def generate_answers(
     results = []
     for prompt, tokens in zip(encoded, new, strict=True):
         answer_ids, think = strip_think(tok, list(itertools.takewhile(lambda t: t not in stop_ids, tokens)))
-        results.append(
-            {
-                "prompt_ids": list(prompt),
-                "answer_ids": answer_ids,
-                "answer": tok.decode(answer_ids, skip_special_tokens=True).strip(),
-                "n_new_tokens": len(answer_ids),
-                "think_stripped": think,
-            }
-        )
+        answer = tok.decode(answer_ids, skip_special_tokens=True).strip()
+        row = (list(prompt), answer_ids, answer, len(answer_ids), think)
+        results.append(dict(zip(ANSWER_KEYS, row, strict=True)))
     return results
 
 

@@ -8,7 +8,6 @@ from truthflow.engine import Decoding
 def main(sm):
     questions = validate.read_parquet(sm.input.data, ["id", "question", "depth"])
     prompt = load_answer_prompt(sm.input.prompt)
-    kwargs = sm.params.chat_template_kwargs
     decoding = Decoding.from_config(sm.params.decoding)
     desc = f"answer depthqa {sm.wildcards.model}"
     answers = jobs.answer_table(
@@ -16,7 +15,7 @@ def main(sm):
         questions["question"].to_list(),
         "",
         desc,
-        render=lambda tok, q: prompt.render(tok, q, sm.params.chat, kwargs),
+        render=lambda tok, q: prompt.render(tok, q, sm.params.chat, sm.params.chat_template_kwargs),
         keys=questions["id"].to_list(),
         decoding=decoding,
     ).drop("prompt_ids", "answer_ids")

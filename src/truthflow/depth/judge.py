@@ -306,12 +306,13 @@ class HFJudge:
         )
         if not self.chat:
             return content
-        kwargs = dict(self.settings["chat_template_kwargs"] or {})
+        chat_template_kwargs = dict(self.settings["chat_template_kwargs"] or {})
         # a template with a thinking switch (Qwen3) thinks by default, past max_new_tokens before any verdict:
         # off unless the config says otherwise
         if "enable_thinking" in str(self.lm.tokenizer.chat_template):
-            kwargs.setdefault("enable_thinking", False)
-        return build_prompt(self.lm.tokenizer, content, chat=True, instruction="", template_kwargs=kwargs)
+            chat_template_kwargs.setdefault("enable_thinking", False)
+        tok = self.lm.tokenizer
+        return build_prompt(tok, content, True, "", chat_template_kwargs=chat_template_kwargs)
 
     def verdicts(self, rows: list[dict]) -> Iterator[tuple[int, Verdict]]:
         from ..generation import generate_answers

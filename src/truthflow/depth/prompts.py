@@ -48,14 +48,17 @@ class AnswerPrompt:
             return [{"role": "user", "content": f"{self.system}\n\n{user}"}]
         return [{"role": "user", "content": user}]
 
-    def render(self, tokenizer, question: str, chat: bool, template_kwargs: dict | None = None) -> str:
+    def render(self, tokenizer, question: str, chat: bool, chat_template_kwargs: dict | None = None) -> str:
         """The whole prompt text: the chat template over `messages` (generation prompt added) for a chat
         model with a template, else `base`."""
         if not (chat and getattr(tokenizer, "chat_template", None)):
             return self.base.format(question=question)
-        kwargs = template_kwargs or {}
-        messages = self.messages(question, has_system_role(tokenizer, kwargs) if self.system else True)
-        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kwargs)
+        chat_template_kwargs = chat_template_kwargs or {}
+        system_role = has_system_role(tokenizer, chat_template_kwargs) if self.system else True
+        messages = self.messages(question, system_role)
+        return tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False, **chat_template_kwargs
+        )
 
 
 @dataclass(frozen=True)
@@ -72,12 +75,12 @@ class JudgePrompt:
         )
 
 
-def has_system_role(tokenizer, template_kwargs: dict | None = None) -> bool:
+def has_system_role(tokenizer, chat_template_kwargs: dict | None = None) -> bool:
     """Whether the chat template writes a system turn: some raise on one (Gemma, Mixtral-Instruct), others
     drop it silently (Mistral-Instruct v0.2)."""
     messages = [{"role": "system", "content": _PROBE}, {"role": "user", "content": "?"}]
     try:
-        text = tokenizer.apply_chat_template(messages, tokenize=False, **(template_kwargs or {}))
+        text = tokenizer.apply_chat_template(messages, tokenize=False, **(chat_template_kwargs or {}))
     except Exception:  # jinja2's TemplateError, or whatever raise_exception() a template calls
         return False
     return _PROBE in text
