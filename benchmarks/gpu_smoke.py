@@ -40,7 +40,7 @@ from truthflow.engine.hooks import LayerMasks, ResidCapture  # noqa: E402
 from truthflow.engine.masks import attention_mask, layer_windows, model_mask, positions_tensor  # noqa: E402
 from truthflow.engine.passes import batch_tensors, model_parts, resid_final  # noqa: E402
 from truthflow.models import LoadedModel  # noqa: E402
-from truthflow.pathways import interventions as iv  # noqa: E402
+from truthflow.pathways import interventions  # noqa: E402
 from truthflow.pathways.check import check, family  # noqa: E402
 from truthflow.pathways.probes import run_probes  # noqa: E402
 from truthflow.pathways.saliency import saliency  # noqa: E402
@@ -193,12 +193,12 @@ def stage_interventions(chat_lm, n: int):
     """Patching and Pathway Reweighting at layer K (shared head); Logits-mean/min; P(True)."""
     seqs, probe, eq, _ = case(n, chat_lm.model.config.vocab_size, seed=3)
     k = max(1, chat_lm.model.config.num_hidden_layers // 2)
-    patched = [iv.patch(s, e, [5] * len(e)) for s, e in zip(seqs, eq, strict=True)]
+    patched = [interventions.patch(s, e, [5] * len(e)) for s, e in zip(seqs, eq, strict=True)]
     answer = [list(range(p - 3, p + 1)) for p in probe]
     conds = [Condition(tokens=patched), Condition(edges=(answer, eq), factor=2.0)]
     states = resid_states(chat_lm, seqs, probe, conds, batch_size=16, layer=k)
-    mean, low = iv.answer_logprobs(chat_lm, seqs, answer, batch_size=16)
-    pt = iv.p_true(chat_lm, seqs, batch_size=16)
+    mean, low = interventions.answer_logprobs(chat_lm, seqs, answer, batch_size=16)
+    pt = interventions.p_true(chat_lm, seqs, batch_size=16)
     sync()
     assert all(np.isfinite(x).all() for x in (*states, mean, low, pt)) and ((pt >= 0) & (pt <= 1)).all()
     return f"{n} samples: patching + reweighting at layer {k}, logit baselines, P(True)"
@@ -272,7 +272,7 @@ def stage_split(lm, chat_lm, n: int, dtype: str):
     assert len(devices) == 2, f"weights on {devices}, not split over two GPUs"
     seqs, probe, eq, controls = case(n, model.config.vocab_size, seed=5)
     sweep(split, seqs, probe, [eq, *controls], 64)
-    iv.answer_logprobs(split, seqs, [[p] for p in probe], batch_size=64)
+    interventions.answer_logprobs(split, seqs, [[p] for p in probe], batch_size=64)
     out = generate_answers(split, [""] * n, n, 8, stop_at_newline=False, chat=False, prompt_ids=seqs)
     sync()
     return f"over GPUs {sorted(map(str, devices))}: knockout, logit baselines, {len(out)} generations"

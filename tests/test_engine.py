@@ -155,7 +155,7 @@ def test_every_stage_runs_its_model_from_the_engine():
     from truthflow.depth.mink import score_texts
     from truthflow.engine import resid_states
     from truthflow.generation import generate_answers
-    from truthflow.pathways import interventions as iv
+    from truthflow.pathways import interventions
     from truthflow.pathways.saliency import saliency
     from truthflow.twins import build_twin
 
@@ -180,8 +180,8 @@ def test_every_stage_runs_its_model_from_the_engine():
         resid_states(twin, seqs, probes, [Condition(), Condition(block=[[3], [4]], window=3)], 2)
         resid_states(twin, seqs, probes, [Condition(tokens=seqs)], 2, layer=1)
         saliency(twin, seqs, [15, 10], [[3], [4]], [[18], [12]], 2)
-        iv.p_true(twin, seqs, 2)
-        iv.answer_logprobs(twin, seqs, [[18], [12]], 2)
+        interventions.p_true(twin, seqs, 2)
+        interventions.answer_logprobs(twin, seqs, [[18], [12]], 2)
         score_texts(twin, ["some text here", "more"], [20.0], 2)
     finally:
         caught.__exit__(None, None, None)
@@ -241,15 +241,17 @@ def test_row_decoding_hand_case(monkeypatch):
     """Top-p keeps the most probable tokens while the mass before them is below p (0.5 and 0.3 of
     [0.5, 0.3, 0.15, 0.05] at p = 0.75); the token is the kept one with the largest p / q. q = [1, 0.5, ...]:
     0.5 against 0.6, token 1; q = [0.1, 1, ...]: token 0; tokens 2 and 3 never win, however small their q."""
-    from truthflow.engine import decoding as dec
+    from truthflow.engine import decoding
 
     scores = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     ids = torch.tensor([[9]])  # a prompt of one token, no new one yet (step 0)
     picks = []
     for q in ([1.0, 0.5, 1e-3, 1e-3], [0.1, 1.0, 1e-3, 1e-3]):
-        monkeypatch.setattr(dec, "race_noise", lambda seed, key, step, n, device, q=q: torch.tensor(q))
+        monkeypatch.setattr(decoding, "race_noise", lambda seed, key, step, n, device, q=q: torch.tensor(q))
         valid = torch.ones(1, 1, dtype=torch.bool)
-        out = dec.RowDecoding(dec.Decoding(temperature=1.0, top_p=0.75), ["q1"], valid)(ids, scores.clone())
+        out = decoding.RowDecoding(decoding.Decoding(temperature=1.0, top_p=0.75), ["q1"], valid)(
+            ids, scores.clone()
+        )
         assert torch.isfinite(out).sum() == 1
         picks.append(int(out.argmax()))
     assert picks == [1, 0]

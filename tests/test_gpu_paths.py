@@ -32,8 +32,7 @@ from truthflow.engine.backend import gradient_mode
 from truthflow.errors import TruthflowError
 from truthflow.generation import build_prompt, generate_answers
 from truthflow.models import load_model
-from truthflow.pathways import interventions as iv
-from truthflow.pathways import saliency as sal
+from truthflow.pathways import interventions, saliency
 from truthflow.twins import SPECIAL, build_twin, save_twin
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -159,16 +158,16 @@ def test_baselines_index_where_the_states_are_not_on_the_first_parameters_device
     tensors (and inputs) were made on the first parameter's device and the pass failed."""
     seqs, ea = _case()
     lm = build_twin("gemma3")
-    want_mean, want_low = iv.answer_logprobs(lm, seqs, ea, batch_size=4)
-    want_pt = iv.p_true(lm, seqs, batch_size=4)
+    want_mean, want_low = interventions.answer_logprobs(lm, seqs, ea, batch_size=4)
+    want_pt = interventions.p_true(lm, seqs, batch_size=4)
     real = lm.model.parameters
     ghost = torch.nn.Parameter(torch.zeros(1, device="meta"))
     monkeypatch.setattr(lm.model, "parameters", lambda recurse=True: itertools.chain([ghost], real(recurse)))
     assert next(lm.model.parameters()).device.type == "meta"
-    mean, low = iv.answer_logprobs(lm, seqs, ea, batch_size=4)
+    mean, low = interventions.answer_logprobs(lm, seqs, ea, batch_size=4)
     np.testing.assert_array_equal(mean, want_mean)
     np.testing.assert_array_equal(low, want_low)
-    np.testing.assert_array_equal(iv.p_true(lm, seqs, batch_size=4), want_pt)
+    np.testing.assert_array_equal(interventions.p_true(lm, seqs, batch_size=4), want_pt)
 
 
 def test_local_runs_lock_gpus_inside_a_scheduler_allocation(tmp_path):
@@ -338,7 +337,7 @@ def test_oom_back_off_equals_the_run_without_it():
         try:
             clean, kos = knockout_sweep(lm, seqs, probes, blocks, 4)
             fired.clear()
-            mean, _ = iv.answer_logprobs(lm, seqs, ea, 4)
+            mean, _ = interventions.answer_logprobs(lm, seqs, ea, 4)
         finally:
             handle.remove()
         return [clean, kos[0], mean]
@@ -426,14 +425,14 @@ def test_bf16_log_probs_are_not_rounded_to_bf16(arch, monkeypatch):
     seqs, ea = _case()
     ends = [max(e) + 1 for e in ea]
     with _final_norm_inputs(lm.model) as kept:
-        mean, low = iv.answer_logprobs(lm, seqs, ea, 1)
+        mean, low = interventions.answer_logprobs(lm, seqs, ea, 1)
     for k, i in enumerate(sorted(range(len(seqs)), key=lambda i: -ends[i])):
         lp = _reference_logprobs(lm.model, kept[k][0])
         vals = np.array([lp[p - 1, seqs[i][p]].item() for p in ea[i]])
         assert (mean[i], low[i]) == pytest.approx((vals.mean(), vals.min()), abs=1e-4)
-    t_ids, f_ids = iv.verdict_token_ids(lm.tokenizer)
+    t_ids, f_ids = interventions.verdict_token_ids(lm.tokenizer)
     with _final_norm_inputs(lm.model) as kept:
-        pt = iv.p_true(lm, seqs, 1)
+        pt = interventions.p_true(lm, seqs, 1)
     for k, i in enumerate(sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))):
         lp = _reference_logprobs(lm.model, kept[k][0])
         lt, lf = torch.logsumexp(lp[-1, t_ids], 0), torch.logsumexp(lp[-1, f_ids], 0)
@@ -457,7 +456,7 @@ def test_bf16_saliency_log_probs_use_the_float32_head(arch, monkeypatch):
     starts = [min(e) for e in ea]
     eq = [[11, 12]] * len(seqs)
     with _final_norm_inputs(lm.model) as kept:  # per pass: the (replaced) norm call, then the loss's own
-        got = sal.saliency(lm, seqs, starts, eq, ea, 1)
+        got = saliency.saliency(lm, seqs, starts, eq, ea, 1)
     for k, i in enumerate(sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))):
         lp = _reference_logprobs(lm.model, kept[2 * k][0])
         vals = np.array([lp[p - 1, seqs[i][p]].item() for p in ea[i]])
@@ -481,13 +480,18 @@ def test_bf16_against_float32_within_the_stated_bounds(arch):
     out = {}
     for name, dtype in (("f32", torch.float32), ("bf16", torch.bfloat16)):
         lm = build_twin(arch, dtype=dtype)
-        mean, low = iv.answer_logprobs(lm, seqs, ea, 4)
+        mean, low = interventions.answer_logprobs(lm, seqs, ea, 4)
         mink = score_texts(lm, ["Why does the Central Limit Theorem need independence?"], [20], 1)
         clean, kos = knockout_sweep(lm, seqs, probes, [[[12, 13]] * 4], 4)
         with gradient_mode(lm.model):
-            loss = float(sal.attention_and_grads(lm, seqs, starts, 0)[0])
+            loss = float(saliency.attention_and_grads(lm, seqs, starts, 0)[0])
         lp = np.concatenate([mean, low, mink.select("mink_20", "minkpp_20").to_numpy()[0]])
-        out[name] = {"lp": lp, "pt": iv.p_true(lm, seqs, 4), "loss": loss, "resid": np.stack([clean, kos[0]])}
+        out[name] = {
+            "lp": lp,
+            "pt": interventions.p_true(lm, seqs, 4),
+            "loss": loss,
+            "resid": np.stack([clean, kos[0]]),
+        }
     f, b = out["f32"], out["bf16"]
     assert np.abs(b["lp"] - f["lp"]).max() <= BF16_BOUNDS["log_prob_or_z"]
     assert np.abs(b["pt"] - f["pt"]).max() <= BF16_BOUNDS["p_true"]

@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 from matplotlib.text import Text
 
-from truthflow.pathways import plots_experiments as pe
+from truthflow.pathways import plots_experiments
 from truthflow.pathways.plots import MIN_LINE_N
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,7 +60,7 @@ def make_rows(control: bool = True, small: tuple | None = None) -> pl.DataFrame:
                 if ds == "popqa":
                     rows.append(_row(m, ds, "boundary", "log10 popularity", group, K[m], n, 3.0, 0.2))
                 rows.append(_row(m, ds, "saliency", "S(E_Q→E_A)", group, K[m], n, 1e-3, 1e-4))
-    return pl.DataFrame(rows, schema=pe.ROWS_SCHEMA)
+    return pl.DataFrame(rows, schema=plots_experiments.ROWS_TABLE_SCHEMA)
 
 
 def make_awareness(undefined: tuple | None = None) -> pl.DataFrame:
@@ -86,7 +86,7 @@ def make_awareness(undefined: tuple | None = None) -> pl.DataFrame:
                             "status": "undefined: one group only" if bad else "ok",
                         }
                     )
-    return pl.DataFrame(rows, schema=pe.AWARENESS_SCHEMA)
+    return pl.DataFrame(rows, schema=plots_experiments.AWARENESS_TABLE_SCHEMA)
 
 
 def make_samples(n: int = 60, seed: int = 0) -> pl.DataFrame:
@@ -125,25 +125,42 @@ class Spy(list):
 @pytest.fixture
 def spy(monkeypatch):
     calls = Spy()
-    orig = pe._finish
+    orig = plots_experiments._finish
 
     def finish(fig, handles, labels, *args, **kwargs):
         calls.append(SimpleNamespace(fig=fig, handles=handles, labels=[x for x in labels if x]))
         if calls.save:
             orig(fig, handles, labels, *args, **kwargs)
 
-    monkeypatch.setattr(pe, "_finish", finish)
+    monkeypatch.setattr(plots_experiments, "_finish", finish)
     return calls
 
 
 def _draw_all(tmp_path, rows, awareness, samples, models=MODELS, **kw) -> list[Path]:
     outs = []
     for name, call in (
-        ("patching", lambda png, pdf: pe.plot_patching(rows, models, TITLES, png, pdf, "cap", **kw)),
-        ("answer_only", lambda png, pdf: pe.plot_answer_only(rows, models, TITLES, png, pdf, "cap", **kw)),
-        ("boundary", lambda png, pdf: pe.plot_boundary(rows, samples, models, TITLES, png, pdf, "cap")),
-        ("saliency", lambda png, pdf: pe.plot_saliency(samples, models, TITLES, png, pdf, "cap")),
-        ("awareness", lambda png, pdf: pe.plot_awareness(awareness, rows, models, TITLES, png, pdf, "cap")),
+        (
+            "patching",
+            lambda png, pdf: plots_experiments.plot_patching(rows, models, TITLES, png, pdf, "cap", **kw),
+        ),
+        (
+            "answer_only",
+            lambda png, pdf: plots_experiments.plot_answer_only(rows, models, TITLES, png, pdf, "cap", **kw),
+        ),
+        (
+            "boundary",
+            lambda png, pdf: plots_experiments.plot_boundary(rows, samples, models, TITLES, png, pdf, "cap"),
+        ),
+        (
+            "saliency",
+            lambda png, pdf: plots_experiments.plot_saliency(samples, models, TITLES, png, pdf, "cap"),
+        ),
+        (
+            "awareness",
+            lambda png, pdf: plots_experiments.plot_awareness(
+                awareness, rows, models, TITLES, png, pdf, "cap"
+            ),
+        ),
     ):
         png, pdf = tmp_path / f"{name}.png", tmp_path / f"{name}.pdf"
         call(png, pdf)
@@ -167,12 +184,14 @@ def test_empty_tables_do_not_raise_and_still_write(tmp_path, spy, models):
 
 
 def test_patching_legend_lists_only_what_is_drawn(tmp_path, spy):
-    pe.plot_patching(make_rows(control=False), MODELS, TITLES, tmp_path / "a.png", tmp_path / "a.pdf")
+    plots_experiments.plot_patching(
+        make_rows(control=False), MODELS, TITLES, tmp_path / "a.png", tmp_path / "a.pdf"
+    )
     labels = spy[-1].labels
     assert not any("random" in x or "published" in x for x in labels), labels
     assert sum("patched" in x for x in labels) == 2  # Q- and A-Anchored E_Q bars
     assert "no random-token control rows" in _texts(spy[-1].fig)
-    pe.plot_patching(
+    plots_experiments.plot_patching(
         make_rows(),
         MODELS,
         TITLES,
@@ -194,7 +213,7 @@ def test_patching_legend_lists_only_what_is_drawn(tmp_path, spy):
 
 def test_small_groups_are_points_not_bars(tmp_path, spy):
     rows = make_rows(small=("m1", "nq", "A-Anchored"))
-    pe.plot_answer_only(rows, MODELS, TITLES, tmp_path / "a.png", tmp_path / "a.pdf")
+    plots_experiments.plot_answer_only(rows, MODELS, TITLES, tmp_path / "a.png", tmp_path / "a.pdf")
     ax = spy[-1].fig.axes[0]
     # 3 datasets x 2 groups, less the small group, are bars; the small group is one point
     assert len(ax.patches) == 2 * len(DATASETS) - 1
@@ -207,7 +226,9 @@ def test_small_groups_are_points_not_bars(tmp_path, spy):
 
 def test_boundary_small_groups_are_points_not_lines(tmp_path, spy):
     rows = make_rows(small=("m1", "nq", "A-Anchored"))
-    pe.plot_boundary(rows, make_samples(), MODELS, TITLES, tmp_path / "a.png", tmp_path / "a.pdf")
+    plots_experiments.plot_boundary(
+        rows, make_samples(), MODELS, TITLES, tmp_path / "a.png", tmp_path / "a.pdf"
+    )
     fig = spy[-1].fig
     acc = fig.axes[0]  # (a) accuracy of m1
     nq = "#d62728"
@@ -227,12 +248,14 @@ def test_boundary_small_groups_are_points_not_lines(tmp_path, spy):
 
 def test_boundary_without_popularity_says_so(tmp_path, spy):
     samples = make_samples().drop("s_pop")
-    pe.plot_boundary(make_rows(), samples, MODELS, TITLES, tmp_path / "a.png", tmp_path / "a.pdf")
+    plots_experiments.plot_boundary(
+        make_rows(), samples, MODELS, TITLES, tmp_path / "a.png", tmp_path / "a.pdf"
+    )
     assert "no popularity values (PopQA only)" in _texts(spy[-1].fig)
 
 
 def test_saliency_drops_non_positive_values_and_counts_them(tmp_path, spy):
-    pe.plot_saliency(make_samples(), MODELS, TITLES, tmp_path / "a.png", tmp_path / "a.pdf")
+    plots_experiments.plot_saliency(make_samples(), MODELS, TITLES, tmp_path / "a.png", tmp_path / "a.pdf")
     call = spy[-1]
     assert call.labels == ["PopQA", "TriviaQA", "NQ", "one sample (rug)"]
     ax = call.fig.axes[0]
@@ -245,7 +268,7 @@ def test_saliency_drops_non_positive_values_and_counts_them(tmp_path, spy):
 
 def test_saliency_with_few_samples_is_a_rug_of_points(tmp_path, spy):
     samples = make_samples().filter((pl.col("dataset") != "nq") | (pl.col("id").is_in(["nq-1", "nq-2"])))
-    pe.plot_saliency(samples, MODELS, TITLES, tmp_path / "a.png", tmp_path / "a.pdf")
+    plots_experiments.plot_saliency(samples, MODELS, TITLES, tmp_path / "a.png", tmp_path / "a.pdf")
     ax = spy[-1].fig.axes[0]
     nq = [ln for ln in ax.lines if ln.get_color() == "#d62728"]
     assert len(nq) == 1 and nq[0].get_marker() == "o" and len(nq[0].get_xdata()) == 2
@@ -254,18 +277,23 @@ def test_saliency_with_few_samples_is_a_rug_of_points(tmp_path, spy):
 
 def test_experiment_layer_is_the_k_layer_column():
     rows, aw = make_rows(), make_awareness()
-    assert pe.experiment_layers(rows, aw) == {(m, ds): K[m] for m in MODELS for ds in DATASETS}
-    assert pe.experiment_layers(pl.DataFrame(), aw) == {(m, ds): K[m] for m in MODELS for ds in DATASETS}
-    assert pe.experiment_layers(pl.DataFrame(), aw.drop("k_layer")) == {}
-    assert pe.experiment_layers(pl.DataFrame(), pl.DataFrame()) == {}
+    assert plots_experiments.experiment_layers(rows, aw) == {(m, ds): K[m] for m in MODELS for ds in DATASETS}
+    assert plots_experiments.experiment_layers(pl.DataFrame(), aw) == {
+        (m, ds): K[m] for m in MODELS for ds in DATASETS
+    }
+    assert plots_experiments.experiment_layers(pl.DataFrame(), aw.drop("k_layer")) == {}
+    assert plots_experiments.experiment_layers(pl.DataFrame(), pl.DataFrame()) == {}
     at_k = "3 (PopQA), 3 (TriviaQA), 3 (NQ) for Model One; 5 (PopQA), 5 (TriviaQA), 5 (NQ) for Model Two"
-    assert pe.k_caption(rows, aw, MODELS, TITLES) == f"Experiment layer K: {at_k}."
-    assert pe.k_caption(None, pl.DataFrame(), MODELS, TITLES) == "Experiment layer K: none in the tables."
+    assert plots_experiments.k_caption(rows, aw, MODELS, TITLES) == f"Experiment layer K: {at_k}."
+    assert (
+        plots_experiments.k_caption(None, pl.DataFrame(), MODELS, TITLES)
+        == "Experiment layer K: none in the tables."
+    )
 
 
 def test_awareness_breaks_at_k_marks_it_and_notes_undefined(tmp_path, spy):
     aw = make_awareness(undefined=("m2", "nq"))
-    pe.plot_awareness(aw, make_rows(), MODELS, TITLES, tmp_path / "a.png", tmp_path / "a.pdf")
+    plots_experiments.plot_awareness(aw, make_rows(), MODELS, TITLES, tmp_path / "a.png", tmp_path / "a.pdf")
     call = spy[-1]
     ax = call.fig.axes[0]
     popqa = [ln for ln in ax.lines if ln.get_color() == "#1f77b4" and ln.get_linestyle() == "-"][0]

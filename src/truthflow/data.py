@@ -21,7 +21,7 @@ from .registry import get_field as _get
 from .registry import question_id  # noqa: F401 - the stable id rule, imported from here by tests
 
 DEPTHQA_CONFIGS = ("questions", "nodes", "node_to_q")
-DROPPED_SCHEMA = {"dataset": pl.String, "id": pl.String, "reason": pl.String, "detail": pl.String}
+DROPPED_QUESTIONS_SCHEMA = {"dataset": pl.String, "id": pl.String, "reason": pl.String, "detail": pl.String}
 
 
 # ---------------------------------------------------------------- raw records
@@ -185,7 +185,7 @@ def _check_columns(name: str, records: list[dict], origin: str) -> None:
 
 
 def _dropped_frame(name: str, dropped: list[dict]) -> pl.DataFrame:
-    return pl.DataFrame([{"dataset": name, **d} for d in dropped], schema=DROPPED_SCHEMA)
+    return pl.DataFrame([{"dataset": name, **d} for d in dropped], schema=DROPPED_QUESTIONS_SCHEMA)
 
 
 def _shortfall(name: str, n: int | None, usable: int, unit: str, origin: str, dropped: list[dict]) -> None:

@@ -7,17 +7,19 @@ import numpy as np
 import polars as pl
 import seaborn as sns
 
-from .. import plotting as P
+from .. import plotting
 
 DEPTH_COLOURS = {1: "tab:blue", 2: "tab:orange", 3: "tab:green"}
 SIDE_COLOURS = {"lower": "tab:green", "upper": "tab:orange"}
-MINK_SCHEMA = {"model": pl.String, "depth": pl.Int64, "mink": pl.Float64}
-GAP_SCHEMA = {"model": pl.String, "side": pl.String, "subset": pl.String, "gap": pl.Float64}
+# the columns each figure draws from tables.depthwise_average's and tables.memorization_split's tables (not
+# imported from there: tables imports the MIN-K% pass, and the figures' job would import torch)
+MINK_COLUMNS = {"model": pl.String, "depth": pl.Int64, "mink": pl.Float64}
+SPLIT_COLUMNS = {"model": pl.String, "side": pl.String, "subset": pl.String, "gap": pl.Float64}
 NO_DATA = {"ha": "center", "va": "bottom", "fontsize": 7, "color": "0.4"}
 
 
 def _panels(models: list[str], titles: dict[str, str], **kw):
-    fig, axes = P.figure(len(models), width=3.4, **kw)
+    fig, axes = plotting.figure(len(models), width=3.4, **kw)
     for i, (ax, model) in enumerate(zip(axes[0], models or [""], strict=False)):
         ax.set_title(f"({chr(ord('a') + i)}) {titles.get(model, model)}", fontsize=10)
         ax.grid(alpha=0.3)
@@ -28,7 +30,7 @@ def plot_depth_boxes(depthwise_df: pl.DataFrame, models, titles, out_png, out_pd
     """Box plot per model of the depthwise average MIN-K% (columns model, depth, mink) at Depth 1/2/3."""
     fig, axes = _panels(models, titles, sharey=True)
     axes[0].set_ylabel("Depthwise Average MIN-K%")
-    top, depthwise_df = 0.0, P.table(depthwise_df, MINK_SCHEMA)
+    top, depthwise_df = 0.0, plotting.table(depthwise_df, MINK_COLUMNS)
     for ax, model in zip(axes, models or [""], strict=False):
         part = depthwise_df.filter(pl.col("model") == model)
         values = {
@@ -39,7 +41,9 @@ def plot_depth_boxes(depthwise_df: pl.DataFrame, models, titles, out_png, out_pd
         ax.set_xlim(0.4, 3.6)
         present = [d for d in (1, 2, 3) if len(values[d])]
         if not present:
-            P.note(ax, [("no MIN-K% values for this model", "0.35")], loc="center")  # y is shared: ticks stay
+            plotting.note(
+                ax, [("no MIN-K% values for this model", "0.35")], loc="center"
+            )  # y is shared: ticks stay
             continue
         boxes = ax.boxplot(
             [values[d] for d in present],
@@ -56,7 +60,7 @@ def plot_depth_boxes(depthwise_df: pl.DataFrame, models, titles, out_png, out_pd
             ax.text(d, 0.02, "no data", transform=ax.get_xaxis_transform(), **NO_DATA)
         top = max(top, *(float(np.max(values[d])) for d in present))
     axes[0].set_ylim(0, top * 1.12 if top > 0 else 1)
-    P.finish(fig, [], [], caption, out_png, out_pdf)
+    plotting.finish(fig, [], [], caption, out_png, out_pdf)
 
 
 def _density_panel(ax, part: pl.DataFrame) -> None:
@@ -90,14 +94,14 @@ def _density_panel(ax, part: pl.DataFrame) -> None:
 
 def _empty(ax, why: str) -> None:
     ax.set_yticks([])  # an empty panel's y scale would suggest values that are not there
-    P.note(ax, [(why, "0.35")], loc="center")
+    plotting.note(ax, [(why, "0.35")], loc="center")
 
 
 def plot_score_gap_density(subset_df: pl.DataFrame, models, titles, out_png, out_pdf, caption: str) -> None:
     """Filled KDE per model of the score gap (memorization_split's table) for the "25%" (green) and "75%"
     (orange) subsets."""
     fig, axes = _panels(models, titles)
-    no_graph, subset_df = subset_df.height == 0, P.table(subset_df, GAP_SCHEMA)
+    no_graph, subset_df = subset_df.height == 0, plotting.table(subset_df, SPLIT_COLUMNS)
     for ax, model in zip(axes, models or [""], strict=False):
         ax.set(
             xlim=(-1.5, 1.5),
@@ -110,4 +114,4 @@ def plot_score_gap_density(subset_df: pl.DataFrame, models, titles, out_png, out
             _density_panel(ax, part)
         else:
             _empty(ax, "no graph: score gap undefined" if no_graph else "no score gaps for this model")
-    P.finish(fig, [], [], caption, out_png, out_pdf)
+    plotting.finish(fig, [], [], caption, out_png, out_pdf)

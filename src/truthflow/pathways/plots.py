@@ -9,21 +9,21 @@ from functools import partial
 import polars as pl
 from matplotlib.patches import Patch
 
-from .. import plotting as P
+from .. import plotting
 from ..plotting import MIN_LINE_N, colour, label
 
 STYLES = {"Q-Anchored": "-", "A-Anchored": "--"}
 KNOCKOUT_STYLES = {"target": "-", "control": ":"}
 # the config's knockout target -> its name in the falsification figure's legend
 TARGETS = {"exact_question": "E_Q knockout", "random": "random-token target (negative control)"}
-_finish = P.finish  # module attribute: tests replace it to inspect the legend
+_finish = plotting.finish  # module attribute: tests replace it to inspect the legend
 
 
 def _panel_datasets(table: pl.DataFrame, auc: pl.DataFrame, model: str, notes: list[str]):
     """The datasets of one model's panel with their rows; a dataset whose probe is undefined goes to
     `notes` instead."""
     mine, probes = table.filter(pl.col("model") == model), auc.filter(pl.col("model") == model)
-    for ds in P.datasets_in(mine) or P.datasets_in(probes):
+    for ds in plotting.datasets_in(mine) or plotting.datasets_in(probes):
         bad = probes.filter((pl.col("dataset") == ds) & (pl.col("status") != "ok"))
         if bad.height:
             notes.append(f"{label(ds)}: {bad['status'][0]}")
@@ -33,16 +33,16 @@ def _panel_datasets(table: pl.DataFrame, auc: pl.DataFrame, model: str, notes: l
 
 def _legend(drawn, styles: dict[str, str], names: dict[str, str], *extras) -> tuple[list, list[str]]:
     """The (series, dataset) pairs drawn, datasets in registry order, then the `extras`."""
-    pairs = [(k, ds) for ds in P.ordered(d for _, d in drawn) for k in styles if (k, ds) in drawn]
-    entries = [(P.line(colour(ds), styles[k]), f"{names[k]} ({label(ds)})") for k, ds in pairs]
-    return P.legend(entries, *extras)
+    pairs = [(k, ds) for ds in plotting.ordered(d for _, d in drawn) for k in styles if (k, ds) in drawn]
+    entries = [(plotting.line(colour(ds), styles[k]), f"{names[k]} ({label(ds)})") for k, ds in pairs]
+    return plotting.legend(entries, *extras)
 
 
 def _panels(models, titles, n_rows: int = 1, height: float = 3.2):
-    fig, axes = P.figure(len(models), n_rows=n_rows, height=height)
-    P.titles(axes[0], models, titles)
+    fig, axes = plotting.figure(len(models), n_rows=n_rows, height=height)
+    plotting.titles(axes[0], models, titles)
     for ax in axes.flat[: len(models) * n_rows]:
-        P.layer_axis(ax)
+        plotting.layer_axis(ax)
         ax.axhline(0, color="0.6", lw=0.8, zorder=0)
     return fig, axes
 
@@ -57,7 +57,7 @@ def _close(ax, notes: list[str], empty: str = "no ΔP rows") -> None:
         ax.set_yticks([])
         ax.set_xticks([])
         notes = notes or [empty] * bool(empty)
-    P.note(ax, notes)
+    plotting.note(ax, notes)
 
 
 def plot_anchored(
@@ -71,10 +71,10 @@ def plot_anchored(
     for ax, model in zip(axes[0], models, strict=False):
         notes = []
         for ds, sub in _panel_datasets(summary, auc, model, notes):
-            small |= P.draw_styles(ax, sub, "anchor", STYLES, ds, _n_layers(summary, model), drawn)
+            small |= plotting.draw_styles(ax, sub, "anchor", STYLES, ds, _n_layers(summary, model), drawn)
         _close(ax, notes)
     axes[0][0].set_ylabel("ΔP" if knockout == "target" else "ΔP (random-token control)")
-    point = small and P.marker(f"point: n < {MIN_LINE_N} samples at that layer")
+    point = small and plotting.marker(f"point: n < {MIN_LINE_N} samples at that layer")
     handles, labels = _legend(drawn, STYLES, {a: a for a in STYLES}, point)
     _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=2 if len(models) == 1 else 4)
 
@@ -103,8 +103,8 @@ def plot_check(
         notes, verdicts, span = [], [], None
         for ds, sub in _panel_datasets(unsplit, auc, model, notes):
             n_layers = _n_layers(unsplit, model)
-            P.draw_styles(top, sub, "knockout", KNOCKOUT_STYLES, ds, n_layers, drawn)
-            P.draw_styles(bottom, sub, "knockout", KNOCKOUT_STYLES, ds, n_layers, set(), y="flip_rate")
+            plotting.draw_styles(top, sub, "knockout", KNOCKOUT_STYLES, ds, n_layers, drawn)
+            plotting.draw_styles(bottom, sub, "knockout", KNOCKOUT_STYLES, ds, n_layers, set(), y="flip_rate")
             mine = check.filter((pl.col("model") == model) & (pl.col("dataset") == ds))
             for r in mine.head(1).iter_rows(named=True):
                 verdicts.append((_verdict(r, ds), "0.15"))
@@ -114,7 +114,7 @@ def plot_check(
             shaded = True
         _close(top, notes)
         _close(bottom, [], empty="")
-        P.note(bottom, verdicts, loc="upper left")
+        plotting.note(bottom, verdicts, loc="upper left")
     axes[0][0].set_ylabel("ΔP, all samples")
     axes[1][0].set_ylabel("Flip rate (%)")
     names = {"target": TARGETS[target], "control": "random-token control"}
@@ -125,18 +125,18 @@ def plot_check(
 
 def plot_probe_auc(auc, models, titles, out_png, out_pdf, caption: str = "") -> None:
     """Cross-fitted test AUC of the correctness probe by layer: mean over seeds, band = min..max."""
-    fig, axes = P.figure(len(models))
-    P.titles(axes[0], models, titles)
+    fig, axes = plotting.figure(len(models))
+    plotting.titles(axes[0], models, titles)
     drawn = set()
     for ax, model in zip(axes[0], models, strict=False):
-        P.layer_axis(ax)
+        plotting.layer_axis(ax)
         ax.axhline(0.5, color="0.6", lw=0.8, ls=":", zorder=0)
         ax.set_ylim(0.3, 1.02)
         notes = []
         for ds, sub in _panel_datasets(auc, auc, model, notes):
-            P.band_by_layer(ax, sub, colour(ds))
+            plotting.band_by_layer(ax, sub, colour(ds))
             drawn.add(ds)
-        P.note(ax, notes)
+        plotting.note(ax, notes)
     axes[0][0].set_ylabel("Probe test AUC")
-    handles, labels = P.dataset_legend(drawn)
+    handles, labels = plotting.dataset_legend(drawn)
     _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=2 if len(models) == 1 else 4)

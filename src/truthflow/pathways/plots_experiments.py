@@ -12,27 +12,27 @@ import seaborn as sns
 from matplotlib.colors import to_rgb
 from matplotlib.patches import Patch
 
-from .. import plotting as P
+from .. import plotting
 from ..plotting import MIN_LINE_N, NOTE_COLOUR, colour, datasets_in, label
-from .detection import AWARENESS_SCHEMA as DETECTION_AWARENESS_SCHEMA
+from .detection import AWARENESS_SCHEMA
 from .experiments import GROUPS, ROW_SCHEMA, TABLE_KEYS
 from .plots import STYLES
 
 # group colours of the bar and box figures (datasets are on the x axis there); not the datasets' tab10 hues
 GROUP_COLOURS = {"Q-Anchored": "#542788", "A-Anchored": "#b35806"}
 # the tables as experiment_tables writes them: the per-(model, dataset) schemas with the keys in front
-ROWS_SCHEMA = {**TABLE_KEYS, **ROW_SCHEMA}
-AWARENESS_SCHEMA = {**TABLE_KEYS, **DETECTION_AWARENESS_SCHEMA}
-SAMPLES_SCHEMA = {"model": pl.String, "dataset": pl.String, "id": pl.String, "group": pl.String}
+ROWS_TABLE_SCHEMA = {**TABLE_KEYS, **ROW_SCHEMA}
+AWARENESS_TABLE_SCHEMA = {**TABLE_KEYS, **AWARENESS_SCHEMA}
+PER_SAMPLE_TABLE_SCHEMA = dict.fromkeys(["model", "dataset", "id", "group"], pl.String)
 VALUES = ("s_pop", "s_eq_ea")  # per-sample values a samples table may lack (added as null)
 # the columns a table may lack (plotting.table adds them, and k_layer, as null); the others are required
 ROWS_OPTIONAL, AWARENESS_OPTIONAL = ("note",), ("n", "n_q", "n_a")
 REQUIRED = {
     name: [c for c in schema if c not in ("k_layer", *optional)]
     for name, schema, optional in (
-        ("rows", ROWS_SCHEMA, ROWS_OPTIONAL),
-        ("awareness", AWARENESS_SCHEMA, AWARENESS_OPTIONAL),
-        ("per_sample", SAMPLES_SCHEMA, ()),
+        ("rows", ROWS_TABLE_SCHEMA, ROWS_OPTIONAL),
+        ("awareness", AWARENESS_TABLE_SCHEMA, AWARENESS_OPTIONAL),
+        ("per_sample", PER_SAMPLE_TABLE_SCHEMA, ()),
     )
 }
 PUBLISHED_SCHEMA = dict.fromkeys(["kind", "model", "dataset", "anchor"], pl.String) | {
@@ -53,7 +53,7 @@ CONDITION_NOTES = {"random": "random-token control"}
 BAR = {"lw": 0.8, "zorder": 2, "error_kw": {"ecolor": "0.15", "elinewidth": 0.8, "capsize": 1.8}}
 N_LABEL = {"xytext": (0, 2), "textcoords": "offset points", "rotation": 90, "ha": "center", "va": "bottom"}
 N_LABEL |= {"fontsize": 6, "color": "0.3", "zorder": 4}
-_finish = P.finish  # module attribute: tests replace it to inspect the legend
+_finish = plotting.finish  # module attribute: tests replace it to inspect the legend
 
 
 def _face(group: str, ci: int) -> tuple:
@@ -62,11 +62,13 @@ def _face(group: str, ci: int) -> tuple:
 
 
 def _rows(rows) -> pl.DataFrame:
-    return P.table(rows, ROWS_SCHEMA, optional=ROWS_OPTIONAL)
+    return plotting.table(rows, ROWS_TABLE_SCHEMA, optional=ROWS_OPTIONAL)
 
 
 def _samples(per_sample) -> pl.DataFrame:
-    return P.table(per_sample, SAMPLES_SCHEMA | dict.fromkeys(VALUES, pl.Float64), optional=VALUES)
+    return plotting.table(
+        per_sample, PER_SAMPLE_TABLE_SCHEMA | dict.fromkeys(VALUES, pl.Float64), optional=VALUES
+    )
 
 
 def _row_notes(sub: pl.DataFrame) -> list[str]:
@@ -77,7 +79,8 @@ def _row_notes(sub: pl.DataFrame) -> list[str]:
 def experiment_layers(rows: pl.DataFrame, awareness: pl.DataFrame) -> dict[tuple[str, str], int]:
     """Layer K per (model, dataset), from the tables' k_layer column (one value per model and dataset)."""
     keys = [
-        t.select("model", "dataset", "k_layer") for t in (_rows(rows), P.table(awareness, AWARENESS_SCHEMA))
+        t.select("model", "dataset", "k_layer")
+        for t in (_rows(rows), plotting.table(awareness, AWARENESS_TABLE_SCHEMA))
     ]
     found = pl.concat(keys).drop_nulls("k_layer").unique(["model", "dataset"])
     return {(m, ds): int(k) for m, ds, k in found.iter_rows()}
@@ -86,7 +89,7 @@ def experiment_layers(rows: pl.DataFrame, awareness: pl.DataFrame) -> dict[tuple
 def k_caption(rows, awareness, models: list[str], titles: dict[str, str]) -> str:
     """The figures' caption line naming layer K per model and dataset."""
     ks = experiment_layers(rows, awareness)
-    per_model = {m: P.ordered(d for n, d in ks if n == m) for m in models}
+    per_model = {m: plotting.ordered(d for n, d in ks if n == m) for m in models}
     k = "; ".join(
         ", ".join(f"{ks[(m, ds)]} ({label(ds)})" for ds in mine) + f" for {titles.get(m, m)}"
         for m, mine in per_model.items()
@@ -141,13 +144,13 @@ def _bar_legend(drawn: set, names: dict[str, str], narrow: bool) -> tuple[list, 
         }
         columns.append([(patches[g], f"{g}{names[cond]}") for g in GROUPS if (cond, g) in drawn])
     columns = [[e for c in columns for e in c]] if narrow else [c for c in columns if c]
-    extras = [P.marker("published value", "D", "black", 3.2)] * ("published" in drawn)
-    extras += [P.marker(f"point: n < {MIN_LINE_N} samples (no CI)")] * ("small" in drawn)
+    extras = [plotting.marker("published value", "D", "black", 3.2)] * ("published" in drawn)
+    extras += [plotting.marker(f"point: n < {MIN_LINE_N} samples (no CI)")] * ("small" in drawn)
     if any(columns):
-        columns.append([*extras, P.marker("n samples (above bars)", "$12$", ms=7)])
+        columns.append([*extras, plotting.marker("n samples (above bars)", "$12$", ms=7)])
     rows = max((len(c) for c in columns), default=0)
-    padded = [e for c in columns if c for e in c + [P.marker("", "")] * (rows - len(c))]
-    return *P.legend(padded), max(1, len(columns))
+    padded = [e for c in columns if c for e in c + [plotting.marker("", "")] * (rows - len(c))]
+    return *plotting.legend(padded), max(1, len(columns))
 
 
 def plot_bars(experiment, rows, models, titles, out_png, out_pdf, caption: str = "", published=None) -> None:
@@ -156,11 +159,13 @@ def plot_bars(experiment, rows, models, titles, out_png, out_pdf, caption: str =
     experiment and a panel's model are diamonds."""
     names, ylabel = BARS[experiment]
     rows = _rows(rows).filter((pl.col("experiment") == experiment) & pl.col("condition").is_in(list(names)))
-    pub = P.table(published, PUBLISHED_SCHEMA)
-    fig, axes = P.figure(len(models))
-    P.titles(axes[0], models, titles)
+    pub = plotting.table(published, PUBLISHED_SCHEMA)
+    fig, axes = plotting.figure(len(models))
+    plotting.titles(axes[0], models, titles)
     drawn, used = set(), []
-    for ax, model, sub in P.per_model(axes[0], rows, models, f"no {experiment.replace('_', '-')} rows"):
+    for ax, model, sub in plotting.per_model(
+        axes[0], rows, models, f"no {experiment.replace('_', '-')} rows"
+    ):
         notes = _row_notes(sub)
         mine = pub.filter((pl.col("kind") == experiment) & (pl.col("model") == model))
         mine = mine.select("dataset", pl.col("anchor").alias("group"), pl.col("published").cast(pl.Float64))
@@ -178,7 +183,7 @@ def plot_bars(experiment, rows, models, titles, out_png, out_pdf, caption: str =
         for ax, notes in used:
             ax.set_ylim(low - 0.05 * span * (low < 0), high + (0.22 + 0.09 * n_lines) * span)
             ax.axhline(0, color="0.4", lw=0.8, zorder=1)
-            P.note(ax, notes, loc="upper left")
+            plotting.note(ax, notes, loc="upper left")
         used[0][0].set_ylabel(ylabel)
     handles, labels, ncol = _bar_legend(drawn, names, narrow=len(models) < 2)
     _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=ncol)
@@ -195,7 +200,9 @@ def _layer_panel(ax, sub: pl.DataFrame, drawn: set) -> bool:
     n_layers = int(sub["layer"].max() or 0)
     sub = sub.filter(pl.col("value").is_not_nan()).rename({"value": "mean_delta_p"})
     per_ds = [sub.filter(pl.col("dataset") == ds) for ds in datasets_in(sub)]
-    return any([P.draw_styles(ax, d, "group", STYLES, d["dataset"][0], n_layers, drawn) for d in per_ds])
+    return any(
+        [plotting.draw_styles(ax, d, "group", STYLES, d["dataset"][0], n_layers, drawn) for d in per_ds]
+    )
 
 
 def _popularity_panel(ax, samples: pl.DataFrame) -> bool:
@@ -203,7 +210,7 @@ def _popularity_panel(ax, samples: pl.DataFrame) -> bool:
     n < MIN_LINE_N is drawn as its points. Returns whether any group was that small."""
     pop = samples.filter(pl.col("s_pop").is_not_null())
     if pop.height == 0:
-        P.blank(ax, "no popularity values (PopQA only)")
+        plotting.blank(ax, "no popularity values (PopQA only)")
         return False
     ticks, small, notes, names = [], False, [], datasets_in(pop)
     for di, ds in enumerate(names):
@@ -235,7 +242,7 @@ def _popularity_panel(ax, samples: pl.DataFrame) -> bool:
     ax.set_xlim(-0.7, ticks[-1][0] + 0.7)
     ax.grid(axis="y", alpha=0.3)
     ax.set_ylabel(f"{label(names[0])}: log10 popularity" if len(names) == 1 else "log10 popularity")
-    P.note(ax, notes)
+    plotting.note(ax, notes)
     return small
 
 
@@ -244,7 +251,7 @@ def plot_boundary(rows, per_sample, models, titles, out_png, out_pdf, caption: s
     Q-Anchored solid / A-Anchored dashed, colour = dataset; (c) log10 popularity by group at K (PopQA)."""
     rows, ks = _rows(rows), experiment_layers(rows, None)
     rows, samples = rows.filter(pl.col("experiment") == "boundary"), _samples(per_sample)
-    fig, axes = P.figure(3, n_rows=max(1, len(models)), height=2.9)
+    fig, axes = plotting.figure(3, n_rows=max(1, len(models)), height=2.9)
     drawn, small = set(), False
     for r, model in enumerate(models):
         name, sub = titles.get(model, model), rows.filter(pl.col("model") == model)
@@ -256,19 +263,21 @@ def plot_boundary(rows, per_sample, models, titles, out_png, out_pdf, caption: s
         for c, (cond, ylabel) in enumerate((("accuracy", "Accuracy (%)"), ("refusal", "Refusal rate (%)"))):
             ax = axes[r][c]
             if (sub["condition"] == cond).any():
-                P.layer_axis(ax)
+                plotting.layer_axis(ax)
                 small |= _layer_panel(ax, sub.filter(pl.col("condition") == cond), drawn)
                 lo, hi = ax.get_ylim()  # autoscaled to what is drawn, never beyond 0..100
                 ax.set(ylim=(max(lo, -4), min(max(hi, 5), 104)), ylabel=ylabel)
             else:
-                P.blank(ax, f"no {cond} rows for this model")
+                plotting.blank(ax, f"no {cond} rows for this model")
         small |= _popularity_panel(axes[r][2], mine)
     if not models:
         for ax in axes[0]:
-            P.blank(ax, "no models in this figure" if ax is axes[0][0] else "")
-    groups = [(P.line("0.25", style), g) for g, style in STYLES.items() if any(x == g for x, _ in drawn)]
-    point = small and P.marker(f"point: n < {MIN_LINE_N} samples")
-    handles, labels = P.dataset_legend({ds for _, ds in drawn}, *groups, point)
+            plotting.blank(ax, "no models in this figure" if ax is axes[0][0] else "")
+    groups = [
+        (plotting.line("0.25", style), g) for g, style in STYLES.items() if any(x == g for x, _ in drawn)
+    ]
+    point = small and plotting.marker(f"point: n < {MIN_LINE_N} samples")
+    handles, labels = plotting.dataset_legend({ds for _, ds in drawn}, *groups, point)
     _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=8)
 
 
@@ -294,7 +303,7 @@ def _saliency_panel(ax, sub: pl.DataFrame, drawn: set) -> tuple[list, bool]:
         info.append((f"{label(ds)}: n = {len(pos)}{out}", colour(ds)))
         drawn.add(ds)
     if not rugs:
-        P.blank(ax)
+        plotting.blank(ax)
         return [(n, NOTE_COLOUR) for n in notes], False
     ax.set_xscale("log")
     top = max([ln.get_ydata().max() for ln in ax.lines] or [1.0])
@@ -315,18 +324,18 @@ def plot_saliency(per_sample, models, titles, out_png, out_pdf, caption: str = "
     """Saliency (A15): the density of per-sample S(E_Q→E_A) on a log10 x axis, one curve per dataset, with a
     rug below; non-positive values cannot be drawn on a log scale and are counted in a note."""
     samples = _samples(per_sample).filter(pl.col("s_eq_ea").is_not_nan())  # null: not kept
-    fig, axes = P.figure(len(models))
-    P.titles(axes[0], models, titles)
+    fig, axes = plotting.figure(len(models))
+    plotting.titles(axes[0], models, titles)
     drawn, small = set(), False
-    for ax, _, sub in P.per_model(axes[0], samples, models, f"no {SALIENCY} values"):
+    for ax, _, sub in plotting.per_model(axes[0], samples, models, f"no {SALIENCY} values"):
         lines, few = _saliency_panel(ax, sub, drawn)
         small |= few
         ax.set(xlabel=f"{SALIENCY} per sample (log scale)", ylabel="")
-        P.note(ax, lines, loc="upper right")
-    P.ylabel(axes[0], f"Density of log10 {SALIENCY}")
-    rug = P.marker("one sample (rug)", "|", ms=6)
-    point = P.marker(f"point: fewer than {MIN_LINE_N} samples, no density")
-    handles, labels = P.dataset_legend(drawn, bool(drawn) and rug, small and point)
+        plotting.note(ax, lines, loc="upper right")
+    plotting.ylabel(axes[0], f"Density of log10 {SALIENCY}")
+    rug = plotting.marker("one sample (rug)", "|", ms=6)
+    point = plotting.marker(f"point: fewer than {MIN_LINE_N} samples, no density")
+    handles, labels = plotting.dataset_legend(drawn, bool(drawn) and rug, small and point)
     _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=6 if len(models) > 1 else 3)
 
 
@@ -334,14 +343,14 @@ def plot_saliency(per_sample, models, titles, out_png, out_pdf, caption: str = "
 def plot_awareness(awareness, rows, models, titles, out_png, out_pdf, caption: str = "") -> None:
     """Pathway awareness (A16): the probe AUC per layer (`band_by_layer`), one line per dataset, dashed at
     chance; a dotted vertical line at layer K, which defined the groups and is not probed."""
-    aw = P.table(awareness, AWARENESS_SCHEMA, optional=AWARENESS_OPTIONAL)
+    aw = plotting.table(awareness, AWARENESS_TABLE_SCHEMA, optional=AWARENESS_OPTIONAL)
     ks = experiment_layers(rows, aw)
-    fig, axes = P.figure(len(models))
-    P.titles(axes[0], models, titles)
+    fig, axes = plotting.figure(len(models))
+    plotting.titles(axes[0], models, titles)
     drawn, extras, low = set(), set(), 0.3
-    for ax, model, sub in P.per_model(axes[0], aw, models, "no awareness rows"):
+    for ax, model, sub in plotting.per_model(axes[0], aw, models, "no awareness rows"):
         info, notes = [], []
-        P.layer_axis(ax)
+        plotting.layer_axis(ax)
         for ds in datasets_in(sub):
             d, k = sub.filter(pl.col("dataset") == ds), ks.get((model, ds))
             ok = d.filter((pl.col("status") == "ok") & pl.col("auc").is_not_nan())  # null: not kept
@@ -349,7 +358,7 @@ def plot_awareness(awareness, rows, models, titles, out_png, out_pdf, caption: s
                 status = d.filter(pl.col("status") != "ok")["status"]
                 notes.append(f"{label(ds)}: {status[0] if len(status) else 'no AUC'}")
                 continue
-            full = P.band_by_layer(ax, ok, colour(ds), k or 0)
+            full = plotting.band_by_layer(ax, ok, colour(ds), k or 0)
             extras |= {"band"} if (full["seeds"].fill_null(0) > 1).any() else set()
             low = min(low, float(full["lo"].min()) - 0.03)
             if k is not None:
@@ -366,17 +375,17 @@ def plot_awareness(awareness, rows, models, titles, out_png, out_pdf, caption: s
         if info:
             ax.axhline(0.5, color="0.45", lw=0.9, ls="--", zorder=0)
         else:
-            P.blank(ax)
+            plotting.blank(ax)
         # sample counts and notes share one block in the empty region below chance
-        P.note(ax, info + [(n, NOTE_COLOUR) for n in notes], loc="lower right")
+        plotting.note(ax, info + [(n, NOTE_COLOUR) for n in notes], loc="lower right")
     for ax in axes[0]:
         if ax.get_xticks().size:
             ax.set_ylim(low, 1.02)
-    P.ylabel(axes[0], "Pathway-awareness AUC")
-    handles, labels = P.dataset_legend(
+    plotting.ylabel(axes[0], "Pathway-awareness AUC")
+    handles, labels = plotting.dataset_legend(
         drawn,
         "band" in extras and (Patch(facecolor="0.5", alpha=0.3, lw=0), "min..max over probe seeds"),
-        bool(drawn) and (P.line("0.45", "--", lw=0.9), "chance (AUC 0.5)"),
-        "k" in extras and (P.line("0.3", ":", lw=1.2), "layer K (defines the groups, not probed)"),
+        bool(drawn) and (plotting.line("0.45", "--", lw=0.9), "chance (AUC 0.5)"),
+        "k" in extras and (plotting.line("0.3", ":", lw=1.2), "layer K (defines the groups, not probed)"),
     )
     _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=4 if len(models) > 1 else 2)

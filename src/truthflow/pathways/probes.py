@@ -16,9 +16,9 @@ TARGET, CONTROL = "target", "control"
 
 AUC_SCHEMA = {"seed": pl.Int64, "layer": pl.Int64, "auc": pl.Float64}
 AUC_SCHEMA |= dict.fromkeys(["n_train", "n_test", "n_folds"], pl.Int64) | {"status": pl.String}
-SAMPLES_SCHEMA = {"id": pl.String, "layer": pl.Int64, "knockout": pl.String, "label": pl.Boolean}
-SAMPLES_SCHEMA |= {"matched": pl.Boolean, "n_seeds": pl.Int64}
-SAMPLES_SCHEMA |= dict.fromkeys(["p", "delta_p", "flip_rate"], pl.Float64) | {"anchor": pl.String}
+DELTAP_SCHEMA = {"id": pl.String, "layer": pl.Int64, "knockout": pl.String, "label": pl.Boolean}
+DELTAP_SCHEMA |= {"matched": pl.Boolean, "n_seeds": pl.Int64}
+DELTAP_SCHEMA |= dict.fromkeys(["p", "delta_p", "flip_rate"], pl.Float64) | {"anchor": pl.String}
 SUMMARY_SCHEMA = dict.fromkeys(["knockout", "anchor"], pl.String) | dict.fromkeys(["layer", "n"], pl.Int64)
 SUMMARY_SCHEMA |= dict.fromkeys(["mean_delta_p", "ci_low", "ci_high", "flip_rate"], pl.Float64)
 
@@ -108,14 +108,14 @@ def run_probes(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Probe every layer for every seed, cross-fitted. resid_kos[0] is the target knockout, resid_kos[1:]
     the random-control draws; split: `anchors`' split and fixed_layer. Returns (AUC_SCHEMA table;
-    SAMPLES_SCHEMA table per sample × layer × knockout, seeds and control draws averaged per sample)."""
+    DELTAP_SCHEMA table per sample × layer × knockout, seeds and control draws averaged per sample)."""
     n, n_layers, _ = resid_clean.shape
     seeds, k = probe["seeds"], n_folds(probe["test_size"])
     reason = split_reason(labels, k)
     if reason:
         status = f"probe undefined: {reason}"
         auc = pl.DataFrame([{"n_train": 0, "n_test": 0, "n_folds": 0, "status": status}], schema=AUC_SCHEMA)
-        return auc, pl.DataFrame(schema=SAMPLES_SCHEMA)
+        return auc, pl.DataFrame(schema=DELTAP_SCHEMA)
     matched = np.ones(n, dtype=bool) if matched is None else np.asarray(matched, dtype=bool)
     prob = np.zeros((len(resid_kos) + 1, len(seeds), n, n_layers))  # clean, then each knockout
     auc = np.zeros((len(seeds), n_layers))
@@ -141,7 +141,7 @@ def run_probes(
             "flip_rate": flip_rate.ravel(),
             "anchor": anchors(flip_rate, **split).ravel(),
         }
-        frames.append(pl.DataFrame(frame, schema=SAMPLES_SCHEMA))
+        frames.append(pl.DataFrame(frame, schema=DELTAP_SCHEMA))
     auc_rows = [
         [seed, lay + 1, float(auc[s, lay]), n - n // k, n, k, "ok"]
         for s, seed in enumerate(seeds)
