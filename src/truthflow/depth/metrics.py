@@ -56,22 +56,16 @@ def question_scores(per_question_df: pl.DataFrame, unparseable: str) -> pl.DataF
     for model, qid, depth, verdicts in per_question_df.select(
         "model", "qid", "depth", "judgments"
     ).iter_rows():
-        verdicts = (
-            list(verdicts) if verdicts is not None else [None]
-        )  # no verdict row: one that did not parse
+        # no verdict row: one that did not parse
+        verdicts = list(verdicts) if verdicts is not None else [None]
         parsed = [v for v in verdicts if v is not None]
         if unparseable == "zero":
             score = sum(parsed) / len(verdicts)
         else:
             score = sum(parsed) / len(parsed) if parsed else None
         rows.append((model, qid, depth, score, len(verdicts) - len(parsed)))
-    schema = {
-        "model": pl.Utf8,
-        "qid": pl.Utf8,
-        "depth": pl.Int64,
-        "score": pl.Float64,
-        "n_unparseable": pl.Int64,
-    }
+    schema = {"model": pl.Utf8, "qid": pl.Utf8, "depth": pl.Int64, "score": pl.Float64}
+    schema |= {"n_unparseable": pl.Int64}
     return pl.DataFrame(rows, schema=schema, orient="row")
 
 
@@ -183,21 +177,12 @@ def depth_metrics(
             continue
         nodes, score_of, bad_of = _node_scores(nodes_df, sub)
         for metric, (values_of, gate_side) in DISCREPANCIES.items():
-            pooled, pooled_left, pooled_bad, pooled_looked = [], 0, 0, 0
-            for a, b in PAIRS:
-                values, left, bad, looked = values_of(nodes, score_of, bad_of, a, b)
-                pooled += values
-                pooled_left, pooled_bad, pooled_looked = (
-                    pooled_left + left,
-                    pooled_bad + bad,
-                    pooled_looked + looked,
-                )
+            per_pair = [((a, b), *values_of(nodes, score_of, bad_of, a, b)) for a, b in PAIRS]
+            for (a, b), values, left, bad, looked in per_pair:
                 note = f"depth {a} <-> depth {b}" if values else _why_empty(looked, left, gate_side)
                 rows.append(_row(model, metric, f"{a}-{b}", b, values, left, bad, unparseable, note, boot))
-            note = (
-                "both pairs' counted nodes" if pooled else _why_empty(pooled_looked, pooled_left, gate_side)
-            )
-            rows.append(
-                _row(model, metric, "overall", None, pooled, pooled_left, pooled_bad, unparseable, note, boot)
-            )
+            pooled = [v for _, values, *_ in per_pair for v in values]
+            left, bad, looked = (sum(p[i] for p in per_pair) for i in (2, 3, 4))
+            note = "both pairs' counted nodes" if pooled else _why_empty(looked, left, gate_side)
+            rows.append(_row(model, metric, "overall", None, pooled, left, bad, unparseable, note, boot))
     return pl.DataFrame(rows, schema=METRICS_SCHEMA)

@@ -14,46 +14,15 @@ from .mink import k_label, mink_column
 
 NODE_COLUMNS = ("nodeid", "group", "depth", "direct_predecessors", "direct_successors", "qid")
 
-DEPTHWISE_SCHEMA = {
-    "model": pl.Utf8,
-    "group": pl.Utf8,
-    "d3_node": pl.Utf8,
-    "depth": pl.Int64,
-    "k": pl.Utf8,
-    "mink": pl.Float64,
-    "n_questions": pl.Int64,
-}
-GAP_SCHEMA = {
-    "model": pl.Utf8,
-    "group": pl.Utf8,
-    "d3_node": pl.Utf8,
-    "d3_qid": pl.Utf8,
-    "d3_score": pl.Float64,
-    "d2_mean_score": pl.Float64,
-    "n_d2": pl.Int64,
-    "gap": pl.Float64,
-    "excluded": pl.Utf8,
-}
-SPLIT_SCHEMA = {
-    "model": pl.Utf8,
-    "group": pl.Utf8,
-    "subset": pl.Utf8,
-    "side": pl.Utf8,
-    "gap": pl.Float64,
-    "d3_mink": pl.Float64,
-    "threshold": pl.Float64,
-}
-POOLED_SCHEMA = {
-    "model": pl.Utf8,
-    "depth": pl.Int64,
-    "k": pl.Utf8,
-    "n": pl.Int64,
-    "mean": pl.Float64,
-    "std": pl.Float64,
-    "median": pl.Float64,
-    "q25": pl.Float64,
-    "q75": pl.Float64,
-}
+DEPTHWISE_SCHEMA = dict.fromkeys(["model", "group", "d3_node"], pl.Utf8) | {"depth": pl.Int64, "k": pl.Utf8}
+DEPTHWISE_SCHEMA |= {"mink": pl.Float64, "n_questions": pl.Int64}
+GAP_SCHEMA = dict.fromkeys(["model", "group", "d3_node", "d3_qid"], pl.Utf8)
+GAP_SCHEMA |= {"d3_score": pl.Float64, "d2_mean_score": pl.Float64, "n_d2": pl.Int64, "gap": pl.Float64}
+GAP_SCHEMA |= {"excluded": pl.Utf8}
+SPLIT_SCHEMA = dict.fromkeys(["model", "group", "subset", "side"], pl.Utf8)
+SPLIT_SCHEMA |= dict.fromkeys(["gap", "d3_mink", "threshold"], pl.Float64)
+POOLED_SCHEMA = {"model": pl.Utf8, "depth": pl.Int64, "k": pl.Utf8, "n": pl.Int64}
+POOLED_SCHEMA |= dict.fromkeys(["mean", "std", "median", "q25", "q75"], pl.Float64)
 
 
 def _require(df: pl.DataFrame, columns: list[str] | tuple[str, ...], what: str) -> None:
@@ -134,14 +103,12 @@ def score_gaps(per_question_df: pl.DataFrame, nodes_df: pl.DataFrame) -> tuple[p
             d3_score = score_of.get(rec["qid"])
             d2_scores = [score_of[q] for q in d2_qids if q in score_of]
             missing_d2 = [q for q in d2_qids if q not in score_of]
-            if not d2_qids:
-                reason = "no D2 predecessor"
-            elif d3_score is None:
-                reason = f"D3 score missing ({rec['qid']})"
-            elif missing_d2:
-                reason = f"D2 score missing ({', '.join(missing_d2)})"
-            else:
-                reason = None
+            reasons = [
+                (not d2_qids, "no D2 predecessor"),
+                (d3_score is None, f"D3 score missing ({rec['qid']})"),
+                (missing_d2, f"D2 score missing ({', '.join(missing_d2)})"),
+            ]
+            reason = next((why for failed, why in reasons if failed), None)
             d2_mean = sum(d2_scores) / len(d2_scores) if d2_scores else None
             gap = (d3_score - d2_mean) / 4 if reason is None else None
             rows.append(
