@@ -9,25 +9,15 @@ import polars as pl
 
 from .errors import TruthflowError
 
-SCHEMA = {
-    "check": pl.String,
-    "model": pl.String,
-    "dataset": pl.String,
-    "detail": pl.String,
-    "published": pl.Float64,
-    "published_range": pl.String,
-    "reproduced": pl.Float64,
-    "verdict": pl.String,
-}
+SCHEMA = dict.fromkeys(["check", "model", "dataset", "detail"], pl.String) | {"published": pl.Float64}
+SCHEMA |= {"published_range": pl.String, "reproduced": pl.Float64, "verdict": pl.String}
 # published.tsv kind -> the table of this run it is compared with
 TABLE_OF_KIND = {"delta_p": "pathways", "median_mink": "depthwise", "patching": "rows", "answer_only": "rows"}
 TABLE_OF_KIND |= {"awareness": "awareness", "detection": "detection"}
 # the DepthQA authors' metrics (truthflow.depth.metrics); a row's `depth`: the depth of a mean score, the
 # deeper depth of a discrepancy's pair (2: 1-2, 3: 2-3), empty for a discrepancy's overall value
 DEPTH_METRICS = {
-    "mean_score": "mean score",
-    "forward_discrepancy": "forward discrepancy",
-    "backward_discrepancy": "backward discrepancy",
+    m: m.replace("_", " ") for m in ("mean_score", "forward_discrepancy", "backward_discrepancy")
 }
 TABLE_OF_KIND |= dict.fromkeys(DEPTH_METRICS, "depth_metrics")
 # the bar experiments: the condition compared and what its value is
@@ -46,26 +36,20 @@ def reproduced(p: dict, tables: dict[str, pl.DataFrame | None]) -> tuple[float, 
     table, kind, src = tables.get(TABLE_OF_KIND[p["kind"]]), p["kind"], p["source"]
     if table is None:
         return None
-    sub = table.filter(pl.col("model") == p["model"])
+    sub = table.filter(model=p["model"])
     if kind != "median_mink" and kind not in DEPTH_METRICS and p["dataset"] != "all":
         sub = sub.filter(pl.col("dataset") == p["dataset"])
     if kind == "delta_p":
-        sub = sub.filter(
-            (pl.col("knockout") == "target")
-            & (pl.col("anchor") == p["anchor"])
-            & (pl.col("layer") == p["layer"])
-        )
+        sub = sub.filter(knockout="target", anchor=p["anchor"], layer=p["layer"])
         return sub["mean_delta_p"].mean(), f"mean ΔP, {p['anchor']}, layer {int(p['layer'])} ({src})"
     if kind == "median_mink":
-        sub = sub.filter(pl.col("depth") == p["depth"])
+        sub = sub.filter(depth=p["depth"])
         return sub["mink"].median(), f"median depthwise MIN-K%, depth {int(p['depth'])} ({src})"
     if kind in DEPTH_METRICS:
         return depth_metric(sub, p)
     if kind in BARS:
         cond, what = BARS[kind]
-        sub = sub.filter(
-            (pl.col("experiment") == kind) & (pl.col("condition") == cond) & (pl.col("group") == p["anchor"])
-        ).drop_nulls("value")
+        sub = sub.filter(experiment=kind, condition=cond, group=p["anchor"]).drop_nulls("value")
         return (sub["value"][0] if sub.height else None), f"{what}, {p['anchor']} ({src})"
     if kind == "awareness":
         sub = sub.drop_nulls("auc").group_by("layer").agg(pl.col("auc").mean())
@@ -73,28 +57,23 @@ def reproduced(p: dict, tables: dict[str, pl.DataFrame | None]) -> tuple[float, 
         if best.height == 0:
             return None
         return 100 * best["auc"][0], f"pathway-awareness AUC (%), best layer {best['layer'][0]} ≠ K ({src})"
-    sub = sub.filter((pl.col("method") == p["method"]) & pl.col("status").str.starts_with("ok")).drop_nulls(
-        "auc"
-    )
+    sub = sub.filter(pl.col("status").str.starts_with("ok"), method=p["method"]).drop_nulls("auc")
     auc = 100 * sub["auc"].mean() if sub.height else None
     return auc, f"{p['method']} test AUC (%), mean of {sub.height} seeds ({src})"
 
 
-def metric_scope(kind: str, depth) -> str:
-    """The depth_metrics scope of a published.tsv row (see DEPTH_METRICS)."""
-    if kind == "mean_score":
-        return f"depth {int(depth)}"
-    return "overall" if depth is None else f"{int(depth) - 1}-{int(depth)}"
-
-
 def depth_metric(sub: pl.DataFrame, p: dict) -> tuple[float | None, str]:
-    scope = metric_scope(p["kind"], p["depth"])
-    row = sub.filter((pl.col("metric") == p["kind"]) & (pl.col("scope") == scope))
+    """A published.tsv row's depth_metrics value, by its scope (see DEPTH_METRICS)."""
+    depth = p["depth"]
+    if p["kind"] == "mean_score":
+        scope = f"depth {int(depth)}"
+    else:
+        scope = "overall" if depth is None else f"{int(depth) - 1}-{int(depth)}"
+    row = sub.filter(metric=p["kind"], scope=scope)
     if row.height == 0:
         return None, ""
-    n, value = row["n"][0], row["value"][0]
     unit = "questions" if p["kind"] == "mean_score" else "counted nodes"
-    return value, f"{DEPTH_METRICS[p['kind']]}, {scope}, n = {n} {unit} ({p['source']})"
+    return row["value"][0], f"{DEPTH_METRICS[p['kind']]}, {scope}, n = {row['n'][0]} {unit} ({p['source']})"
 
 
 def quantitative(published: pl.DataFrame, tables: dict[str, pl.DataFrame | None]) -> list[tuple]:
@@ -104,8 +83,7 @@ def quantitative(published: pl.DataFrame, tables: dict[str, pl.DataFrame | None]
         if value is None:
             continue
         verdict = "within range" if p["low"] <= value <= p["high"] else "outside range"
-        rng = f"[{p['low']:g}, {p['high']:g}]"
-        dataset = p["dataset"] or "depthqa"
+        rng, dataset = f"[{p['low']:g}, {p['high']:g}]", p["dataset"] or "depthqa"
         rows.append(("published value", p["model"], dataset, detail, p["published"], rng, value, verdict))
     return rows
 
@@ -118,15 +96,12 @@ def qualitative_pathways(check: pl.DataFrame) -> list[tuple]:
     for r in check.iter_rows(named=True):
         detail = f"n = {r['n_samples']} matched samples, layers {r['layers']}: {r['reason']}"
         if r["diff_low"] is not None:
-            sec = (
-                f"{r['secondary_measure']} {r['secondary_diff']:+.2f} [{r['secondary_low']:.2f},"
-                f" {r['secondary_high']:.2f}], p = {r['secondary_p']:.3g}"
-            )
             detail = (
                 f"{r['measure']} E_Q − control {r['diff']:+.2f} [{r['diff_low']:.2f}, {r['diff_high']:.2f}]"
                 f" (Holm-corrected), p = {r['p_value']:.3g}, p_holm = {r['p_holm']:.3g},"
-                f" SESOI {r['sesoi']:g}, per cell uncorrected: {r['verdict_cell']};"
-                f" secondary (uncorrected) {sec}; {detail}"
+                f" SESOI {r['sesoi']:g}, per cell uncorrected: {r['verdict_cell']}; secondary (uncorrected)"
+                f" {r['secondary_measure']} {r['secondary_diff']:+.2f} [{r['secondary_low']:.2f},"
+                f" {r['secondary_high']:.2f}], p = {r['secondary_p']:.3g}; {detail}"
                 f" (reproduced = mean {r['measure']} difference)"
             )
         check_name = "E_Q knockout beats random control"
@@ -138,7 +113,7 @@ def qualitative_depth(depthwise: pl.DataFrame | None, pooled: pl.DataFrame) -> l
     rows = []
     source = depthwise if depthwise is not None and depthwise.height else pooled.rename({"median": "mink"})
     for model in source["model"].unique(maintain_order=True).to_list():
-        sub = source.filter(pl.col("model") == model)
+        sub = source.filter(model=model)
         med = [sub.filter(pl.col("depth") == d)["mink"].median() for d in (1, 2, 3)]
         rise = None if med[0] is None or med[2] is None else med[2] - med[0]
         verdict = DEPTH_VERDICTS[None if None in med else med[0] < med[1] < med[2]]
@@ -151,7 +126,6 @@ def compare(published: pl.DataFrame, tables: dict[str, pl.DataFrame | None]) -> 
     """Published values for the paper models that ran; the qualitative checks for every model. `tables`: this
     run's tables by name (TABLE_OF_KIND's, check, pooled); a None table (stage off) gives no rows."""
     check, pooled = tables.get("check"), tables.get("pooled")
-    rows = quantitative(published, tables)
-    rows += qualitative_pathways(check) if check is not None else []
+    rows = quantitative(published, tables) + (qualitative_pathways(check) if check is not None else [])
     rows += qualitative_depth(tables.get("depthwise"), pooled) if pooled is not None else []
     return pl.DataFrame(rows, schema=SCHEMA, orient="row")
