@@ -267,6 +267,10 @@ def test_repetition_penalty_hand_case():
     proc = RowDecoding(Decoding(repetition_penalty=2.0), ["q"], prompt_valid)
     out = proc(ids, torch.tensor([[2.0, -1.0, 0.5]]))
     assert out.tolist() == [[1.0, -2.0, 0.5]]
+    # padding with id 0 beside a real token 0, and padding with id 0 alone: only real tokens count
+    same_id = proc(torch.tensor([[0, 0, 1]]), torch.tensor([[2.0, -1.0, 0.5]]))
+    pad_only = proc(torch.tensor([[0, 2, 1]]), torch.tensor([[2.0, -1.0, 0.5]]))
+    assert same_id.tolist() == [[1.0, -2.0, 0.5]] and pad_only.tolist() == [[2.0, -2.0, 0.25]]
 
 
 def test_draws_depend_on_seed_key_and_step_only():

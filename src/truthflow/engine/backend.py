@@ -19,25 +19,15 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..errors import TruthflowError
 
+NAMES = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+         "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}  # fmt: skip
 # the SDPA kernels each setting allows, in priority order
 KERNELS = {
-    "auto": [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH],
-    "cudnn": [
-        SDPBackend.CUDNN_ATTENTION,
-        SDPBackend.FLASH_ATTENTION,
-        SDPBackend.EFFICIENT_ATTENTION,
-        SDPBackend.MATH,
-    ],
-    "flash": [SDPBackend.FLASH_ATTENTION, SDPBackend.MATH],
-    "efficient": [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH],
-    "math": [SDPBackend.MATH],
-}
-NAMES = {
-    SDPBackend.FLASH_ATTENTION: "flash",
-    SDPBackend.EFFICIENT_ATTENTION: "efficient",
-    SDPBackend.CUDNN_ATTENTION: "cudnn",
-    SDPBackend.MATH: "math",
-}
+    choice: [NAMES[k] for k in order.split()]
+    for choice, order in {"auto": "flash efficient math", "cudnn": "cudnn flash efficient math",
+                          "flash": "flash math", "efficient": "efficient math", "math": "math"}.items()
+}  # fmt: skip
+KERNEL_NAME = {kernel: name for name, kernel in NAMES.items()}
 
 
 def kernels(choice: str) -> list[SDPBackend]:
@@ -71,7 +61,7 @@ def kernel_that_runs(model, choice: str, masked: bool) -> str:
                 )
         except RuntimeError:
             continue
-        return NAMES[kernel]
+        return KERNEL_NAME[kernel]
     return "none"
 
 
@@ -80,7 +70,7 @@ def describe(model, choice: str) -> str:
     impl = getattr(model.config, "_attn_implementation", None)
     if impl != "sdpa":
         return f"attention: {impl} (transformers' own implementation)"
-    allowed = " > ".join(NAMES[k] for k in kernels(choice))
+    allowed = " > ".join(KERNEL_NAME[k] for k in kernels(choice))
     return (
         f"attention: sdpa, setting '{choice}' (kernels {allowed}); a pass with a 4D mask runs "
         f"{kernel_that_runs(model, choice, True)}, one without {kernel_that_runs(model, choice, False)}"
@@ -88,36 +78,22 @@ def describe(model, choice: str) -> str:
 
 
 @contextmanager
-def eager_attention(model):
-    """Run the block under `eager` attention (the model's own implementation restored after it)."""
+def gradient_mode(model):
+    """Within the block, eager attention (the weights are read and differentiated) and frozen parameters (no
+    parameter gradient is ever computed); the model's own implementation and flags restored after it."""
     before = model.config._attn_implementation
-    model.set_attn_implementation("eager")
-    if getattr(model.config, "_attn_implementation", None) != "eager":
-        raise TruthflowError(
-            f"saliency needs eager attention; {type(model).__name__} could not be switched from '{before}' "
-            f"to 'eager': load the model with attn_implementation='eager'"
-        )
-    try:
-        yield
-    finally:
-        model.set_attn_implementation(before)
-
-
-@contextmanager
-def frozen_parameters(model):
     flags = [(p, p.requires_grad) for p in model.parameters()]
+    model.set_attn_implementation("eager")
     try:
+        if getattr(model.config, "_attn_implementation", None) != "eager":
+            raise TruthflowError(
+                f"saliency needs eager attention; {type(model).__name__} could not be switched from "
+                f"'{before}' to 'eager': load the model with attn_implementation='eager'"
+            )
         for p, _ in flags:
             p.requires_grad_(False)
         yield
     finally:
+        model.set_attn_implementation(before)
         for p, flag in flags:
             p.requires_grad_(flag)
-
-
-@contextmanager
-def gradient_mode(model):
-    """Eager attention (the weights are read and differentiated) with frozen parameters (no parameter
-    gradient is ever computed)."""
-    with eager_attention(model), frozen_parameters(model):
-        yield

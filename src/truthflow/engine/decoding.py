@@ -43,14 +43,12 @@ class Decoding:
     @classmethod
     def from_config(cls, cfg: dict | None) -> Decoding:
         """A decoding section of the config: {mode: greedy} or {mode: sampled, temperature, top_p, ...}."""
-        cfg = cfg or {}
-        if cfg.get("mode", "greedy") == "greedy":
-            return cls(repetition_penalty=float(cfg.get("repetition_penalty", 1.0)))
+        cfg, sampled = cfg or {}, (cfg or {}).get("mode") == "sampled"
         return cls(
-            float(cfg["temperature"]),
-            float(cfg.get("top_p", 1.0)),
+            float(cfg["temperature"]) if sampled else 0.0,
+            float(cfg.get("top_p", 1.0)) if sampled else 1.0,
             float(cfg.get("repetition_penalty", 1.0)),
-            int(cfg.get("seed", 0)),
+            int(cfg.get("seed", 0)) if sampled else 0,
         )
 
 
@@ -75,16 +73,13 @@ class RowDecoding(LogitsProcessor):
         scores = scores.float()
         width = self.prompt_valid.shape[1]
         if d.repetition_penalty != 1.0:
+            # every real token of the row so far (left padding goes to a spare column, dropped after)
             real = torch.cat(
-                [
-                    self.prompt_valid.to(input_ids.device),
-                    torch.ones_like(input_ids[:, width:], dtype=torch.bool),
-                ],
-                1,
+                [self.prompt_valid.to(input_ids.device), torch.ones_like(input_ids[:, width:])], 1
             )
-            seen = torch.zeros_like(scores, dtype=torch.bool).scatter_(
-                1, input_ids.masked_fill(~real, 0), real
-            )
+            spare = scores.shape[1]
+            seen = torch.zeros(len(scores), spare + 1, dtype=torch.bool, device=scores.device)
+            seen = seen.scatter_(1, input_ids.masked_fill(~real.bool(), spare), True)[:, :spare]
             penalized = torch.where(scores < 0, scores * d.repetition_penalty, scores / d.repetition_penalty)
             scores = torch.where(seen, penalized, scores)
         if not d.sampled:
