@@ -69,11 +69,7 @@ def fmt(value) -> str:
     if isinstance(value, int):
         return f"{value:,}" if abs(value) >= 10_000 else str(value)
     if isinstance(value, float):
-        if value == 0:
-            return "0"
-        if abs(value) >= 100:
-            return f"{value:,.1f}"
-        return f"{value:.3g}"
+        return "0" if value == 0 else f"{value:,.1f}" if abs(value) >= 100 else f"{value:.3g}"
     return str(value)
 
 
@@ -90,18 +86,17 @@ def _cell(col: str, value) -> str:
     return f"<td>{text}</td>"
 
 
-# polars writes no HTML (and pandas' to_html neither rounds for reading nor marks verdicts):
-# tests/test_report_tables.py::test_html_table_has_no_literal_quotes_and_marks_verdicts
+# polars writes no HTML, and pandas' to_html neither rounds for reading nor marks verdicts
 def to_html(table: pl.DataFrame, title: str, caption: str = "") -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
     body = "\n".join(
         "<tr>" + "".join(_cell(c, row[c]) for c in table.columns) + "</tr>"
         for row in table.iter_rows(named=True)
     )
-    cap = f'<p class="caption">{html.escape(caption)}</p>' if caption else ""
+    cap, title = f'<p class="caption">{html.escape(caption)}</p>' if caption else "", html.escape(title)
     return (
-        f'<!doctype html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-        f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{cap}"
+        f'<!doctype html>\n<html><head><meta charset="utf-8"><title>{title}</title>'
+        f"<style>{STYLE}</style></head><body><h1>{title}</h1>{cap}"
         f"<table><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>"
         f'<p class="caption">{table.height} rows.</p></body></html>\n'
     )
