@@ -1,14 +1,13 @@
 """Judges that score an answer 1–5 against a reference answer (METHOD B3), with an append-only verdict cache.
 Backends: `reference` (token-F1, offline, deterministic), `openai` (any OpenAI-compatible chat endpoint) and
-`hf` (a local transformers model); the LLM backends read one absolute-grading rubric prompt from the file
+`hf` (a local transformers model). The LLM backends read the absolute-grading rubric prompt in the file that
 `depth.judge.prompt` names (truthflow.depth.prompts; shipped: prompts/depthqa_judge.yaml, in the style of
 DepthQA / Prometheus: feedback, then `[RESULT] <1-5>`).
 
-Decoding is greedy (temperature 0) or sampled (`depth.judge.decoding`), with `depth.judge.judgments` verdicts
-per answer. A sampled verdict's key holds its index and the decoding settings, and its draw is seeded by the
-seed, the key and the index alone (never by its batch or its neighbours): a rerun reads every verdict from the
-cache, and a verdict made again is the same draw where the backend honours a seed (reference: always; openai:
-best effort, as the API's `seed` is).
+Decoding is greedy (temperature 0) or sampled (`depth.judge.decoding`), `depth.judge.judgments` verdicts per
+answer. A sampled verdict's key holds its index and the decoding settings, and its draw is seeded by the seed,
+the key and the index alone, never by its batch: a rerun reads every verdict from the cache, and a verdict
+made again is the same draw where the backend honours a seed (reference: always; openai: best effort).
 """
 
 from __future__ import annotations
@@ -21,10 +20,9 @@ import math
 import os
 import random
 import re
-from collections import Counter
+from collections import Counter, namedtuple
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -46,16 +44,10 @@ _RESULT = re.compile(
 _INTEGER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
 
 
-@dataclass
-class Verdict:
-    score: int | None
-    reason: str
-    raw: str | None = None
+Verdict = namedtuple("Verdict", "score reason raw", defaults=[None])  # score: 1-5, None when unparseable
 
 
-# ---------------------------------------------------------------- reference backend (token F1)
-
-
+# The reference scorer's source is part of its cache keys (judge_method): an edit here makes new keys.
 def token_f1(prediction: str, reference: str) -> float:
     pred, ref = normalize_text(prediction).split(), normalize_text(reference).split()
     if not pred or not ref:
@@ -72,7 +64,11 @@ def f1_to_score(f1: float) -> int:
     return 1 + math.floor(4 * f1 + 0.5)
 
 
-# ---------------------------------------------------------------- LLM verdicts
+def sampled_f1_score(f1: float, temperature: float, draw: float) -> int:
+    """The sampled reference verdict: 1 + floor(4·F1 + 1/2 + T·(u − 1/2)), u = `draw` in [0, 1), clipped to
+    1–5. At T = 1 it rounds 4·F1 up with probability its fractional part (its mean is 1 + 4·F1); as T → 0
+    it becomes f1_to_score."""
+    return min(5, max(1, 1 + math.floor(4 * f1 + 0.5 + temperature * (draw - 0.5))))
 
 
 def parse_verdict(text: str | None) -> int | None:
@@ -97,10 +93,7 @@ def read_verdict(text: str | None) -> Verdict:
     return Verdict(score, re.sub(r"^\s*feedback\s*:\s*", "", head, flags=re.IGNORECASE).strip(), text)
 
 
-# ---------------------------------------------------------------- settings and backends
-# `settings`: the config's depth.judge section, its defaults filled (truthflow.config.schema_defaults)
-
-
+# `settings`, here and below: the config's depth.judge section, its defaults filled (config.schema_defaults)
 def sampled(settings: Mapping) -> bool:
     return settings["decoding"]["mode"] == "sampled"
 
@@ -110,8 +103,8 @@ def judge_prompt(settings: Mapping) -> JudgePrompt:
 
 
 def draw_seed(seed: int, key: str, index: int) -> int:
-    """The seed of one sampled verdict: from the configured seed, the answer's verdict key and the verdict's
-    index only, so it never depends on the batch, the order or the other answers."""
+    """The seed of one sampled verdict, from the configured seed, the answer's verdict key and the verdict's
+    index only."""
     blob = hashlib.sha256(f"{seed}:{key}:{index}".encode()).digest()
     return int.from_bytes(blob[:4], "big") & 0x7FFFFFFF  # the OpenAI API takes a 32-bit seed
 
@@ -151,13 +144,6 @@ def check_judge_config(settings: Mapping, environ: Mapping[str, str]) -> None:
         )
 
 
-def sampled_f1_score(f1: float, temperature: float, draw: float) -> int:
-    """The sampled reference verdict: 1 + floor(4·F1 + 1/2 + T·(u − 1/2)), u = `draw` in [0, 1), clipped to
-    1–5. At T = 1 it rounds 4·F1 up with probability its fractional part (its mean is 1 + 4·F1); as T → 0
-    it becomes f1_to_score."""
-    return min(5, max(1, 1 + math.floor(4 * f1 + 0.5 + temperature * (draw - 0.5))))
-
-
 class ReferenceJudge:
     """Token-F1 against the reference; sampled, its verdict is drawn from the verdict's own seed."""
 
@@ -169,10 +155,10 @@ class ReferenceJudge:
             f1 = token_f1(row["answer"], row["reference"])
             if row.get("seed") is None:
                 yield i, Verdict(f1_to_score(f1), f"token-F1 {f1:.3f}")
-                continue
-            draw = random.Random(row["seed"]).random()
-            score = sampled_f1_score(f1, float(self.decoding["temperature"]), draw)
-            yield i, Verdict(score, f"token-F1 {f1:.3f}, draw {draw:.3f}")
+            else:
+                draw = random.Random(row["seed"]).random()
+                score = sampled_f1_score(f1, float(self.decoding["temperature"]), draw)
+                yield i, Verdict(score, f"token-F1 {f1:.3f}, draw {draw:.3f}")
 
 
 def _one_line(value: object) -> str:
@@ -182,9 +168,9 @@ def _one_line(value: object) -> str:
 
 class OpenAIJudge:
     """Chat completions at any OpenAI-compatible endpoint (`openai` SDK), rubric prompt, temperature 0 or
-    sampled (temperature, top_p and each verdict's seed, which the API honours as best it can). The
-    SDK retries a network error, a timeout, HTTP 408/409/429 and 5xx `retries` times; any other error (401,
-    400, an unknown model) stops the job with one line naming the endpoint and the status."""
+    sampled (temperature, top_p and each verdict's seed). The SDK retries a network error, a timeout, HTTP
+    408/409/429 and 5xx `retries` times; any other error (401, 400, an unknown model) stops the job with one
+    line naming the endpoint and the status."""
 
     def __init__(self, settings: Mapping) -> None:
         import openai
@@ -201,14 +187,11 @@ class OpenAIJudge:
             timeout=float(settings["timeout_s"]),
         )
         self.url = str(self.client.base_url).rstrip("/") + "/chat/completions"
-        self.max_new_tokens = int(settings["max_new_tokens"])
-        self.prompt = judge_prompt(settings)
+        self.max_new_tokens, self.prompt = int(settings["max_new_tokens"]), judge_prompt(settings)
         decoding = settings["decoding"]
-        self.sampling = (
-            {"temperature": float(decoding["temperature"]), "top_p": float(decoding["top_p"])}
-            if sampled(settings)
-            else {"temperature": 0}
-        )
+        self.sampling = {"temperature": 0}
+        if sampled(settings):
+            self.sampling = {"temperature": float(decoding["temperature"]), "top_p": float(decoding["top_p"])}
         self.tries = int(settings["retries"]) + 1
         self.openai, self.failed = openai, None
         for name in ("httpx", "httpx2", "httpcore"):  # no line per request in the rule log
@@ -273,11 +256,8 @@ class HFJudge:
     """A local transformers model with the rubric prompt, greedy. Greedy repeats itself, so no retries."""
 
     def __init__(self, settings: Mapping) -> None:
-        self.settings = settings
-        self.model_id = judge_model_name(self.settings)
-        self.batch_size = int(self.settings["batch_size"])
-        self.max_new_tokens = int(self.settings["max_new_tokens"])
-        self.prompt = judge_prompt(self.settings)
+        self.settings, self.prompt = settings, judge_prompt(settings)
+        self.model_id = judge_model_name(settings)
         self.lm = self._load()
         self.chat = bool(getattr(self.lm.tokenizer, "chat_template", None))
 
@@ -285,9 +265,8 @@ class HFJudge:
         from ..models import INFO_FILE, LoadedModel, load_model, load_pretrained
 
         dtype = str(self.settings["dtype"])
-        path = Path(self.model_id)
-        if (path / INFO_FILE).exists():
-            return load_model(path, dtype)
+        if (Path(self.model_id) / INFO_FILE).exists():
+            return load_model(Path(self.model_id), dtype)
         try:  # a hub id or a plain directory: the same device assignment as the model jobs
             model, tokenizer, device = load_pretrained(self.model_id, dtype)
         except OSError as exc:
@@ -301,40 +280,29 @@ class HFJudge:
         from ..generation import build_prompt
 
         # some chat templates (Gemma) reject a system turn, so the system text leads the user turn
-        content = (
-            self.prompt.system + "\n\n" + self.prompt.user(row["question"], row["answer"], row["reference"])
-        )
+        user = self.prompt.user(row["question"], row["answer"], row["reference"])
+        content = self.prompt.system + "\n\n" + user
         if not self.chat:
             return content
-        chat_template_kwargs = dict(self.settings["chat_template_kwargs"] or {})
+        kwargs = dict(self.settings["chat_template_kwargs"] or {})
         # a template with a thinking switch (Qwen3) thinks by default, past max_new_tokens before any verdict:
         # off unless the config says otherwise
         if "enable_thinking" in str(self.lm.tokenizer.chat_template):
-            chat_template_kwargs.setdefault("enable_thinking", False)
-        tok = self.lm.tokenizer
-        return build_prompt(tok, content, True, "", chat_template_kwargs=chat_template_kwargs)
+            kwargs.setdefault("enable_thinking", False)
+        return build_prompt(self.lm.tokenizer, content, True, "", chat_template_kwargs=kwargs)
 
     def verdicts(self, rows: list[dict]) -> Iterator[tuple[int, Verdict]]:
         from ..generation import generate_answers
 
-        # chunks so verdicts reach the cache as they are made, not only after the whole set
-        chunk = max(1, self.batch_size * 4)
+        size, limit = int(self.settings["batch_size"]), int(self.settings["max_new_tokens"])
+        desc, chunk = f"judge {self.model_id}", max(1, size * 4)  # chunks: verdicts reach the cache as made
         for start in range(0, len(rows), chunk):
             prompts = [self._prompt(r) for r in rows[start : start + chunk]]
             outs = generate_answers(
-                self.lm,
-                prompts,
-                self.batch_size,
-                self.max_new_tokens,
-                stop_at_newline=False,
-                chat=self.chat,
-                desc=f"judge {self.model_id}",
+                self.lm, prompts, size, limit, stop_at_newline=False, chat=self.chat, desc=desc
             )
             for offset, out in enumerate(outs):
                 yield start + offset, read_verdict(out["answer"])
-
-
-# ---------------------------------------------------------------- cache and driver
 
 
 def judge_method(settings: Mapping) -> dict:
@@ -348,16 +316,10 @@ def judge_method(settings: Mapping) -> dict:
         # free to recompute, so any edit of the scorer's code makes new keys
         scorer = (normalize_text, token_f1, f1_to_score) + ((sampled_f1_score,) if sampled(settings) else ())
         source = "".join(inspect.getsource(f) for f in scorer)
-        method["scorer"] = hashlib.sha256(source.encode()).hexdigest()[:16]
-        return method
+        return method | {"scorer": hashlib.sha256(source.encode()).hexdigest()[:16]}
     prompt = judge_prompt(settings)
-    method.update(
-        system=prompt.system,
-        template=prompt.task,
-        rubric=prompt.rubric,
-        parser=PARSER_VERSION,
-        max_new_tokens=int(settings["max_new_tokens"]),  # a longer verdict may end on another [RESULT]
-    )
+    method.update(system=prompt.system, template=prompt.task, rubric=prompt.rubric, parser=PARSER_VERSION)
+    method["max_new_tokens"] = int(settings["max_new_tokens"])  # a longer verdict may end on another [RESULT]
     if backend == "hf":
         method["dtype"] = str(settings["dtype"])
         # absent when unset: verdicts cached before the key existed keep their keys
@@ -368,20 +330,18 @@ def judge_method(settings: Mapping) -> dict:
 
 def cache_key(method: Mapping, question: str, answer: str, reference: str, index: int | None = None) -> str:
     """The key of a verdict; `index`: a sampled verdict's index among the answer's verdicts (None: greedy)."""
-    fields = [method, question, answer, reference] + ([] if index is None else [index])
     # a JSON list keeps field boundaries unambiguous ("a" + "bc" ≠ "ab" + "c")
-    blob = json.dumps(fields, ensure_ascii=False, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()
+    fields = [method, question, answer, reference] + ([] if index is None else [index])
+    return hashlib.sha256(json.dumps(fields, ensure_ascii=False, sort_keys=True).encode()).hexdigest()
 
 
 def read_cache(cache_path: str | Path) -> dict[str, dict]:
     """Verdicts by key; later lines win. A torn last line (a crash mid-write) is skipped, and so is a greedy
     entry without a score; a sampled one (it has an index) is a draw like any other and is kept."""
     cache: dict[str, dict] = {}
-    path = Path(cache_path)
-    if not path.exists():
+    if not Path(cache_path).exists():
         return cache
-    with path.open(encoding="utf-8") as handle:
+    with Path(cache_path).open(encoding="utf-8") as handle:
         for line in handle:
             try:
                 entry = json.loads(line)
@@ -412,8 +372,17 @@ def _summary(qid: str, entries: list[dict], backend: str, cached: bool) -> tuple
     parsed = [float(x) for x in scores if x is not None]
     mean = sum(parsed) / len(parsed) if parsed else None
     sd = math.sqrt(sum((x - mean) ** 2 for x in parsed) / (len(parsed) - 1)) if len(parsed) > 1 else None
-    n_bad = len(scores) - len(parsed)
-    return (qid, mean, sd, len(scores), n_bad, scores, entries[0]["reason"], backend, cached)
+    return (
+        qid,
+        mean,
+        sd,
+        len(scores),
+        len(scores) - len(parsed),
+        scores,
+        entries[0]["reason"],
+        backend,
+        cached,
+    )
 
 
 def judge_all(
@@ -423,24 +392,19 @@ def judge_all(
     (SCORES_SCHEMA). Each new verdict is appended to cache_path and flushed before the next, so a rerun or a
     crash never pays for a verdict twice; a greedy unparseable verdict is never cached (the next run asks
     again), a sampled one is (it is a draw: asking again until one parses would bias the scores)."""
-    rows = list(rows)
-    backend = settings["backend"]
-    method = judge_method(settings)
+    rows, backend, method = list(rows), settings["backend"], judge_method(settings)
     draws = range(int(settings["judgments"])) if sampled(settings) else [None]
     seed = int(settings["decoding"]["seed"])
-    keys = []  # per row: the key of each of its verdicts
-    todo: dict[str, dict] = {}
     cache = read_cache(cache_path)
-    cached_before = set(cache)
+    verdicts = dict(cache)
+    keys, todo = [], {}  # keys: per row, the key of each of its verdicts
     for row in rows:
         texts = (row["question"], row["answer"], row["reference"])
         base = cache_key(method, *texts)
-        row_keys = [base if j is None else cache_key(method, *texts, j) for j in draws]
-        keys.append(row_keys)
-        for j, key in zip(draws, row_keys, strict=True):
+        keys.append([base if j is None else cache_key(method, *texts, j) for j in draws])
+        for j, key in zip(draws, keys[-1], strict=True):
             if key not in cache and key not in todo:
                 todo[key] = {**row, "index": j, "seed": None if j is None else draw_seed(seed, base, j)}
-    verdicts = dict(cache)
     if todo:
         judge = {"reference": ReferenceJudge, "openai": OpenAIJudge, "hf": HFJudge}[backend](settings)
         Path(cache_path).parent.mkdir(parents=True, exist_ok=True)
@@ -462,9 +426,7 @@ def judge_all(
                     os.fsync(handle.fileno())
                 bar.update(1)
     table = [
-        _summary(
-            row["qid"], [verdicts[k] for k in row_keys], backend, all(k in cached_before for k in row_keys)
-        )
-        for row, row_keys in zip(rows, keys, strict=True)
+        _summary(row["qid"], [verdicts[k] for k in ks], backend, all(k in cache for k in ks))
+        for row, ks in zip(rows, keys, strict=True)
     ]
     return pl.DataFrame(table, schema=SCORES_SCHEMA, orient="row")
