@@ -50,10 +50,8 @@ CHECK_SCHEMA = {
     **dict.fromkeys(["flip_target", "flip_control", "delta_p_target", "delta_p_control"], pl.Float64),
     **{c: CELL_SCHEMA[c] for c in ("layer_from", "layer_to", "n_unmatched", "n_minority", "probe_auc")},
 }
-DROPPED_SCHEMA = dict.fromkeys(["model", "dataset", "reason"], pl.String) | {
-    "n": pl.UInt32,
-    "detail": pl.String,
-}
+DROPPED_SCHEMA = dict.fromkeys(["model", "dataset", "reason"], pl.String)
+DROPPED_SCHEMA |= {"n": pl.UInt32, "detail": pl.String}
 # the sensitivity table: the check table's test columns per layer range
 LAYERS_SCHEMA = dict.fromkeys(["model", "dataset", "range", "layers", "measure"], pl.String)
 LAYERS_SCHEMA |= {c: CHECK_SCHEMA[c] for c in ("n_samples", *TEST_COLUMNS, "reason")}
@@ -78,16 +76,9 @@ def per_sample_means(
     keep = (pl.col("knockout") == knockout) & pl.col("matched") & (pl.col("layer") >= lo)
     if hi is not None:
         keep &= pl.col("layer") <= hi
-    return (
-        samples.filter(keep)
-        .group_by("id")
-        .agg(
-            (pl.col("flip_rate").mean() * 100).alias("flip_rate"),
-            pl.col("delta_p").mean(),
-            pl.col("label").first(),
-        )
-        .sort("id")
-    )
+    flip_rate = (pl.col("flip_rate").mean() * 100).alias("flip_rate")
+    per_id = samples.filter(keep).group_by("id")
+    return per_id.agg(flip_rate, pl.col("delta_p").mean(), pl.col("label").first()).sort("id")
 
 
 def check(
@@ -119,26 +110,15 @@ def check(
         both = per_sample_means(samples, TARGET, lo, hi).join(
             per_sample_means(samples, CONTROL, lo, hi).drop("label"), on="id", suffix="_c"
         )
-        n_correct = int(both["label"].sum())
-        probe_auc = None
-        if ok is not None:
-            in_range = ok.filter(pl.col("layer").is_between(lo, hi))["auc"]
-            probe_auc = float(in_range.mean()) if in_range.len() else None
+        n, n_correct = both.height, int(both["label"].sum())
+        in_range = ok.filter(pl.col("layer").is_between(lo, hi))["auc"] if ok is not None else []
+        probe_auc = float(in_range.mean()) if len(in_range) else None
+        base |= {"n_samples": n, "n_minority": min(n_correct, n - n_correct), "probe_auc": probe_auc}
         for measure in MEASURES:
             d = (both[measure] - both[f"{measure}_c"]).to_numpy()
-            rows.append(
-                {
-                    **base,
-                    "measure": measure,
-                    "n_samples": both.height,
-                    "n_minority": min(n_correct, both.height - n_correct),
-                    "probe_auc": probe_auc,
-                    "target": float(both[measure].mean()) if both.height else None,
-                    "control": float(both[f"{measure}_c"].mean()) if both.height else None,
-                    "diff": float(d.mean()) if len(d) else None,
-                    "sd": float(d.std(ddof=1)) if len(d) > 1 else None,
-                }
-            )
+            diff, sd = float(d.mean()) if len(d) else None, float(d.std(ddof=1)) if len(d) > 1 else None
+            means = {"target": both[measure].mean(), "control": both[f"{measure}_c"].mean()}  # empty: None
+            rows.append({**base, **means, "measure": measure, "diff": diff, "sd": sd})
     return pl.DataFrame(rows, schema=CELL_SCHEMA)
 
 
@@ -354,17 +334,13 @@ def dropped_table(kept: list[tuple], dropped: pl.DataFrame, data_dropped: pl.Dat
     """Where the samples went: one row per (model, dataset, reason) with its count, the kept count as
     reason 'kept'. kept: (model, dataset, n) per pair; dropped: the extraction drops (model, dataset,
     reason); data_dropped: the drops at loading (dataset, reason, detail), which hold for every model."""
-    loading = data_dropped.group_by(["dataset", "reason"]).agg(
-        pl.len().alias("n"), pl.col("detail").drop_nulls().first()
+    loading = data_dropped.group_by("dataset", "reason").agg(
+        pl.col("detail").drop_nulls().first(), n=pl.len()
     )
-    parts = [
-        pl.DataFrame(kept, schema=["model", "dataset", "n"], orient="row").with_columns(
-            reason=pl.lit("kept")
-        ),
-        dropped.group_by(["model", "dataset", "reason"]).len("n"),
-        loading.with_columns(model=pl.lit("(loading, all models)")),
-    ]
+    kept = pl.DataFrame(
+        [(*k, "kept") for k in kept], schema=["model", "dataset", "n", "reason"], orient="row"
+    )
+    parts = [kept, dropped.group_by("model", "dataset", "reason").len("n")]
+    parts.append(loading.with_columns(model=pl.lit("(loading, all models)")))
     table = pl.concat([pl.DataFrame(schema=DROPPED_SCHEMA), *parts], how="diagonal_relaxed")
-    return table.select(pl.col(c).cast(t) for c, t in DROPPED_SCHEMA.items()).sort(
-        ["model", "dataset", "reason"]
-    )
+    return table.select(list(DROPPED_SCHEMA)).cast(DROPPED_SCHEMA).sort("model", "dataset", "reason")
