@@ -26,12 +26,8 @@ LEARNED = ("Probing", *MOP_VARIANTS, "PR")
 GATE_THRESHOLD = 0.5  # PR: P(Q-Anchored | x) >= 0.5 routes a test sample to its `up` state
 PR_VAL_SIZE = 0.25
 
-AWARENESS_SCHEMA = {
-    **dict.fromkeys(["layer", "seed"], pl.Int64),
-    "auc": pl.Float64,
-    **dict.fromkeys(["n", "n_q", "n_a"], pl.Int64),
-    "status": pl.String,
-}
+AWARENESS_SCHEMA = dict.fromkeys(["layer", "seed"], pl.Int64) | {"auc": pl.Float64}
+AWARENESS_SCHEMA |= dict.fromkeys(["n", "n_q", "n_a"], pl.Int64) | {"status": pl.String}
 DETECTION_SCHEMA = {"method": pl.String, "seed": pl.Int64, "auc": pl.Float64, "n": pl.Int64}
 DETECTION_SCHEMA |= dict.fromkeys(["factor", "status"], pl.String)
 
@@ -69,9 +65,7 @@ def awareness_auc(resid: np.ndarray, groups, layers: Sequence[int], probe: Mappi
         base = {"layer": int(layer), "n": n, "n_q": n_q, "n_a": n - n_q}
         bad = reason or (None if 1 <= layer <= n_layers else f"layer {layer} not in 1..{n_layers}")
         if bad:
-            rows += [
-                {**base, "seed": seed, "auc": None, "status": f"undefined: {bad}"} for seed in probe["seeds"]
-            ]
+            rows += [{**base, "seed": s, "auc": None, "status": f"undefined: {bad}"} for s in probe["seeds"]]
             continue
         x = np.asarray(resid[:, layer - 1], dtype=np.float32)  # one (memory-mapped) layer at a time
         for seed in probe["seeds"]:
@@ -85,16 +79,8 @@ def awareness_summary(aware: pl.DataFrame) -> pl.DataFrame:
     if aware.height == 0:
         return aware
     keys = ["model", "dataset", "k_layer", "layer"]
-    return (
-        aware.filter(pl.col("auc").is_not_null())
-        .group_by(keys)
-        .agg(
-            pl.col("auc").mean().alias("mean_auc"),
-            pl.col("auc").std().alias("sd_auc"),
-            pl.len().alias("n_seeds"),
-        )
-        .sort(keys)
-    )
+    stats = {"mean_auc": pl.col("auc").mean(), "sd_auc": pl.col("auc").std(), "n_seeds": pl.len()}
+    return aware.filter(pl.col("auc").is_not_null()).group_by(keys).agg(**stats).sort(keys)
 
 
 # ------------------------------------------------------------------------------- 2. Mixture of Pathways
@@ -127,12 +113,11 @@ def mop_predict(
         raise ValueError(
             f"gate must be 'pathway' or 'random', experts 'pathway' or 'vanilla': {gate}, {experts}"
         )
-    notes = []
     if gate == "pathway":
         w, note = gate_probs(x, g, train, test, C, max_iter)
-        notes += [note] if note else []
     else:
-        w = random_gate(len(test), seed)
+        w, note = random_gate(len(test), seed), None
+    notes = [note] if note else []
     if experts == "pathway":
         subsets = train[g[train]], train[~g[train]]
     else:
@@ -317,18 +302,11 @@ def table3(detection: pl.DataFrame, display: Mapping[str, str]) -> pl.DataFrame:
         return pl.DataFrame(schema={"model": pl.String, "method": pl.String})
     present = set(detection["dataset"])
     datasets = [d for d in display if d in present] + sorted(present - set(display))
-    cells = detection_summary(detection, ("model", "dataset")).select(
-        "model",
-        "method",
-        "dataset",
-        pl.struct("mean", "sd").map_elements(_cell, return_dtype=pl.String).alias("cell"),
-    )
+    cell = pl.struct("mean", "sd").map_elements(_cell, return_dtype=pl.String).alias("cell")
+    cells = detection_summary(detection, ("model", "dataset")).select("model", "method", "dataset", cell)
     wide = cells.pivot(on="dataset", index=["model", "method"], values="cell")
-    grid = (
-        detection.select("model")
-        .unique(maintain_order=True)
-        .join(detection.select("method").unique(maintain_order=True), how="cross")
-    )
+    models, methods = (detection.select(c).unique(maintain_order=True) for c in ("model", "method"))
+    grid = models.join(methods, how="cross")
     return grid.join(wide, on=["model", "method"], how="left", maintain_order="left").select(
         "model", "method", *(pl.col(d).fill_null("–").alias(display.get(d, d)) for d in datasets)
     )
