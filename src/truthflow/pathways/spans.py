@@ -5,6 +5,7 @@ offsets."""
 from __future__ import annotations
 
 import re
+import sys
 from itertools import accumulate, pairwise
 
 import numpy as np
@@ -83,11 +84,8 @@ def _is_content(word: str) -> bool:
     return not (_is_stop(word) or n in FRAME_WORDS or (len(n) < 2 and not n.isdigit()))
 
 
-def _words(text: str, start: int = 0, end: int | None = None) -> list[Word]:
-    return [
-        (m.group(0), m.start(), m.end())
-        for m in _WORD.finditer(text, start, len(text) if end is None else end)
-    ]
+def _words(text: str, start: int = 0, end: int = sys.maxsize) -> list[Word]:
+    return [(m.group(0), m.start(), m.end()) for m in _WORD.finditer(text, start, end)]
 
 
 def _shouted(word: str) -> bool:
@@ -177,28 +175,9 @@ def short_answer_span(answer: str, question: str) -> tuple[int, int] | None:
             run = run[:-1]
         return run[0][1], run[-1][2]
 
-    def trimmed(run: list[Word]) -> list[Word]:
-        while run and (_is_stop(run[0][0]) or run[0][0].lower() in NAME_CONNECTORS):
-            run = run[1:]
-        while run and (_is_stop(run[-1][0]) or run[-1][0].lower() in NAME_CONNECTORS):
-            run = run[:-1]
-        return run
-
-    def untitled(run: list[Word]) -> list[Word]:
-        # "King Louis XF" -> "Louis XF" ("Queen of England" keeps its title): gold aliases name people
-        # without their titles
-        last = max((k for k, (w, _, _) in enumerate(run) if _norm(w) in TITLE_WORDS), default=-1)
-        named = 0 <= last < len(run) - 1 and _is_cap(run[last + 1][0])
-        if named and run[last + 1][0].lower() not in NAME_CONNECTORS:
-            return run[last + 1 :]
-        return run
-
-    def unshouted(run: list[Word]) -> list[Word]:
-        # "BROWN BARBADO OPERA" -> "OPERA": capitals split into many sub-word tokens (SmolLM2: 11 for these
-        # 3 words); the last word keeps the probe's position
-        if len(run) >= 2 and all(_shouted(w) for w, _, _ in run):
-            return run[-1:]
-        return run
+    def trimmed(run: list[Word]) -> list[Word]:  # without stop words and connectors at either end
+        kept = [k for k, (w, _, _) in enumerate(run) if not (_is_stop(w) or w.lower() in NAME_CONNECTORS)]
+        return run[kept[0] : kept[-1] + 1] if kept else []
 
     def named(i: int) -> bool:
         return _is_cap(words[i][0]) and not _is_stop(words[i][0])
@@ -212,8 +191,16 @@ def short_answer_span(answer: str, question: str) -> tuple[int, int] | None:
         if inner and not all(is_q(w) or _is_stop(w) for w, _, _ in inner):
             candidates.append(span_of(inner))
     anchored: list[tuple[int, int]] = []
-    for run in _runs(words, entity, line):
-        run = unshouted(untitled(trimmed(run)))
+    for run in map(trimmed, _runs(words, entity, line)):
+        # "King Louis XF" -> "Louis XF" ("Queen of England" keeps its title): gold aliases omit titles
+        last = max((k for k, (w, _, _) in enumerate(run) if _norm(w) in TITLE_WORDS), default=-1)
+        after = run[last + 1][0] if 0 <= last < len(run) - 1 else ""
+        if _is_cap(after) and after.lower() not in NAME_CONNECTORS:
+            run = run[last + 1 :]
+        # "BROWN BARBADO OPERA" -> "OPERA": capitals split into many sub-word tokens; the last word keeps the
+        # probe's position
+        if len(run) >= 2 and all(_shouted(w) for w, _, _ in run):
+            run = run[-1:]
         if run and not all(is_q(w) for w, _, _ in run):
             candidates.append(span_of(run))
             # anchored: the nearest word before the run that is not a stop word is a relation word restated
@@ -278,8 +265,8 @@ def question_spans(
 def _named_spans(question: str) -> list[tuple[int, int]]:
     """Quoted spans, capitalized runs and numbers of a mixed-case question."""
     spans = [m.span(1 if m.group(1) else 2) for m in _QUOTED.finditer(question)]
-    # capitalized runs, allowing lowercase connectors inside ("Statue of Liberty"); skip the sentence start.
-    # Not text.NAME_CONNECTORS: with it, E_Q changes on 5 of 488 demo and 114 of 8,164 real questions
+    # capitalized runs with lowercase connectors inside ("Statue of Liberty"), past the sentence start; not
+    # text.NAME_CONNECTORS, which would change E_Q on real questions
     connector = r"(?:of(?:\s+the)?|de|la|le|von|van|der|du|da|del|di)"
     cap = r"[A-Z][\w'\-\.]*"
     for m in re.finditer(rf"\b{cap}(?:\s+(?:{connector}\s+)?{cap})*", question):
@@ -317,22 +304,18 @@ def locate(
     if q0 < 0:
         return [], [], [], "question_not_in_prompt"
     question_pos = _overlap_tokens(offsets, q0, q0 + len(question))
-    eq: set[int] = set()
-    for s, e in eq_spans:
-        eq.update(_overlap_tokens(offsets, q0 + s, q0 + e))
+    eq = sorted({i for s, e in eq_spans for i in _overlap_tokens(offsets, q0 + s, q0 + e)})
     if not eq:
         return [], [], question_pos, "eq_not_found"
     if ea_span_stripped is None:
-        return sorted(eq), [], question_pos, "ea_not_found"
+        return eq, [], question_pos, "ea_not_found"
     # each generated token's characters in decode(answer_ids), by incremental decoding
     texts = [tokenizer.decode(answer_ids[: i + 1], skip_special_tokens=True) for i in range(len(answer_ids))]
     ends = list(accumulate((len(t) for t in texts), max, initial=0))
     lead = len(texts[-1]) - len(texts[-1].lstrip()) if texts else 0
-    ea_tok = _overlap_tokens(list(pairwise(ends)), ea_span_stripped[0] + lead, ea_span_stripped[1] + lead)
-    if not ea_tok:
-        return sorted(eq), [], question_pos, "ea_not_found"
-    base = len(prompt_ids)
-    return sorted(eq), [base + i for i in ea_tok], question_pos, None
+    a, b = (x + lead for x in ea_span_stripped)
+    ea = [len(prompt_ids) + i for i in _overlap_tokens(list(pairwise(ends)), a, b)]
+    return eq, ea, question_pos, None if ea else "ea_not_found"
 
 
 CLASS_TABLE_SCHEMA = dict.fromkeys(["model", "dataset", "class"], pl.String) | {"n": pl.UInt32}
