@@ -22,8 +22,7 @@ from . import registry
 from .stats import MIN_CI_N
 
 # TrueType (Type 42) fonts in PDFs: many venues reject Type 3
-matplotlib.rcParams["pdf.fonttype"] = 42
-matplotlib.rcParams["ps.fonttype"] = 42
+matplotlib.rcParams.update({"pdf.fonttype": 42, "ps.fonttype": 42})
 
 # display names and colours of the registered QA sets, in registry order (legends follow it)
 DATASETS = {s.name: s.display for s in registry.QA_SETS}
@@ -31,6 +30,7 @@ COLOURS = {s.name: s.colour for s in registry.QA_SETS}
 DPI = 200
 MIN_LINE_N = MIN_CI_N  # a group with fewer samples has no CI: drawn as points
 NOTE_COLOUR = "firebrick"
+LEGEND = {"loc": "outside lower center", "frameon": False, "fontsize": 8}
 
 
 def label(ds: str) -> str:
@@ -94,14 +94,7 @@ def finish(panels, handles, labels, caption: str, png, pdf, ncol: int = 4) -> No
     subfigure (constrained layout places both); the figure grows by the caption's height."""
     fig = panels.figure
     if handles:
-        panels.legend(
-            handles,
-            labels,
-            loc="outside lower center",
-            ncol=min(ncol, len(handles)),
-            frameon=False,
-            fontsize=8,
-        )
+        panels.legend(handles, labels, ncol=min(ncol, len(handles)), **LEGEND)
     if caption:
         lines = textwrap.wrap(caption, width=int(fig.get_figwidth() * 15))
         fig.set_size_inches(fig.get_figwidth(), fig.get_figheight() + 0.13 * len(lines) + 0.1)
@@ -138,9 +131,7 @@ def note(ax, lines: list[tuple[str, str]] | list[str], loc: str = "lower left") 
 
 def blank(ax, why: str = "") -> None:
     """A panel with nothing drawn: no ticks (an empty scale would suggest values), only the reason."""
-    ax.set_xticks([])
-    ax.set_yticks([])
-    ax.set_xlabel("")
+    ax.set(xticks=[], yticks=[], xlabel="")
     ax.grid(False)
     if why:
         note(ax, [why])
@@ -182,8 +173,7 @@ def draw_series(ax, rows: pl.DataFrame, n_layers: int, col: str, style: str, y: 
     big, small = n >= MIN_LINE_N, (n > 0) & (n < MIN_LINE_N)
     ax.plot(x, np.where(big, mean, np.nan), style, color=col, lw=1.6)
     if "ci_low" in full.columns and y == "mean_delta_p":
-        lo = full["ci_low"].cast(pl.Float64).to_numpy()
-        hi = full["ci_high"].cast(pl.Float64).to_numpy()
+        lo, hi = (full[c].cast(pl.Float64).to_numpy() for c in ("ci_low", "ci_high"))
         ok = big & np.isfinite(lo) & np.isfinite(hi)
         ax.fill_between(x, np.where(ok, lo, np.nan), np.where(ok, hi, np.nan), color=col, alpha=0.13, lw=0)
     if small.any():
