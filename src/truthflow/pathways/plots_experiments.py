@@ -35,9 +35,8 @@ REQUIRED = {
         ("per_sample", PER_SAMPLE_TABLE_SCHEMA, ()),
     )
 }
-PUBLISHED_SCHEMA = dict.fromkeys(["kind", "model", "dataset", "anchor"], pl.String) | {
-    "published": pl.Float64
-}
+PUBLISHED_SCHEMA = dict.fromkeys(["kind", "model", "dataset", "anchor"], pl.String)
+PUBLISHED_SCHEMA["published"] = pl.Float64
 E_Q = r"$E_Q$"
 SALIENCY = r"$S(E_Q \rightarrow E_A)$"
 # the bar figures: experiment -> (conditions with their legend suffixes, y label); the first condition is
@@ -170,12 +169,8 @@ def plot_bars(experiment, rows, models, titles, out_png, out_pdf, caption: str =
         mine = pub.filter((pl.col("kind") == experiment) & (pl.col("model") == model))
         mine = mine.select("dataset", pl.col("anchor").alias("group"), pl.col("published").cast(pl.Float64))
         _bar_panel(ax, sub, list(names), mine, drawn)
-        notes += [
-            f"no {CONDITION_NOTES.get(c, c)} rows"
-            for c in list(names)[1:]
-            if not (sub["condition"] == c).any()
-        ]
-        used.append((ax, notes))
+        missing = [c for c in list(names)[1:] if not (sub["condition"] == c).any()]
+        used.append((ax, notes + [f"no {CONDITION_NOTES.get(c, c)} rows" for c in missing]))
     if used:  # one scale for the pair; headroom for the n labels and the notes
         low = min(0.0, *(ax.dataLim.y0 for ax, _ in used))
         high = max(ax.dataLim.y1 for ax, _ in used)
@@ -273,9 +268,7 @@ def plot_boundary(rows, per_sample, models, titles, out_png, out_pdf, caption: s
     if not models:
         for ax in axes[0]:
             plotting.blank(ax, "no models in this figure" if ax is axes[0][0] else "")
-    groups = [
-        (plotting.line("0.25", style), g) for g, style in STYLES.items() if any(x == g for x, _ in drawn)
-    ]
+    groups = [(plotting.line("0.25", s), g) for g, s in STYLES.items() if any(x == g for x, _ in drawn)]
     point = small and plotting.marker(f"point: n < {MIN_LINE_N} samples")
     handles, labels = plotting.dataset_legend({ds for _, ds in drawn}, *groups, point)
     _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=8)
