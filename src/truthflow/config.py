@@ -45,16 +45,15 @@ def schema_defaults(*section: str, given: Mapping | None = None) -> dict:
     return _filled(node, given or {})
 
 
-# Snakemake's validate dumps the schema: test_hostile_config::test_schema_error_is_one_line_naming_the_key
+# Snakemake's validate prints the whole schema
 def check_schema(config: dict) -> None:
     """The config against the schema, in one line naming the key: jsonschema's best_match, then a count."""
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
 
     errors = list(Draft202012Validator(_schema()).iter_errors(config))
-    if not errors:
+    if not (err := best_match(errors)):
         return
-    err = best_match(errors)
     key = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path)[1:]
     desc = err.schema.get("description") if isinstance(err.schema, dict) else None
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
@@ -71,9 +70,8 @@ def fill_defaults(config: dict) -> dict:
     for name, spec in config["datasets"].items():
         registry.fill_source(name, spec)
     validate(config, str(SCHEMA), set_default=True)
-    pw = config["pathways"]
-    if pw["datasets"] is None:
-        pw["datasets"] = [d for d in registry.qa_names() if d in config["datasets"]]
+    if config["pathways"]["datasets"] is None:
+        config["pathways"]["datasets"] = [d for d in registry.qa_names() if d in config["datasets"]]
     return config
 
 
@@ -81,7 +79,7 @@ def fill_defaults(config: dict) -> dict:
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-# before the schema, whose pattern error shows a regex: test_hostile_config::test_unsafe_run_name_is_refused
+# before the schema, whose pattern error shows a regex
 def check_path_names(config: dict) -> None:
     """`run` and every model and dataset name end up in file paths: no '/', no '..', no leading dot."""
     named = [("run", config.get("run", "demo"))]
@@ -137,20 +135,17 @@ def _duplicate_keys(node, path: str, found: list) -> None:
         seen: dict = {}
         for key_node, value_node in node.value:
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            dotted, line = f"{path}.{key}" if path else str(key), key_node.start_mark.line + 1
             if key is not None and key != "<<":
-                dotted = f"{path}.{key}" if path else key
-                line = key_node.start_mark.line + 1
                 if key in seen:
                     found.append((dotted, seen[key], line))
-                else:
-                    seen[key] = line
-            _duplicate_keys(value_node, f"{path}.{key}" if path else str(key), found)
+                seen.setdefault(key, line)
+            _duplicate_keys(value_node, dotted, found)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             _duplicate_keys(item, f"{path}[{i}]", found)
 
 
-# PyYAML keeps a repeated key silently: test_hostile_config::test_duplicate_yaml_key_in_configfile_is_refused
 def check_config_files(paths) -> None:
     """A key given twice in a YAML config file is an error (YAML loaders keep the last one silently).
     `paths`: the files Snakemake loaded (workflow.configfiles)."""
@@ -184,14 +179,10 @@ def check_names(config: dict) -> None:
             )
     pw, depth, figures = config["pathways"], config["depth"], config["figures"]
     models, datasets = set(config["models"]), set(config["datasets"])
-    lists = {
-        "pathways.models": pw["models"],
-        "pathways.datasets": pw["datasets"],
-        "depth.models": depth["models"],
-        "figures.depth": figures["depth"],
-        "figures.pathways": figures["pathways"],
-    }
-    for key, names in lists.items():
+    lists = {"pathways.models": pw["models"], "pathways.datasets": pw["datasets"]}
+    lists["depth.models"] = depth["models"]
+    lists_all = lists | {"figures.depth": figures["depth"], "figures.pathways": figures["pathways"]}
+    for key, names in lists_all.items():
         seen = [tuple(n) if isinstance(n, list) else n for n in names]
         for i, name in enumerate(names):
             if seen[i] in seen[:i]:
@@ -205,17 +196,12 @@ def check_names(config: dict) -> None:
                 f"config key 'figures.pathways[{i}]' pairs model '{pair[0]}' with itself; "
                 "give two different models, or one model alone"
             )
-    needed = [
-        ("pathways.models", pw["models"], models, "model"),
-        ("pathways.datasets", pw["datasets"], datasets, "dataset"),
-        ("depth.models", depth["models"], models, "model"),
-    ]
     drawn = [  # (key, models drawn, the stage whose results the figure reads)
         *((f"figures.pathways[{i}]", pair, "pathways") for i, pair in enumerate(figures["pathways"])),
         ("figures.depth", figures["depth"], "depth"),
     ]
-    needed += [(key, names, models, "model") for key, names, _ in drawn]
-    for key, names, known, kind in needed:
+    for key, names in [*lists.items(), *((key, names) for key, names, _ in drawn)]:
+        kind, known = ("dataset", datasets) if key == "pathways.datasets" else ("model", models)
         for name in names:
             if name not in known:
                 raise TruthflowError(
@@ -252,12 +238,14 @@ def check_names(config: dict) -> None:
 def check_depth(depth: dict) -> None:
     """Settings of the depth section that must agree with each other (its defaults filled)."""
     mink, memo = depth["mink"], depth["memorization"]
-    if depth["models"] and mink["k_plot"] not in mink["k_grid"]:
+    if not depth["models"]:
+        return
+    if mink["k_plot"] not in mink["k_grid"]:
         raise TruthflowError(
             f"config key 'depth.mink.k_plot' ({mink['k_plot']:g}) must be one of depth.mink.k_grid "
             f"{mink['k_grid']}"
         )
-    if depth["models"] and memo["lower_quantile"] >= memo["upper_quantile"]:
+    if memo["lower_quantile"] >= memo["upper_quantile"]:
         raise TruthflowError(
             "config key 'depth.memorization.lower_quantile' must be below upper_quantile, got "
             f"{memo['lower_quantile']} and {memo['upper_quantile']}"
