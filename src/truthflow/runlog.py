@@ -123,10 +123,8 @@ def run(snakemake, main: Callable[[object], None]) -> None:
             print(f"truthflow error in rule {snakemake.rule}: {exc}", file=sys.stderr)
             sys.exit(1)
         except KeyboardInterrupt as exc:  # SIGTERM (_stop); SIGINT (Ctrl-C reaches every job of the terminal)
-            signum = exc.args[0] if exc.args else signal.SIGINT
-            print(
-                f"truthflow: rule {snakemake.rule} stopped by {signal.Signals(signum).name}", file=sys.stderr
-            )
+            signum = signal.Signals(exc.args[0] if exc.args else signal.SIGINT)
+            print(f"truthflow: rule {snakemake.rule} stopped by {signum.name}", file=sys.stderr)
             sys.exit(128 + signum)
         except Exception:  # printed through the redacting stream; re-raising would print it again, unredacted
             traceback.print_exc(file=sys.stderr)
@@ -150,9 +148,8 @@ def _is_snakemake(proc: psutil.Process) -> bool:
 
 def _watch_snakemake() -> threading.Event:
     """SIGTERM to this job once the snakemake that runs it is gone, even by a SIGKILL that Snakemake cannot
-    handle (test_hostile_intermediates.py::test_a_job_dies_with_the_snakemake_that_started_it: an orphaned
-    model job keeps the cores busy for hours): our side of the tree (this job, or a shell between: conda) is
-    reparented at once, zombie parent or not."""
+    handle (an orphaned model job keeps the cores busy for hours): our side of the tree (this job, or a shell
+    between: conda) is reparented at once, zombie parent or not."""
     stop, chain = threading.Event(), [psutil.Process(), *psutil.Process().parents()]
     top = next((i for i in range(1, len(chain)) if _is_snakemake(chain[i])), None)
     if top is None:
@@ -173,7 +170,7 @@ def _watch_snakemake() -> threading.Event:
 def stop_jobs_on_sigterm() -> None:
     """Call in the main snakemake process (the Snakefile's onstart): a SIGTERM to snakemake also stops its
     local script jobs, whose outputs Snakemake then removes. Its own handler only waits for them ("Will exit
-    after finishing currently running jobs"; test_robustness.py::test_killing_snakemake_stops_its_jobs)."""
+    after finishing currently running jobs")."""
     previous = signal.getsignal(signal.SIGTERM)
 
     def handler(signum, frame) -> None:
