@@ -54,8 +54,7 @@ def _n_layers(table: pl.DataFrame, model: str) -> int:
 def _close(ax, notes: list[str], empty: str = "no ΔP rows") -> None:
     """Only the zero line drawn: an empty scale would suggest values that are not there."""
     if len(ax.lines) <= 1:
-        ax.set_yticks([])
-        ax.set_xticks([])
+        ax.set(yticks=[], xticks=[])
         notes = notes or [empty] * bool(empty)
     plotting.note(ax, notes)
 
