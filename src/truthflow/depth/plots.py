@@ -40,10 +40,8 @@ def plot_depth_boxes(depthwise_df: pl.DataFrame, models, titles, out_png, out_pd
         ax.set_xticks([1, 2, 3], [f"Depth {d}\n(n={len(values[d])})" for d in (1, 2, 3)])
         ax.set_xlim(0.4, 3.6)
         present = [d for d in (1, 2, 3) if len(values[d])]
-        if not present:
-            plotting.note(
-                ax, [("no MIN-K% values for this model", "0.35")], loc="center"
-            )  # y is shared: ticks stay
+        if not present:  # y is shared: ticks stay
+            plotting.note(ax, [("no MIN-K% values for this model", "0.35")], loc="center")
             continue
         boxes = ax.boxplot(
             [values[d] for d in present],
