@@ -17,30 +17,14 @@ from .probes import A_ANCHORED, Q_ANCHORED, TARGET, crossfit_seeds, knockout_eff
 GROUPS = (Q_ANCHORED, A_ANCHORED)
 # the columns in front of every table of the experiments (k_layer: the layer K of the pair's experiments)
 TABLE_KEYS = {"model": pl.String, "dataset": pl.String, "k_layer": pl.Int64}
-ROW_SCHEMA = {
-    "experiment": pl.String,
-    "condition": pl.String,
-    "group": pl.String,
-    "layer": pl.Int64,
-    "n": pl.Int64,
-    "value": pl.Float64,
-    "ci_low": pl.Float64,
-    "ci_high": pl.Float64,
-    "note": pl.String,
-}
+ROW_SCHEMA = dict.fromkeys(["experiment", "condition", "group"], pl.String)
+ROW_SCHEMA |= {"layer": pl.Int64, "n": pl.Int64}
+ROW_SCHEMA |= dict.fromkeys(["value", "ci_low", "ci_high"], pl.Float64) | {"note": pl.String}
 # exp_scores.parquet, extract.experiment_states' per-sample scores at layer K
-SCORES_SCHEMA = {
-    "id": pl.String,
-    "layer": pl.Int64,
-    "donor": pl.String,
-    "donor_length_matched": pl.Boolean,
-    "patch_control_matched": pl.Boolean,
-    "p_true": pl.Float64,
-    "logit_mean": pl.Float64,
-    "logit_min": pl.Float64,
-    "s_eq_ea": pl.List(pl.Float64),
-    "s_eq_all": pl.List(pl.Float64),
-}
+SCORES_SCHEMA = {"id": pl.String, "layer": pl.Int64, "donor": pl.String}
+SCORES_SCHEMA |= dict.fromkeys(["donor_length_matched", "patch_control_matched"], pl.Boolean)
+SCORES_SCHEMA |= dict.fromkeys(["p_true", "logit_mean", "logit_min"], pl.Float64)
+SCORES_SCHEMA |= dict.fromkeys(["s_eq_ea", "s_eq_all"], pl.List(pl.Float64))
 # saliency.parquet: extract_pathways' saliency pass (A15) and the Logits baselines read off it (A17)
 SALIENCY_SCHEMA = {"id": pl.String} | {
     c: SCORES_SCHEMA[c] for c in ("logit_mean", "logit_min", "s_eq_ea", "s_eq_all")
@@ -70,8 +54,7 @@ def groups_at(deltap: pl.DataFrame, ids: list[str], layer: int) -> np.ndarray:
     """Q-Anchored (True) / A-Anchored (False) per id: the target knockout's anchor at `layer`."""
     rows = deltap.filter((pl.col("knockout") == TARGET) & (pl.col("layer") == layer))
     anchor = dict(zip(rows["id"].to_list(), rows["anchor"].to_list(), strict=True))
-    missing = [i for i in ids if i not in anchor]
-    if missing:
+    if missing := [i for i in ids if i not in anchor]:
         raise ValueError(
             f"{len(missing)} samples have no knockout anchor at layer {layer} (e.g. {missing[0]})"
         )
@@ -84,10 +67,9 @@ def _group_rows(experiment, condition, values, groups, keep, at: dict, rate: boo
     rows = []
     for g, name in ((True, Q_ANCHORED), (False, A_ANCHORED)):
         v = values[keep & (groups == g)]
-        if rate:
-            lo, hi = (100.0 * b for b in wilson_ci(v / 100.0))
-        else:
-            lo, hi = bootstrap_ci(v, at["n_boot"], at["seed"])
+        lo, hi = (
+            (100.0 * b for b in wilson_ci(v / 100.0)) if rate else bootstrap_ci(v, at["n_boot"], at["seed"])
+        )
         mean = float(v.mean()) if len(v) else float("nan")
         row = (experiment, condition, name, at["layer"], len(v), mean, lo, hi, "")
         rows.append(dict(zip(ROW_SCHEMA, row, strict=True)))
@@ -172,7 +154,7 @@ def run(samples, scores, deltap, data, clean, states, probe: dict, boot: dict, f
         per_sample = per_sample.join(data.select("id", pl.col("s_pop").cast(pl.Float64)), on="id", how="left")
     aware = awareness_auc(clean, groups, [i for i in range(1, clean.shape[1] + 1) if i != layer], probe)
     baselines = {"P(True)": "p_true", "Logits-mean": "logit_mean", "Logits-min": "logit_min"}
-    baselines = {name: scores[c].to_numpy() for name, c in baselines.items()}
+    baselines = {b: scores[c].to_numpy() for b, c in baselines.items()}
     det = detection_table(x, labels, groups, pr_pairs(pr, factors), baselines, factors, probe, probing=prob)
     rows = pl.DataFrame(rows, schema=ROW_SCHEMA)
     for r in rows.filter(pl.col("experiment") != "boundary").iter_rows(named=True):
