@@ -46,19 +46,19 @@ def visible_devices(env: Mapping[str, str], count: int) -> list[str]:
     return [k.strip() for k in listed.split(",") if k.strip()][:count]
 
 
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
 def default_lock_dir(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     job = next((env[v] for v in SCHEDULER_ENVS if env.get(v)), None)
-    suffix = f"-job-{re.sub(r'[^A-Za-z0-9_.-]', '_', job)}" if job else ""
+    suffix = f"-job-{_safe(job)}" if job else ""
     return Path(tempfile.gettempdir()) / f"truthflow-gpu-locks-{os.getuid()}{suffix}"
 
 
-def _lock_path(lock_dir: Path, key: str) -> Path:
-    return lock_dir / f"gpu-{re.sub(r'[^A-Za-z0-9_.-]', '_', key)}.lock"
-
-
 def _try_lock(lock_dir: Path, key: str) -> bool:
-    fd = os.open(_lock_path(lock_dir, key), os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(lock_dir / f"gpu-{_safe(key)}.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
@@ -80,11 +80,7 @@ def release(key: str) -> None:
 
 
 def claim_devices(
-    n: int,
-    keys: list[str],
-    lock_dir: Path,
-    poll_s: float = 2.0,
-    timeout_s: float | None = None,
+    n: int, keys: list[str], lock_dir: Path, poll_s: float = 2.0, timeout_s: float | None = None
 ) -> list[int]:
     """Claim n of the devices `keys` (returns their torch indices), each by an exclusive lock. A claim is all
     or nothing (a 2-GPU job never holds one device while waiting for another, so two such jobs cannot
@@ -117,10 +113,7 @@ def claim_devices(
 
 
 def assign_devices(
-    n_gpus: int,
-    env: Mapping[str, str] | None = None,
-    count: int | None = None,
-    poll_s: float = 2.0,
+    n_gpus: int, env: Mapping[str, str] | None = None, count: int | None = None, poll_s: float = 2.0
 ) -> DeviceAssignment:
     """The devices of a job that asked the scheduler for n_gpus GPUs (one at least, when any is visible).
     count: CUDA devices torch sees (default: asks torch)."""
