@@ -95,8 +95,7 @@ def adapt_tokenizer(arch: str, tok):
     <think> tags as plain tokens, as Qwen3's own), its BOS before a plain encoding, the chat template."""
     from tokenizers import processors
 
-    fam = FAMILY[arch]
-    vocab = tok.get_vocab()
+    fam, vocab = FAMILY[arch], tok.get_vocab()
     named = [fam.get(k) for k in ("bos", "eos", "pad")]
     tok.add_tokens(
         [t for t in dict.fromkeys(fam["turn"] + named) if t and t not in vocab], special_tokens=True
@@ -108,12 +107,9 @@ def adapt_tokenizer(arch: str, tok):
             setattr(tok, f"{key}_token", fam[key])
     if "bos" in fam:  # the family's own BOS on a plain encoding (base prompts), or none
         bos = fam["bos"]
-        tok.backend_tokenizer.post_processor = (
-            processors.TemplateProcessing(
-                single=f"{bos} $A", special_tokens=[(bos, tok.convert_tokens_to_ids(bos))]
-            )
-            if bos
-            else processors.TemplateProcessing(single="$A")
+        single, special = (f"{bos} $A", [(bos, tok.convert_tokens_to_ids(bos))]) if bos else ("$A", [])
+        tok.backend_tokenizer.post_processor = processors.TemplateProcessing(
+            single=single, special_tokens=special
         )
     tok.chat_template = TEMPLATES[arch]
     return tok
@@ -137,12 +133,9 @@ def build_config(arch: str, vocab_size: int, ids: dict, **overrides):
             num_hidden_layers=2, sliding_window=WINDOW, tie_word_embeddings=False, **dims, **ids
         )
     elif arch == "qwen3":
+        rope = {"rope_type": "default", "rope_theta": 1e6}
         cfg = tf.Qwen3Config(
-            num_hidden_layers=3,
-            tie_word_embeddings=True,
-            rope_parameters={"rope_type": "default", "rope_theta": 1e6},
-            **dims,
-            **ids,
+            num_hidden_layers=3, tie_word_embeddings=True, rope_parameters=rope, **dims, **ids
         )
     elif arch == "mixtral":
         # no sliding window, as Mixtral-8x7B's config; 4 experts, 2 per token, as 8 and 2 in the real model
