@@ -81,9 +81,8 @@ class Dims:
     @property
     def params(self) -> int:
         attn = self.hidden * self.head_dim * 2 * (self.heads + self.kv_heads)  # q, o; k, v
-        mlp = self.experts * 3 * self.hidden * self.intermediate + (
-            self.hidden * self.experts if self.experts > 1 else 0
-        )
+        router = self.hidden * self.experts if self.experts > 1 else 0
+        mlp = self.experts * 3 * self.hidden * self.intermediate + router
         per_layer = attn + mlp + 2 * self.hidden  # two norms
         return self.layers * per_layer + self.vocab * self.hidden * (1 if self.tied else 2) + self.hidden
 
@@ -93,13 +92,9 @@ def predict(m: Dims, dtype: str, gpus: int, batch: int, budget: int, saliency_ba
     b, g, t = BYTES.get(dtype, 2), max(1, gpus), ROW_TOKENS
     fixed = (HEAD_GIB + OVERHEAD_GIB) * GIB
     weights = m.params * b / g
-    per_token = (
-        2 * m.layers * m.kv_heads * m.head_dim * b / g
-        + (4 * m.hidden + 3 * m.intermediate * m.experts_per_token) * b
-    )
-    saved = (
-        4 * m.hidden + 3 * m.intermediate * m.experts_per_token + 2 * (m.heads + 2 * m.kv_heads) * m.head_dim
-    )
+    act = 4 * m.hidden + 3 * m.intermediate * m.experts_per_token  # one layer's activations, per token
+    per_token = 2 * m.layers * m.kv_heads * m.head_dim * b / g + act * b
+    saved = act + 2 * (m.heads + 2 * m.kv_heads) * m.head_dim
     saliency = saliency_batch * (
         (2 * m.layers * m.heads * t * t * b + m.layers * t * saved * b) / g + m.heads * t * t * 4
     )
