@@ -160,10 +160,8 @@ def summarize(samples: pl.DataFrame, n_boot: int = 1000, seed: int = 0) -> pl.Da
         for (knockout, anchor, layer), grp in frame.group_by(["knockout", "anchor", "layer"]):
             vals = grp["delta_p"].to_numpy()
             lo, hi = bootstrap_ci(vals, n_boot, seed + int(layer))
-            n = grp["id"].n_unique()
-            rows.append(
-                [knockout, anchor, int(layer), n, float(vals.mean()), lo, hi, grp["flip_rate"].mean()]
-            )
+            n, flip = grp["id"].n_unique(), grp["flip_rate"].mean()
+            rows.append([knockout, anchor, int(layer), n, float(vals.mean()), lo, hi, flip])
     return pl.DataFrame(rows, schema=SUMMARY_SCHEMA, orient="row").sort(["knockout", "anchor", "layer"])
 
 
@@ -172,9 +170,7 @@ def auc_by_layer(auc: pl.DataFrame) -> pl.DataFrame:
     return (
         auc.group_by(["model", "dataset", "layer", "status"], maintain_order=True)
         .agg(
-            pl.col("auc").mean().round(3).alias("mean_auc"),
-            pl.col("auc").min().round(3).alias("min_auc"),
-            pl.col("auc").max().round(3).alias("max_auc"),
+            *(getattr(pl.col("auc"), f)().round(3).alias(f"{f}_auc") for f in ("mean", "min", "max")),
             pl.col("seed").n_unique().alias("n_seeds"),
             pl.col("n_test").first(),
         )
