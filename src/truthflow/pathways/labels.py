@@ -61,8 +61,7 @@ def _option_words(qw: list[Word], question: str, j: int, step: int) -> list[str]
     out: list[str] = []
     if not (0 <= j < len(qw)) or not usable(j) or qw[j][0] in COORDINATORS:
         return out
-    capitalized = cap(j)
-    k = j
+    capitalized, k = cap(j), j
     while 0 <= k < len(qw) and len(out) < MAX_OPTION_WORDS:
         w = qw[k][0]
         if out:
@@ -85,7 +84,7 @@ def _closed(question: str, qw: list[Word], inner: int, outer: int) -> bool:
     outwards) is past either end, is a coordinator, or is set off by a comma/semicolon/question mark."""
     if not 0 <= outer < len(qw):
         return True
-    a, b = min(inner, outer), max(inner, outer)
+    a, b = sorted((inner, outer))
     return qw[outer][0] in COORDINATORS or bool(re.search(r"[,;?]", question[qw[a][2] : qw[b][1]]))
 
 
@@ -94,10 +93,8 @@ def choice_options(question: str, alias: str) -> list[list[str]]:
     "Between X and Y, which ...", "A, B, or C"): the names joined to the alias's occurrence in the question by
     or/and/nor/vs (and commas inside such a list), each as its normalized words; empty when the question
     does not offer the alias as one of several options."""
-    qw = normalized_words(question)
-    tokens = [w for w, _, _ in qw]
-    target = normalize_text(alias).split()
-    n = len(target)
+    qw, target = normalized_words(question), normalize_text(alias).split()
+    tokens, n = [w for w, _, _ in qw], len(target)
     for i in _find_all(tokens, target):
         options: list[list[str]] = []
         coord = False
@@ -108,9 +105,7 @@ def choice_options(question: str, alias: str) -> list[list[str]]:
                 a, b = (edge, j) if step > 0 else (j, edge)
                 by_comma = bool(re.search(r"[,;]", question[qw[a][2] : qw[b][1]]))
                 if tokens[j] in COORDINATORS:
-                    coord = True
-                    by_comma = False
-                    j += step
+                    coord, by_comma, j = True, False, j + step
                 elif not by_comma:
                     break
                 opt = _option_words(qw, question, j, step)
@@ -142,8 +137,7 @@ def _echo_by_copy(ans: list[str], a: int, n: int, q: list[str]) -> bool:
 def _match_choice(ans: list[str], target: list[str], options: list[list[str]]) -> int:
     """Word index of the gold occurrence the answer commits to (rule 3 of match_answer), or -1."""
     gold_words = set(target)
-    # (start word, end word, option id: 0 = gold)
-    mentions = [(i, i + len(target), 0) for i in _find_all(ans, target)]
+    mentions = [(i, i + len(target), 0) for i in _find_all(ans, target)]  # (start, end, option id: 0 = gold)
     for oid, opt in enumerate(options, start=1):
         distinct = [w for w in opt if _is_content(w) and w not in gold_words]
         for k, w in enumerate(ans):
