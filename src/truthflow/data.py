@@ -24,13 +24,12 @@ DEPTHQA_CONFIGS = ("questions", "nodes", "node_to_q")
 DROPPED_QUESTIONS_SCHEMA = {"dataset": pl.String, "id": pl.String, "reason": pl.String, "detail": pl.String}
 
 
-# ---------------------------------------------------------------- raw records
 def _bad_json(path: Path, lineno: int, exc: json.JSONDecodeError) -> TruthflowError:
     return TruthflowError(f"{path} line {lineno}: not valid JSON ({exc.msg}, column {exc.colno})")
 
 
 def _json_lines(path: Path, text: str) -> list[dict]:
-    # polars' read_ndjson names no line: tests/test_hostile_data.py::test_broken_jsonl_line_names_line
+    """JSON Lines records; an error names its line (polars' read_ndjson names none)."""
     out = []  # split on "\n" only: str.splitlines() also breaks at U+2028 inside JSON strings
     for lineno, line in enumerate(text.split("\n"), 1):
         if not line.strip():
@@ -74,14 +73,13 @@ def _read_json_records(path: Path, field: str | None) -> list[dict]:
 
 def _read_delimited(path: Path, delimiter: str) -> list[dict]:
     """TSV/CSV with standard quoting ("a<TAB>b" is one field, "" an escaped quote). A row whose field
-    count differs from the header's (an unquoted tab or comma inside a field) is an error naming the line."""
-    # polars' read_csv names no line: tests/test_hostile_data.py::test_short_or_malformed_tsv_row_names_line
+    count differs from the header's (an unquoted tab or comma inside a field) is an error naming the line
+    (polars' read_csv names none)."""
     kind = "tab" if delimiter == "\t" else "comma"
     records: list[dict] = []
     with path.open(encoding="utf-8", newline="") as fh:
         reader = csv.reader(fh, delimiter=delimiter, strict=True)
-        header: list[str] | None = None
-        start = 1
+        header, start = None, 1
         try:
             for row in reader:
                 lineno, start = start, reader.line_num + 1
@@ -143,7 +141,6 @@ def read_local_records(path: str | Path, fmt: str = "auto", field: str | None = 
     raise TruthflowError(f"'{path}': unknown format '{fmt}'")
 
 
-# ---------------------------------------------------------------- hub
 def load_hub_records(
     hub: str, config: str | None, split: str, revision: str | None, label: str
 ) -> list[dict]:
@@ -169,7 +166,6 @@ def sample_indices(total: int, n: int | None, seed: int) -> list[int]:
     return sorted(random.Random(seed).sample(range(total), n))
 
 
-# ---------------------------------------------------------------- per-dataset normalizers
 # each QA set's fields, ids and required columns are its entry in registry.py
 def _check_columns(name: str, records: list[dict], origin: str) -> None:
     if not records:
@@ -229,13 +225,11 @@ def load_qa(name: str, spec: dict) -> tuple[pl.DataFrame, dict]:
             seen.add(row["id"])
             rows.append(row)
     _shortfall(name, n, len(rows), "rows", origin, dropped)
-    rows = [rows[i] for i in sample_indices(len(rows), n, seed)]
+    rows = [{**rows[i], "dataset": name} for i in sample_indices(len(rows), n, seed)]
     if not rows:
         raise TruthflowError(
             f"dataset '{name}': no usable row in '{origin}' (every row lacks a question or answer)"
         )
-    for row in rows:
-        row["dataset"] = name
     first = ["id", "dataset", "question", "answers"]
     df = pl.DataFrame(rows).select(*first, pl.exclude(first))
     reasons = [d["reason"] for d in dropped]
@@ -244,7 +238,6 @@ def load_qa(name: str, spec: dict) -> tuple[pl.DataFrame, dict]:
     return df, {**report, **counts, "dropped": _dropped_frame(name, dropped)}
 
 
-# ---------------------------------------------------------------- DepthQA
 NODES_SCHEMA = {
     "nodeid": pl.String,
     "group": pl.String,
@@ -274,18 +267,9 @@ def _depthqa_questions(records: list[dict], where: str) -> tuple[pl.DataFrame, l
             raise TruthflowError(
                 f"DepthQA questions ({where}): question '{qid}' has no integer 'depth'"
             ) from None
-        ref = str(rec.get("answer") or "")
-        rows.append(
-            {
-                "id": qid,
-                "dataset": "depthqa",
-                "question": str(rec["question"]).strip(),
-                "answers": [ref] if ref else [],
-                "depth": depth,
-                "reference_answer": ref,
-                "domain": rec.get("domain"),
-            }
-        )
+        ref, question = str(rec.get("answer") or ""), str(rec["question"]).strip()
+        row = {"id": qid, "dataset": "depthqa", "question": question, "answers": [ref] if ref else []}
+        rows.append(row | {"depth": depth, "reference_answer": ref, "domain": rec.get("domain")})
     df = pl.DataFrame(rows, schema_overrides={"answers": pl.List(pl.String), "domain": pl.String})
     return df, dropped
 
@@ -329,14 +313,9 @@ def depthqa_nodes(
         if str(depth) not in ("1", "2", "3") or int(depth) != depth_of[qid]:
             need = f"its question '{qid}' has {depth_of[qid]}; a node's depth is 1, 2 or 3, its question's"
             raise _graph_error(f"{wn}: node '{nid}' has depth {depth!r} but {need}")
-        rows[nid] = {
-            "nodeid": nid,
-            "group": str(rec.get("group", nid.split("_")[0])),
-            "depth": int(depth),
-            "direct_predecessors": [str(x) for x in rec.get("direct_predecessors") or []],
-            "direct_successors": [str(x) for x in rec.get("direct_successors") or []],
-            "qid": qid,
-        }
+        links = {k: [str(x) for x in rec.get(k) or []] for k in ("direct_predecessors", "direct_successors")}
+        group = str(rec.get("group", nid.split("_")[0]))
+        rows[nid] = {"nodeid": nid, "group": group, "depth": int(depth), **links, "qid": qid}
     unknown = [nid for nid in qid_of if nid not in rows]
     if unknown:
         raise _graph_error(f"{wm}: maps node '{unknown[0]}', which is not in {wn}")
@@ -395,20 +374,13 @@ def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
     else:
         _shortfall("depthqa", n, questions.height, "questions", origin, dropped)
         questions = questions[sample_indices(questions.height, n, seed)]
-    report = {
-        "dataset": "depthqa",
-        "origin": origin,
-        "n": n,
-        "questions": questions.height,
-        "nodes": nodes.height,
-        "groups": nodes["group"].n_unique(),
-        "duplicate_id": sum(d["reason"] == "duplicate_id" for d in dropped),
-        "dropped": _dropped_frame("depthqa", dropped),
-    }
+    report = {"dataset": "depthqa", "origin": origin, "n": n, "questions": questions.height}
+    report |= {"nodes": nodes.height, "groups": nodes["group"].n_unique()}
+    report |= {"duplicate_id": sum(d["reason"] == "duplicate_id" for d in dropped)}
+    report["dropped"] = _dropped_frame("depthqa", dropped)
     return questions, nodes, report
 
 
-# ---------------------------------------------------------------- parse-time checks
 def check_local_sources(config: dict) -> None:
     """Before any job: each local dataset file exists and is not empty, a local DepthQA graph is closed
     (load_depthqa); DepthQA takes no `columns` or hub `config` (its layout and hub configs are fixed)."""
