@@ -15,7 +15,6 @@ from .errors import TruthflowError
 Span = tuple[int, int]
 
 
-# ---------------------------------------------------------------- record helpers
 def get_field(rec: dict, key: str):
     """Dotted lookup ('answer.aliases') into nested dicts."""
     cur = rec
@@ -56,7 +55,6 @@ def question_id(name: str, question: str) -> str:
     return f"{name}-{hashlib.sha1(key.encode('utf-8')).hexdigest()[:12]}"
 
 
-# ---------------------------------------------------------------- entries
 @dataclass(frozen=True)
 class Hub:
     """Hub defaults: of a source `{hub: <this id>}` without `config`/`split`, or of no `source`."""
@@ -101,7 +99,6 @@ class QASet:
         return {"id": rid, **row}
 
 
-# ---------------------------------------------------------------- PopQA
 # PopQA property words as they appear in its question templates (METHOD A4): the property's own name, but
 # for the templates that word it otherwise
 POPQA_PROPS = "occupation genre father mother country capital producer director screenwriter composer"
@@ -120,9 +117,7 @@ def popqa_spans(question: str, row: dict) -> list[Span] | None:
     if not subj:
         return None
     spans: list[Span] = []
-    i = question.find(subj)
-    if i < 0:
-        i = question.lower().find(subj.lower())
+    i = question.find(subj) if subj in question else question.lower().find(subj.lower())
     if i >= 0:
         spans.append((i, i + len(subj)))
     for word in POPQA_PROP_WORDS.get((prop or "").lower(), []):
@@ -133,33 +128,23 @@ def popqa_spans(question: str, row: dict) -> list[Span] | None:
 
 
 def _popqa(rec: dict) -> dict:
-    return {
-        "question": str(rec.get("question") or "").strip(),
-        "answers": dedup(as_list(rec.get("possible_answers"))),  # a TSV cell holds a JSON list
-        "subj": rec.get("subj"),
-        "prop": rec.get("prop"),
-        "obj": rec.get("obj"),
-        "s_pop": rec.get("s_pop"),
-    }
+    answers = dedup(as_list(rec.get("possible_answers")))  # a TSV cell holds a JSON list
+    own = {k: rec.get(k) for k in ("subj", "prop", "obj", "s_pop")}
+    return {"question": str(rec.get("question") or "").strip(), "answers": answers, **own}
 
 
-# ---------------------------------------------------------------- TriviaQA
 def _triviaqa(rec: dict) -> dict:
     ans = rec.get("answer") if rec.get("answer") is not None else rec.get("Answer")
     if isinstance(ans, dict):
-        aliases = as_list(ans.get("aliases") or ans.get("Aliases")) + as_list(
-            ans.get("normalized_aliases") or ans.get("NormalizedAliases")
-        )
+        keys = (("aliases", "Aliases"), ("normalized_aliases", "NormalizedAliases"))
+        aliases = [a for low, cap in keys for a in as_list(ans.get(low) or ans.get(cap))]
         value = ans.get("value") or ans.get("Value")
     else:  # flat copies: answer = value, aliases in their own column
         aliases, value = as_list(rec.get("aliases")), ans
-    return {
-        "question": unwrap_question(str(rec.get("question") or rec.get("Question") or "")),
-        "answers": dedup(as_list(value) + aliases),
-    }
+    question = unwrap_question(str(rec.get("question") or rec.get("Question") or ""))
+    return {"question": question, "answers": dedup(as_list(value) + aliases)}
 
 
-# ---------------------------------------------------------------- NQ, HotpotQA
 def _nq(rec: dict) -> dict:
     answer = rec.get("answer")  # one answer string (kept whole, never parsed) or a list of them
     answers = dedup([answer] if isinstance(answer, str) else as_list(answer))
@@ -170,7 +155,6 @@ def _hotpotqa(rec: dict) -> dict:
     return {**_nq(rec), "type": rec.get("type"), "level": rec.get("level")}
 
 
-# ---------------------------------------------------------------- the registry
 # order = the order of tables, figure legends and the default pathways.datasets; colours: seaborn tab10
 QA_SETS: tuple[QASet, ...] = (
     QASet(
