@@ -125,7 +125,6 @@ def check_gated_token(name: str, source: dict) -> None:
         )
 
 
-# ---------------------------------------------------------------- preparation, keyed on the weights only
 # Bump when what prepare_model writes changes (download patterns, GGUF conversion, info file): it is the
 # only code a prepared snapshot is keyed on, so editing the loading code never reconverts.
 PREPARE_VERSION = 2
@@ -242,13 +241,13 @@ def _link(out_dir: Path, store: Path) -> None:
     tmp_link = out_dir.with_name(f".{out_dir.name}.link-{os.getpid()}")
     tmp_link.unlink(missing_ok=True)
     tmp_link.symlink_to(os.path.relpath(store, out_dir.parent))
-    if out_dir.is_dir() and not out_dir.is_symlink():
-        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+    old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+    replaced = out_dir.is_dir() and not out_dir.is_symlink()
+    if replaced:
         out_dir.rename(old)
-        os.replace(tmp_link, out_dir)
+    os.replace(tmp_link, out_dir)
+    if replaced:
         shutil.rmtree(old)
-    else:
-        os.replace(tmp_link, out_dir)
 
 
 def _drop_other_stores(name: str, keep: Path) -> None:
@@ -268,14 +267,8 @@ def describe(model_dir: Path, name: str, key: dict) -> dict:
         raise TruthflowError(f"model '{name}': the snapshot of {key['source']} has no config.json")
     config = AutoConfig.from_pretrained(model_dir)
     text = getattr(config, "text_config", None) or config
-    return {
-        "name": name,
-        "architecture": (config.architectures or ["?"])[0],
-        "model_type": config.model_type,
-        "n_layers": int(text.num_hidden_layers),
-        "hidden_size": int(text.hidden_size),
-        "key": key,
-    }
+    info = {"name": name, "architecture": (config.architectures or ["?"])[0], "model_type": config.model_type}
+    return info | {"n_layers": int(text.num_hidden_layers), "hidden_size": int(text.hidden_size), "key": key}
 
 
 def read_info(model_dir: str | Path) -> dict:
@@ -335,9 +328,8 @@ def load_pretrained(source, dtype: str = "auto", gpus: int = 1):
         device = slot.device
         torch.cuda.set_device(slot.indices[0])
         print(f"{Path(str(source)).name}: GPU(s) {slot.indices} ({slot.how})", file=sys.stderr, flush=True)
-        kwargs["device_map"] = {"": device}
+        kwargs["device_map"] = {"": device} if len(slot.indices) == 1 else "auto"
         if len(slot.indices) > 1:
-            kwargs["device_map"] = "auto"
             kwargs["max_memory"] = {i: torch.cuda.mem_get_info(i)[0] for i in slot.indices}
     model = AutoModelForCausalLM.from_pretrained(source, **kwargs).eval()
     tokenizer = AutoTokenizer.from_pretrained(source)
