@@ -15,24 +15,16 @@ HUB_WAIT = None  # None: tenacity.wait_exponential(multiplier=2, max=60); tests 
 
 # matched anywhere in an exception's class hierarchy (subclasses such as ReadTimeout are covered): builtin,
 # requests (ConnectionError, Timeout, ChunkedEncodingError), httpx (TransportError), urllib3/http.client
-_TRANSIENT_NAMES = {
-    "ConnectionError",
-    "TimeoutError",
-    "Timeout",
-    "ChunkedEncodingError",
-    "TransportError",
-    "ProtocolError",
-    "IncompleteRead",
-}
+_TRANSIENT_NAMES = {"ConnectionError", "TimeoutError", "Timeout", "ChunkedEncodingError", "TransportError"}
+_TRANSIENT_NAMES |= {"ProtocolError", "IncompleteRead"}
 
 
-# hub clients do not tell: test_hostile_models::test_hub_download_fails_at_once_on_deterministic_errors
+# the hub clients do not say which of their errors are transient
 def is_transient(exc: BaseException) -> bool:
     """A network error or an HTTP 429/5xx (anywhere in the exception chain); never in offline mode."""
     if any(os.environ.get(v, "").lower() in ("1", "true", "yes", "on") for v in OFFLINE_VARIABLES):
         return False
-    seen = set()
-    cur: BaseException | None = exc
+    seen, cur = set(), exc
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
         names = {c.__name__ for c in type(cur).__mro__}
@@ -47,8 +39,7 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
-# huggingface_hub retries a file GET on HTTP 408/429 only, datasets.load_dataset nothing:
-# tests/test_hostile_data.py::test_transient_hub_errors_are_retried (a reset, a timeout, HTTP 503)
+# huggingface_hub retries a file GET on HTTP 408/429 only, datasets.load_dataset nothing
 def retrying(label: str, what: str):
     """A tenacity.Retrying to call a hub download with: retrying(label, what)(func, *args, **kwargs)."""
     import tenacity
