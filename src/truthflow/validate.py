@@ -25,8 +25,7 @@ def bad_file(path: str | Path, what: str) -> TruthflowError:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def check_columns(df: pl.DataFrame, path: str | Path, required: Sequence[str]) -> None:
@@ -55,8 +54,7 @@ def read_parquet(path, required_columns: Sequence[str] = (), **kwargs) -> pl.Dat
 
 def _read_tsv(path, **kwargs) -> pl.DataFrame:
     df = pl.read_csv(path, separator="\t", **kwargs)
-    # polars gives the missing fields of a short row (a file cut mid-line, a ragged row) as nulls
-    # (tests/test_hostile_intermediates.py::test_tsv_cut_mid_line_or_ragged): count them here
+    # polars gives the missing fields of a short row (a file cut mid-line, a ragged row) as nulls: count them
     text = Path(path).read_text(encoding="utf-8", errors="replace")
     if not text.endswith("\n"):
         raise ValueError("truncated: the last line has no line end")
@@ -85,12 +83,11 @@ def load_npy(path, shape: Sequence[int | None] | None = None, dtype=None, *, why
         raise bad_file(path, f"unreadable .npy ({_first_line(exc)})") from None
     got = _fmt(arr.shape, arr.dtype)
     # numpy maps the array its header describes and ignores what follows
-    # (tests/test_hostile_intermediates.py::test_npy_with_trailing_bytes_or_broken_header)
     extra = Path(path).stat().st_size - arr.offset - arr.nbytes
     if extra:
         raise bad_file(path, f"{extra} bytes after the end of its {got} array")
     want_shape = arr.shape if shape is None else tuple(shape)
-    if len(want_shape) == arr.ndim:
+    if len(want_shape) == arr.ndim:  # None: any length on that axis
         want_shape = tuple(g if s is None else s for s, g in zip(want_shape, arr.shape, strict=True))
     want_dtype = arr.dtype if dtype is None else np.dtype(dtype)
     if want_shape != arr.shape or want_dtype != arr.dtype:
