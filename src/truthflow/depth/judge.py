@@ -189,9 +189,8 @@ class OpenAIJudge:
         self.url = str(self.client.base_url).rstrip("/") + "/chat/completions"
         self.max_new_tokens, self.prompt = int(settings["max_new_tokens"]), judge_prompt(settings)
         decoding = settings["decoding"]
-        self.sampling = {"temperature": 0}
-        if sampled(settings):
-            self.sampling = {"temperature": float(decoding["temperature"]), "top_p": float(decoding["top_p"])}
+        sampling = {"temperature": float(decoding["temperature"]), "top_p": float(decoding["top_p"])}
+        self.sampling = sampling if sampled(settings) else {"temperature": 0}
         self.tries = int(settings["retries"]) + 1
         self.openai, self.failed = openai, None
         for name in ("httpx", "httpx2", "httpcore"):  # no line per request in the rule log
@@ -395,15 +394,14 @@ def judge_all(
     rows, backend, method = list(rows), settings["backend"], judge_method(settings)
     draws = range(int(settings["judgments"])) if sampled(settings) else [None]
     seed = int(settings["decoding"]["seed"])
-    cache = read_cache(cache_path)
-    verdicts = dict(cache)
+    verdicts = read_cache(cache_path)
     keys, todo = [], {}  # keys: per row, the key of each of its verdicts
     for row in rows:
         texts = (row["question"], row["answer"], row["reference"])
         base = cache_key(method, *texts)
         keys.append([base if j is None else cache_key(method, *texts, j) for j in draws])
         for j, key in zip(draws, keys[-1], strict=True):
-            if key not in cache and key not in todo:
+            if key not in verdicts and key not in todo:
                 todo[key] = {**row, "index": j, "seed": None if j is None else draw_seed(seed, base, j)}
     if todo:
         judge = {"reference": ReferenceJudge, "openai": OpenAIJudge, "hf": HFJudge}[backend](settings)
@@ -426,7 +424,7 @@ def judge_all(
                     os.fsync(handle.fileno())
                 bar.update(1)
     table = [
-        _summary(row["qid"], [verdicts[k] for k in ks], backend, all(k in cache for k in ks))
+        _summary(row["qid"], [verdicts[k] for k in ks], backend, all(k not in todo for k in ks))
         for row, ks in zip(rows, keys, strict=True)
     ]
     return pl.DataFrame(table, schema=SCORES_SCHEMA, orient="row")
