@@ -43,7 +43,8 @@ class Decoding:
     @classmethod
     def from_config(cls, cfg: dict | None) -> Decoding:
         """A decoding section of the config: {mode: greedy} or {mode: sampled, temperature, top_p, ...}."""
-        cfg, sampled = cfg or {}, (cfg or {}).get("mode") == "sampled"
+        cfg = cfg or {}
+        sampled = cfg.get("mode", "greedy") == "sampled"
         return cls(
             float(cfg["temperature"]) if sampled else 0.0,
             float(cfg.get("top_p", 1.0)) if sampled else 1.0,
