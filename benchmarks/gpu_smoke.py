@@ -242,13 +242,15 @@ def stage_mink(lm, n: int):
 
 def stage_judge(chat_lm):
     """HFJudge itself on these weights: rubric prompts through the chat template, thinking turned off."""
+    from truthflow.config import schema_defaults
     from truthflow.depth.judge import HFJudge
 
     class SmokeJudge(HFJudge):
         def _load(self):
             return chat_lm
 
-    judge = SmokeJudge({"backend": "hf", "model": "random weights", "max_new_tokens": 8, "batch_size": 2})
+    given = {"backend": "hf", "model": "random weights", "max_new_tokens": 8, "batch_size": 2}
+    judge = SmokeJudge(schema_defaults("depth", "judge", given=given))
     rows = [{"question": q, "answer": "Paris", "reference": "Paris"} for q in QUESTIONS]
     assert judge._prompt(rows[0]).endswith("<think>\n\n</think>\n\n")
     verdicts = list(judge.verdicts(rows))
