@@ -115,7 +115,8 @@ MODEL_NAMES = {"model", "base", "lm_model"}
 
 def _model_calls(path: Path) -> list[str]:
     """Calls in a module that run a model: `.generate(`, `.forward(`, a call of a name or attribute
-    `model`/`base`, or of `get_output_embeddings()` / `get_input_embeddings()` results."""
+    `model`/`base`, of `get_output_embeddings()` / `get_input_embeddings()` results, or of the base model
+    fetched by `getattr(model, model.base_model_prefix)`."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if not isinstance(node, ast.Call):
@@ -134,7 +135,8 @@ def _model_calls(path: Path) -> list[str]:
         ):
             found.append(f"{path.name}:{node.lineno} {f.func.attr}()(")
         elif isinstance(f, ast.Call) and isinstance(f.func, ast.Name) and f.func.id == "getattr":
-            found.append(f"{path.name}:{node.lineno} getattr(...)(")
+            if "base_model_prefix" in ast.unparse(f):  # the base model, fetched by name and called
+                found.append(f"{path.name}:{node.lineno} getattr(...)(")
     return found
 
 
