@@ -22,6 +22,7 @@ from transformers import DynamicCache, LogitsProcessor, LogitsProcessorList
 from . import backend
 from .batches import pad_batch, run_batched, shared_head
 from .masks import layer_windows
+from .passes import model_parts
 
 # greedy search with none of a model's own sampling defaults (our sampling is a logits processor)
 GREEDY = {"do_sample": False, "top_p": None, "top_k": None, "temperature": None, "repetition_penalty": None}
@@ -115,7 +116,7 @@ def decode(
     model, tok = lm.model, lm.tokenizer
     stop_list = sorted(set(stop_ids))
     pad = tok.pad_token_id if tok.pad_token_id is not None else stop_list[0]
-    device = model.get_input_embeddings().weight.device
+    base, device, _ = model_parts(model)
     windows = [w for w in layer_windows(model.config) if w]
     results: list[list[int] | None] = [None] * len(encoded)
 
@@ -133,9 +134,7 @@ def decode(
         kwargs: dict = {"cache_implementation": "dynamic"}  # overrides a model default of "static"/"hybrid"
         if head:
             cache = DynamicCache(config=model.config)
-            getattr(model, model.base_model_prefix)(
-                input_ids=input_ids[:1, :head].to(device), cache=cache, use_cache=True
-            )
+            base(input_ids=input_ids[:1, :head].to(device), cache=cache, use_cache=True)
             cache.batch_repeat_interleave(len(rows))
             # a model default ("static", "hybrid") would refuse a given cache; set as a generate argument,
             # not through a copied generation_config (transformers warns on that mix and will refuse it)

@@ -229,14 +229,13 @@ def resid_states(
         try:
             prefix = worth_sharing(first_change(full, idx, cut)) if full else 0
             cache = prefix_cache(base, cap, ids, valid, prefix) if prefix else None
+            clean = attention_mask(valid, None, dtype) if len(full) < len(conditions) else None
             for n, c in enumerate(conditions):
                 mask = c.mask(idx, lengths, valid, dtype)
                 if c.window is not None:  # one truncated pass per layer, from position 0
                     cap.set_positions(probes)
-                    clean = attention_mask(valid, None, dtype)
-                    store(
-                        out[n], idx, _window_passes(base, layers, cap, ids, clean, mask, c.window), names[n]
-                    )
+                    values = _window_passes(base, layers, cap, ids, clean, mask, c.window)
+                    store(out[n], idx, values, names[n])
                     continue
                 cap.set_positions([p - prefix for p in probes])
                 rows = (
