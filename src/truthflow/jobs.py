@@ -31,11 +31,21 @@ def answer_table(
     """Answers to `questions` (generation.answer_questions) with the rule's params, in input order: greedy, or
     as `decoding` (engine.Decoding) says, each question's draws fixed by its key; render: a prompt file's
     layout (generation.fit_prompt)."""
-    p, lm, batch_size = sm.params, load_job_model(sm), sm.resources.batch_size
-    settings = {k: getattr(p, k) for k in ("token_budget", "max_prompt_tokens", "chat_template_kwargs")}
+    p = sm.params
     prompts, out = answer_questions(
-        lm, questions, p.chat, instruction, batch_size, p.max_new_tokens, desc, **settings,
-        decoding=decoding, keys=keys, render=render,
-    )  # fmt: skip
+        load_job_model(sm),
+        questions,
+        p.chat,
+        instruction,
+        sm.resources.batch_size,
+        p.max_new_tokens,
+        desc=desc,
+        token_budget=p.token_budget,
+        max_prompt_tokens=p.max_prompt_tokens,
+        chat_template_kwargs=p.chat_template_kwargs,
+        decoding=decoding,
+        keys=keys,
+        render=render,
+    )
     rows = [{"prompt": prompt, **o} for prompt, o in zip(prompts, out, strict=True)]
     return pl.DataFrame(rows, schema=ANSWER_SCHEMA)
