@@ -40,3 +40,20 @@ def test_every_model_rule_gets_threads_and_cpus_on_a_cluster(profile):
         assert isinstance(threads.get(rule), int) and threads[rule] >= 1, f"{profile}: set-threads.{rule}"
         cpus = (resources.get(rule) or {}).get("cpus_per_task")
         assert cpus == threads[rule], f"{profile}: set-resources.{rule}.cpus_per_task"
+
+
+def test_a_stale_profile_is_reported(tmp_path, monkeypatch):
+    """--check fails on a profile whose model-rule section lost a rule, and a rewrite restores it."""
+    import shutil
+
+    for name in PROFILES:
+        shutil.copytree(REPO / "profiles" / name, tmp_path / "profiles" / name)
+    shutil.copytree(REPO / "workflow" / "rules", tmp_path / "workflow" / "rules")
+    monkeypatch.setattr(make_profiles, "ROOT", tmp_path)
+    cfg = tmp_path / "profiles" / "slurm" / "config.yaml"
+    cfg.write_text(
+        "\n".join(line for line in cfg.read_text().splitlines() if "score_mink" not in line) + "\n"
+    )
+    assert make_profiles.main(["--check"]) == 1
+    assert make_profiles.main([]) == 0 and make_profiles.main(["--check"]) == 0
+    assert "score_mink: {cpus_per_task: 8}" in cfg.read_text()
