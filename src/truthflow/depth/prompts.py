@@ -109,11 +109,14 @@ def _fields(template: str, where: str) -> set[str]:
         raise TruthflowError(f"{where}: {exc} (write a literal brace twice: {{{{ or }}}})") from None
 
 
-def _read(value: str | Path, key: str, kind: str, keys: dict[str, type]) -> tuple[dict, Path]:
+def _read(value: str | Path, key: str, kind: str, keys: tuple[str, ...]) -> tuple[dict, str, dict]:
+    """The file's text fields (`keys`), the message prefix naming it, and its path and digest (of the bytes
+    parsed, read once)."""
     path = resolve(value, key)
     where = f"prompt file '{path}' (config key '{key}')"
+    raw = path.read_bytes()
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.safe_load(raw.decode("utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise TruthflowError(f"{where} is not readable YAML: {' '.join(str(exc).split())[:200]}") from None
     if not isinstance(data, dict):
@@ -126,10 +129,11 @@ def _read(value: str | Path, key: str, kind: str, keys: dict[str, type]) -> tupl
         problems = [f"unknown key(s) {unknown}"] if unknown else []
         problems += [f"missing key(s) {missing}"] if missing else []
         raise TruthflowError(f"{where}: {'; '.join(problems)} (a {kind} prompt has {', '.join(keys)})")
-    for k, typ in keys.items():
-        if not isinstance(data[k], typ):
+    for k in keys:
+        if not isinstance(data[k], str):
             raise TruthflowError(f"{where}: '{k}' must be text, got {type(data[k]).__name__}")
-    return data, path
+    source = {"path": str(path), "sha256": hashlib.sha256(raw).hexdigest()}
+    return {k: data[k] for k in keys}, where, source
 
 
 def _check_template(template: str, wanted: set[str], where: str) -> None:
@@ -142,25 +146,21 @@ def _check_template(template: str, wanted: set[str], where: str) -> None:
 
 
 def load_answer_prompt(value: str | Path, key: str = "depth.prompt") -> AnswerPrompt:
-    data, path = _read(value, key, "answer", {"system": str, "user": str, "no_system_role": str, "base": str})
-    where = f"prompt file '{path}' (config key '{key}')"
+    fields, where, source = _read(value, key, "answer", ("system", "user", "no_system_role", "base"))
     for field in ("user", "base"):
-        _check_template(data[field], ANSWER_FIELDS, f"{where}: '{field}'")
-    if data["no_system_role"] not in NO_SYSTEM_ROLE:
+        _check_template(fields[field], ANSWER_FIELDS, f"{where}: '{field}'")
+    if fields["no_system_role"] not in NO_SYSTEM_ROLE:
         raise TruthflowError(
             f"{where}: 'no_system_role' must be one of {', '.join(NO_SYSTEM_ROLE)}, "
-            f"got {data['no_system_role']!r}"
+            f"got {fields['no_system_role']!r}"
         )
-    fields = {k: data[k] for k in ("system", "user", "no_system_role", "base")}
-    return AnswerPrompt(**fields, path=str(path), sha256=digest(path))
+    return AnswerPrompt(**fields, **source)
 
 
 def load_judge_prompt(value: str | Path, key: str = "depth.judge.prompt") -> JudgePrompt:
-    data, path = _read(value, key, "judge", {"system": str, "task": str, "rubric": str})
-    where = f"prompt file '{path}' (config key '{key}')"
-    _check_template(data["task"], JUDGE_FIELDS, f"{where}: 'task'")
-    fields = {k: data[k] for k in ("system", "task", "rubric")}
-    return JudgePrompt(**fields, path=str(path), sha256=digest(path))
+    fields, where, source = _read(value, key, "judge", ("system", "task", "rubric"))
+    _check_template(fields["task"], JUDGE_FIELDS, f"{where}: 'task'")
+    return JudgePrompt(**fields, **source)
 
 
 def digest_rows(files: dict[str, tuple[str, str]], judge_backend: str) -> list[dict]:
