@@ -10,7 +10,10 @@ shape nearest in parameter count (time per sample in proportion to the parameter
 flagged as an estimate. A model on g GPUs costs g GPU-hours per hour. Rows: every row of a dataset whose n is
 null (else n); every answered question is assumed kept for the later stages (an upper bound: the exact-token
 step drops some). DepthQA answers decode up to depth.max_new_tokens: the answers figure is scaled from the
-tokens it was measured at. A stage without a figure on the card is pending and left out of the totals (named).
+tokens it was measured at. The knockout runs one pass per condition (E_Q and each control draw; the clean
+states come off saliency): its figure, measured with the schema's control draws (bench_job), is scaled to the
+config's pathways.knockout.control_draws. A stage without a figure on the card is pending and left out of the
+totals (named).
 Not counted: the judge (an API), the probes and tables (CPU).
 """
 
@@ -28,7 +31,7 @@ import yaml  # noqa: E402
 from common import REPO  # noqa: E402
 from shapes import SHAPES, dims  # noqa: E402
 
-from truthflow.config import fill_defaults  # noqa: E402
+from truthflow.config import fill_defaults, schema_defaults  # noqa: E402
 from truthflow.memplan import dims_for  # noqa: E402
 
 TABLE = Path(__file__).resolve().parent / "throughput.tsv"
@@ -68,15 +71,30 @@ def basis(name: str, params: int, measured: dict) -> tuple[str, float, bool]:
     return shape, params / active_params(dims(shape)), True
 
 
-def stage_hours(n: int, stage: str, shape_rows: dict, factor: float, gpus: int, new_tokens: int | None):
-    """GPU-hours of one stage over n samples, or None where the stage was not measured."""
+def stage_hours(
+    n: int,
+    stage: str,
+    shape_rows: dict,
+    factor: float,
+    gpus: int,
+    new_tokens: int | None,
+    passes: float = 1.0,
+):
+    """GPU-hours of one stage over n samples, or None where the stage was not measured. passes: the stage's
+    passes per sample relative to those it was measured with."""
     row = shape_rows.get(stage)
     if row is None:
         return None
-    per_sample = factor / row["samples_per_s"]
+    per_sample = factor * passes / row["samples_per_s"]
     if new_tokens is not None:  # decoding time grows with the new tokens
         per_sample *= new_tokens / row["max_new_tokens"]
     return n * per_sample * gpus / 3600
+
+
+def knockout_passes(config: dict) -> float:
+    """The config's knockout conditions (E_Q + control draws) over those of the measurement (the schema's)."""
+    measured = schema_defaults("pathways", "knockout")["control_draws"]
+    return (1 + config["pathways"]["knockout"]["control_draws"]) / (1 + measured)
 
 
 def config_costs(path: Path, measured: dict) -> tuple[str, list[dict]]:
@@ -97,7 +115,8 @@ def config_costs(path: Path, measured: dict) -> tuple[str, list[dict]]:
             for stage in stages:
                 new = config["depth"]["max_new_tokens"] if (part, stage) == ("depth", "answers") else None
                 new = new or (spec["max_new_tokens"] if stage == "answers" else None)
-                h = stage_hours(n, stage, measured[shape], factor, spec["gpus"], new)
+                passes = knockout_passes(config) if stage == "knockout" else 1.0
+                h = stage_hours(n, stage, measured[shape], factor, spec["gpus"], new, passes)
                 hours[stage] = None if h is None or hours.get(stage, 0) is None else hours.get(stage, 0) + h
         how = f"estimate: {shape} x {factor:.2f} (params)" if estimate else f"measured: {shape}"
         out.append({"model": name, "gpus": spec["gpus"], "hours": hours, "how": how, "stages": stages})
