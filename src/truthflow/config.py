@@ -252,9 +252,10 @@ def check_depth(depth: dict) -> None:
         )
 
 
-def check_config(config: dict, configfiles: Iterable = ()) -> None:
+def check_config(config: dict, configfiles: Iterable = ()) -> dict:
     """Every check of the config itself, each a TruthflowError naming the key or file; `config` is left as
-    given (a source key set to null is dropped), the checks that need defaults run on a filled copy."""
+    given (a source key set to null is dropped), the checks that need defaults run on a filled copy, which
+    is returned (the memory plan reads it too)."""
     check_config_files(configfiles)
     check_path_names(config)
     check_sources(config)
@@ -262,3 +263,4 @@ def check_config(config: dict, configfiles: Iterable = ()) -> None:
     full = fill_defaults(copy.deepcopy(config))
     check_names(full)
     check_depth(full["depth"])
+    return full

@@ -175,11 +175,12 @@ def plan_model(name: str, spec: dict, dims: Dims, jobs: set[str], saliency_batch
             **{k: at[k] for k in ("weights", *sorted(jobs))}}  # fmt: skip
 
 
-def fit_to_memory(config: dict) -> dict[str, dict]:
+def fit_to_memory(config: dict, full: dict | None = None) -> dict[str, dict]:
     """On a checked config before its defaults are filled (so that what it leaves out shows): plan_model per
     model, which refuses a model that cannot fit; batch_size and token_budget are set where the config leaves
-    them out and the dims may derive them. Returns the plans by model name."""
-    full = fill_defaults(copy.deepcopy(config))
+    them out and the dims may derive them. `full`: a filled copy of `config`, where the caller has one
+    (check_config's). Returns the plans by model name."""
+    full = fill_defaults(copy.deepcopy(config)) if full is None else full
     pw, exp = full["pathways"], full["pathways"]["experiments"]
     plans = {}
     for name, given in config["models"].items():

@@ -17,8 +17,8 @@ def prepare_config(
 ) -> dict:
     """In place, in order: check the config itself; fit each model's batch_size and token_budget to its GPUs
     where the config leaves them out (the memory plan); fill the schema's defaults; check what it names."""
-    check_config(config, configfiles)
-    fit_to_memory(config)
+    filled = check_config(config, configfiles)
+    fit_to_memory(config, filled)
     fill_defaults(config)
     check_named_inputs(config, os.environ if environ is None else environ)
     return config
