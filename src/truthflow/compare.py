@@ -37,7 +37,7 @@ def reproduced(p: dict, tables: dict[str, pl.DataFrame | None]) -> tuple[float, 
     if table is None:
         return None
     sub = table.filter(model=p["model"])
-    if kind != "median_mink" and kind not in DEPTH_METRICS and p["dataset"] != "all":
+    if p["dataset"] and p["dataset"] != "all":  # DepthQA's rows name no dataset: their tables have none
         sub = sub.filter(pl.col("dataset") == p["dataset"])
     if kind == "delta_p":
         sub = sub.filter(knockout="target", anchor=p["anchor"], layer=p["layer"])
