@@ -63,17 +63,14 @@ def reproduced(p: dict, tables: dict[str, pl.DataFrame | None]) -> tuple[float, 
 
 
 def depth_metric(sub: pl.DataFrame, p: dict) -> tuple[float | None, str]:
-    """A published.tsv row's depth_metrics value, by its scope (see DEPTH_METRICS)."""
-    depth = p["depth"]
-    if p["kind"] == "mean_score":
-        scope = f"depth {int(depth)}"
-    else:
-        scope = "overall" if depth is None else f"{int(depth) - 1}-{int(depth)}"
-    row = sub.filter(metric=p["kind"], scope=scope)
+    """A published.tsv row's depth_metrics value: the row of its metric and its `depth`, which published.tsv
+    and METRICS_SCHEMA define alike (see DEPTH_METRICS)."""
+    row = sub.filter(pl.col("metric") == p["kind"], pl.col("depth").eq_missing(p["depth"]))
     if row.height == 0:
         return None, ""
     unit = "questions" if p["kind"] == "mean_score" else "counted nodes"
-    return row["value"][0], f"{DEPTH_METRICS[p['kind']]}, {scope}, n = {row['n'][0]} {unit} ({p['source']})"
+    scope, n = row["scope"][0], row["n"][0]
+    return row["value"][0], f"{DEPTH_METRICS[p['kind']]}, {scope}, n = {n} {unit} ({p['source']})"
 
 
 def quantitative(published: pl.DataFrame, tables: dict[str, pl.DataFrame | None]) -> list[tuple]:

@@ -12,7 +12,7 @@ COLUMNS = {
     "detection": ["model", "dataset", "method", "auc", "status"],
     "depthwise": ["model", "depth", "mink"],
     "pooled": ["model", "depth", "median"],
-    "depth_metrics": ["model", "metric", "scope", "n", "value"],
+    "depth_metrics": ["model", "metric", "scope", "depth", "n", "value"],
 }
 
 
