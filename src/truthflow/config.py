@@ -179,10 +179,9 @@ def check_names(config: dict) -> None:
             )
     pw, depth, figures = config["pathways"], config["depth"], config["figures"]
     models, datasets = set(config["models"]), set(config["datasets"])
-    lists = {"pathways.models": pw["models"], "pathways.datasets": pw["datasets"]}
-    lists["depth.models"] = depth["models"]
-    lists_all = lists | {"figures.depth": figures["depth"], "figures.pathways": figures["pathways"]}
-    for key, names in lists_all.items():
+    listed = {f"pathways.{k}": pw[k] for k in ("models", "datasets")} | {"depth.models": depth["models"]}
+    figure_lists = {f"figures.{k}": figures[k] for k in ("depth", "pathways")}
+    for key, names in (listed | figure_lists).items():
         seen = [tuple(n) if isinstance(n, list) else n for n in names]
         for i, name in enumerate(names):
             if seen[i] in seen[:i]:
@@ -200,7 +199,7 @@ def check_names(config: dict) -> None:
         *((f"figures.pathways[{i}]", pair, "pathways") for i, pair in enumerate(figures["pathways"])),
         ("figures.depth", figures["depth"], "depth"),
     ]
-    for key, names in [*lists.items(), *((key, names) for key, names, _ in drawn)]:
+    for key, names in [*listed.items(), *((key, names) for key, names, _ in drawn)]:
         kind, known = ("dataset", datasets) if key == "pathways.datasets" else ("model", models)
         for name in names:
             if name not in known:
