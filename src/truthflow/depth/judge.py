@@ -20,6 +20,7 @@ import math
 import os
 import random
 import re
+import statistics
 from collections import Counter, namedtuple
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -368,9 +369,9 @@ SCORES_SCHEMA = {
 
 def _summary(qid: str, entries: list[dict], backend: str, cached: bool) -> tuple:
     scores = [e["score"] for e in entries]
-    parsed = [float(x) for x in scores if x is not None]
-    mean = sum(parsed) / len(parsed) if parsed else None
-    sd = math.sqrt(sum((x - mean) ** 2 for x in parsed) / (len(parsed) - 1)) if len(parsed) > 1 else None
+    parsed = [x for x in scores if x is not None]
+    mean = statistics.fmean(parsed) if parsed else None
+    sd = statistics.stdev(parsed) if len(parsed) > 1 else None  # the sample SD (n - 1)
     return (
         qid,
         mean,
