@@ -1,7 +1,7 @@
 import polars as pl
 
 from truthflow import runlog, validate
-from truthflow.depth.judge import judge_all
+from truthflow.depth.judge import judge_all, sampled
 
 
 def main(sm):
@@ -22,10 +22,10 @@ def main(sm):
     )
     if missing.height:
         print(missing.group_by("reason").len(), flush=True)
-        if sm.params.judge["decoding"]["mode"] == "greedy":
-            print("missing verdicts are not cached: --forcerun judge_answers asks for them again", flush=True)
-        else:  # a sampled draw that did not parse is a draw: cached, and counted by depth.metrics.unparseable
+        if sampled(sm.params.judge):  # a draw that did not parse is a draw: cached, counted by the metrics
             print("unparseable sampled verdicts are cached draws (depth.metrics.unparseable)", flush=True)
+        else:
+            print("missing verdicts are not cached: --forcerun judge_answers asks for them again", flush=True)
     out = scores.join(answers.select("qid", "depth"), on="qid", how="left")
     out.with_columns(pl.lit(sm.wildcards.model).alias("model")).write_parquet(sm.output[0])
 
