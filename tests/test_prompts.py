@@ -134,3 +134,23 @@ def test_bad_judge_prompt_and_missing_file_name_the_key(tmp_path) -> None:
         TruthflowError, match=r"^config key 'depth.judge.prompt': prompt file 'nope.yaml' does not"
     ):
         prompts.load_judge_prompt("nope.yaml")
+
+
+def test_unreadable_prompt_file_is_one_message_naming_key_and_file(tmp_path, monkeypatch) -> None:
+    """A file the job may not read (chmod 000; faked here, as root reads any file) is refused at parse time
+    in one line, not with a traceback."""
+    path = tmp_path / "answer.yaml"
+    path.write_text(ANSWER.read_text())
+    prompts.load_answer_prompt(path)  # readable: taken
+    real = prompts.Path.read_bytes
+
+    def read_bytes(self):
+        if self == path:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(prompts.Path, "read_bytes", read_bytes)
+    with pytest.raises(
+        TruthflowError, match=r"\(config key 'depth.prompt'\) cannot be read: Permission denied$"
+    ):
+        prompts.load_answer_prompt(path)

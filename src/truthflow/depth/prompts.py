@@ -114,7 +114,10 @@ def _read(value: str | Path, key: str, kind: str, keys: tuple[str, ...]) -> tupl
     parsed, read once)."""
     path = resolve(value, key)
     where = f"prompt file '{path}' (config key '{key}')"
-    raw = path.read_bytes()
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:  # no read permission, or the file vanished since resolve()
+        raise TruthflowError(f"{where} cannot be read: {exc.strerror or exc}") from None
     try:
         data = yaml.safe_load(raw.decode("utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
