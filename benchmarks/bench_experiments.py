@@ -50,6 +50,7 @@ def bench(lm, label: str, dims, args) -> None:
     plan = common.plan_settings(dims, str(lm.model.dtype).removeprefix("torch."), args.gpu_mem_gb)
     seqs, starts, eqs, eas = make_case(n, args.length, vocab, args.prefix, 0)
     r_seqs, r_starts, r_eqs, r_eas = make_case(n, args.length, vocab, args.prefix, 1)
+    common.init_device(lm)
     t_first, t_rep, got, _ = common.first_and_repeat(lambda: saliency(lm, seqs, starts, eqs, eas, batch))
     r_first, r_rep, _, _ = common.first_and_repeat(
         lambda: (

@@ -83,8 +83,7 @@ def compare(lm, label, dims, cases, chat, stop_at_newline, args) -> None:
     plan = common.settings(args, dims, str(lm.model.dtype).removeprefix("torch."))
     batch, budget, max_new = plan["batch_size"], plan["token_budget"], args.max_new_tokens
     (prompts, encoded), (_, ref_encoded) = cases
-    with torch.inference_mode():  # initialise the device libraries (BLAS, CUDA context), nothing of generate
-        lm.model(torch.tensor([[2]], device=lm.model.get_input_embeddings().weight.device))
+    common.init_device(lm)
 
     def project():
         return generate_answers(

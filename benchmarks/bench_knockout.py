@@ -118,6 +118,7 @@ def bench(lm, label, dims, args):
         conds = [Condition(), *(Condition(block=b) for b in (bl, *controls))]
         return resid_states(lm, s, p, conds, batch, desc=label)
 
+    common.init_device(lm)
     t_first, t_rep, _, _ = common.first_and_repeat(lambda: sweep(seqs, probe, blocks))
     r_first, r_rep, _, _ = common.first_and_repeat(
         lambda: two_pass_reference(lm, r_seqs, r_probe, r_blocks, batch)
