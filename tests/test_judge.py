@@ -464,6 +464,15 @@ def test_unknown_backend_is_refused_by_the_schema() -> None:
         {"backend": "openai", "model": "m", "api_key_env": "MY_KEY"},
         {"backend": "openai", "model": "m", "api_key_env": None},  # a local endpoint without a key
         {"backend": "hf", "model": "some/dir"},
+        # several sampled verdicts: the passing side of the refusal of several greedy ones
+        {"backend": "reference", "judgments": 3, "decoding": {"mode": "sampled"}},
+        {
+            "backend": "openai",
+            "model": "m",
+            "api_key_env": None,
+            "judgments": 3,
+            "decoding": {"mode": "sampled"},
+        },
     ],
 )
 def test_check_judge_config_passes(cfg) -> None:
