@@ -161,6 +161,15 @@ def test_check_judge_config_refuses_what_cannot_run(cfg, match) -> None:
         ),
         (("metrics", "n_boot"), 10, r"^depth\.metrics\.n_boot: 10 is less than the minimum of 100"),
         (("prompt",), 3, r"^depth\.prompt: 3 is not of type 'string'"),
+        # the answers' decoding
+        (("decoding", "mode"), "beam", r"^depth\.decoding\.mode: 'beam' is not one of"),
+        (("decoding", "top_p"), 0, r"^depth\.decoding\.top_p: 0 is less than or equal"),
+        (
+            ("decoding", "repetition_penalty"),
+            -1,
+            r"^depth\.decoding\.repetition_penalty: -1 is less than or equal",
+        ),
+        (("decoding", "seed"), "42", r"^depth\.decoding\.seed: '42' is not of type 'integer'"),
     ],
 )
 def test_bad_values_are_one_message_naming_the_key(path, value, match) -> None:
