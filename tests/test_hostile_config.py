@@ -422,3 +422,16 @@ def test_reversed_check_layer_range_is_refused():
         prepare_config(cfg, environ={})
     cfg["pathways"]["check"] = {"layers": [5, 20]}
     prepare_config(cfg, environ={})  # the same range the right way round is taken
+
+
+def test_bad_prompt_files_are_refused_at_parse_time(tmp_path):
+    """depth.prompt and depth.judge.prompt are read before any job: a missing or malformed file is one line
+    naming its key; the shipped files pass."""
+    cfg = depth_config({"backend": "reference", "prompt": str(tmp_path / "missing.yaml")})
+    assert refusal(cfg).startswith("config key 'depth.judge.prompt': prompt file '")
+    wrong_kind = tmp_path / "answer.yaml"
+    wrong_kind.write_text((REPO / "prompts" / "depthqa_judge.yaml").read_text())
+    cfg = depth_config({"backend": "reference"})
+    cfg["depth"]["prompt"] = str(wrong_kind)
+    assert f"prompt file '{wrong_kind}' (config key 'depth.prompt'): kind must be 'answer'" in refusal(cfg)
+    prepare_config(depth_config({"backend": "reference"}), [], {})
