@@ -69,7 +69,9 @@ def fmt(value) -> str:
     if isinstance(value, int):
         return f"{value:,}" if abs(value) >= 10_000 else str(value)
     if isinstance(value, float):
-        return "0" if value == 0 else f"{value:,.1f}" if abs(value) >= 100 else f"{value:.3g}"
+        if value == 0:
+            return "0"
+        return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.3g}"
     return str(value)
 
 
