@@ -4,27 +4,26 @@ METHOD B4, from the per-question table (model, qid, depth, judgments) and the gr
 - mean score per depth, over that depth's questions, with a bootstrap 95% CI;
 - forward discrepancy, per depth pair (a, b) = (1, 2) and (2, 3): for each node of depth b, p = the mean
   score of its direct predecessors of depth a and s = its own score; counted only where p >= 4; its value
-  max(0, (p - s) / 4). The pair's discrepancy is the mean over the counted nodes; "overall" pools the counted
-  nodes of both pairs;
-- backward discrepancy, per pair: for each node of depth a, s = its own score and f = the score of its first
-  direct successor of depth b (first in its `direct_successors` list); counted only where f >= 4; its value
-  max(0, (f - s) / 4); means as above.
+  max(0, (p - s) / 4). The pair's discrepancy is the mean over the counted nodes; "overall" pools both pairs';
+- backward discrepancy, per pair: the same for each node of depth a, with p = the score of its first direct
+  successor of depth b (first in its `direct_successors` list).
 
 The discrepancies are over graph nodes (a question two nodes share counts once per node), the mean scores over
 questions, as in the authors' code. A question's score is the mean of its verdicts. An unparseable verdict
-(`unparseable`): "zero" scores it 0 (the authors' compute_score, where a verdict without a score is 0);
-"omit" leaves it out of its question's mean, a question without a parsed verdict out of the mean score, and a
-node whose score or whose predecessors' or successor's score is missing out of the discrepancy; the rows
-count what they left out. A row with n = 0 has no value: its note says why."""
+(`unparseable`): "zero" scores it 0 (the authors' compute_score); "omit" leaves it out of its question's mean,
+a question without a parsed verdict out of the mean score, and a node missing its own or a neighbour's score
+out of the discrepancy; the rows count what they left out. A row with n = 0 has a note saying why."""
 
 from __future__ import annotations
+
+from functools import partial
 
 import numpy as np
 import polars as pl
 
 from ..errors import TruthflowError
 from ..stats import bootstrap_ci
-from .tables import NODE_COLUMNS
+from .tables import node_records, require_columns
 
 PAIRS = ((1, 2), (2, 3))
 GATE = 4  # the authors count a node only where the shallower side's score reaches this
@@ -49,27 +48,21 @@ def question_scores(per_question_df: pl.DataFrame, unparseable: str) -> pl.DataF
     """model, qid, depth, score (null: left out), n_unparseable: one question's score under the policy."""
     if unparseable not in UNPARSEABLE:
         raise TruthflowError(f"depth.metrics.unparseable must be one of {UNPARSEABLE}, got {unparseable!r}")
-    missing = [c for c in ("model", "qid", "depth", "judgments") if c not in per_question_df.columns]
-    if missing:
-        raise TruthflowError(f"per-question table lacks column(s) {missing} (has {per_question_df.columns})")
+    columns = ("model", "qid", "depth", "judgments")
+    require_columns(per_question_df, columns, "per-question table")
     rows = []
-    for model, qid, depth, verdicts in per_question_df.select(
-        "model", "qid", "depth", "judgments"
-    ).iter_rows():
+    for model, qid, depth, verdicts in per_question_df.select(columns).iter_rows():
         # no verdict row: one that did not parse
         verdicts = list(verdicts) if verdicts is not None else [None]
         parsed = [v for v in verdicts if v is not None]
-        if unparseable == "zero":
-            score = sum(parsed) / len(verdicts)
-        else:
-            score = sum(parsed) / len(parsed) if parsed else None
+        denominator = len(verdicts) if unparseable == "zero" else len(parsed)
+        score = sum(parsed) / denominator if denominator else None
         rows.append((model, qid, depth, score, len(verdicts) - len(parsed)))
-    schema = {"model": pl.Utf8, "qid": pl.Utf8, "depth": pl.Int64, "score": pl.Float64}
-    schema |= {"n_unparseable": pl.Int64}
+    schema = dict(model=pl.Utf8, qid=pl.Utf8, depth=pl.Int64, score=pl.Float64, n_unparseable=pl.Int64)
     return pl.DataFrame(rows, schema=schema, orient="row")
 
 
-def _row(model, metric, scope, depth, values, left_out, n_bad, policy, note, boot) -> dict:
+def _row(model, metric, scope, depth, values, left_out, n_bad, note, *, policy, boot) -> dict:
     values = np.asarray(values, dtype=float)
     lo, hi = bootstrap_ci(values, *boot) if len(values) else (float("nan"), float("nan"))
     return {
@@ -89,58 +82,41 @@ def _why_empty(looked: int, left_out: int, gate_side: str) -> str:
     return f"n = 0: no {gate_side} reaches {GATE}, so no node is counted"
 
 
-def _node_scores(nodes_df: pl.DataFrame, scores: pl.DataFrame) -> tuple[dict, dict, dict]:
-    """nodeid -> node, nodeid -> score (absent: left out), nodeid -> its question's unparseable verdicts."""
-    nodes = {rec["nodeid"]: rec for rec in nodes_df.select(NODE_COLUMNS).iter_rows(named=True)}
-    by_q = {
-        qid: (score, bad) for qid, score, bad in scores.select("qid", "score", "n_unparseable").iter_rows()
-    }
-    score_of = {
-        n: by_q[r["qid"]][0] for n, r in nodes.items() if r["qid"] in by_q and by_q[r["qid"]][0] is not None
-    }
-    bad_of = {n: by_q[r["qid"]][1] if r["qid"] in by_q else 0 for n, r in nodes.items()}
-    return nodes, score_of, bad_of
+def _node_scores(nodes: dict, scores: pl.DataFrame) -> tuple[dict, dict]:
+    """nodeid -> score (absent: left out), nodeid -> its question's unparseable verdicts."""
+    by_q = {q: (score, bad) for q, score, bad in scores.select("qid", "score", "n_unparseable").iter_rows()}
+    score_of = {n: by_q[r["qid"]][0] for n, r in nodes.items() if by_q.get(r["qid"], (None,))[0] is not None}
+    return score_of, {n: by_q.get(r["qid"], (None, 0))[1] for n, r in nodes.items()}
 
 
-def forward_values(nodes: dict, score_of: dict, bad_of: dict, a: int, b: int) -> tuple[list, int, int, int]:
+def discrepancy_values(
+    nodes: dict, score_of: dict, bad_of: dict, a: int, b: int, forward: bool
+) -> tuple[list, int, int, int]:
     """(the counted nodes' values, nodes left out, unparseable verdicts among the nodes looked at, nodes
-    looked at)."""
+    looked at). Forward: each node of depth b against its predecessors of depth a; backward: each node of
+    depth a against its first successor of depth b (the other successors play no part)."""
     values, left_out, bad, looked = [], 0, 0, 0
     for nodeid, rec in sorted(nodes.items()):
-        preds = [p for p in rec["direct_predecessors"] if nodes[p]["depth"] == a]
-        if rec["depth"] != b or not preds:
+        if forward:
+            depth, others = b, [p for p in rec["direct_predecessors"] if nodes[p]["depth"] == a]
+        else:
+            depth, others = a, [s for s in rec["direct_successors"] if nodes[s]["depth"] == b][:1]
+        if rec["depth"] != depth or not others:
             continue
         looked += 1
-        bad += bad_of[nodeid] + sum(bad_of[p] for p in preds)
-        if nodeid not in score_of or any(p not in score_of for p in preds):
+        bad += bad_of[nodeid] + sum(bad_of[o] for o in others)
+        if nodeid not in score_of or any(o not in score_of for o in others):
             left_out += 1
             continue
-        pred_mean = sum(score_of[p] for p in preds) / len(preds)
-        if pred_mean >= GATE:
-            values.append(max(0.0, (pred_mean - score_of[nodeid]) / 4))
-    return values, left_out, bad, looked
-
-
-def backward_values(nodes: dict, score_of: dict, bad_of: dict, a: int, b: int) -> tuple[list, int, int, int]:
-    values, left_out, bad, looked = [], 0, 0, 0
-    for nodeid, rec in sorted(nodes.items()):
-        succs = [s for s in rec["direct_successors"] if nodes[s]["depth"] == b]
-        if rec["depth"] != a or not succs:
-            continue
-        first = succs[0]  # the first-successor rule: the other successors play no part
-        looked += 1
-        bad += bad_of[nodeid] + bad_of[first]
-        if nodeid not in score_of or first not in score_of:
-            left_out += 1
-            continue
-        if score_of[first] >= GATE:
-            values.append(max(0.0, (score_of[first] - score_of[nodeid]) / 4))
+        other_mean = sum(score_of[o] for o in others) / len(others)
+        if other_mean >= GATE:
+            values.append(max(0.0, (other_mean - score_of[nodeid]) / 4))
     return values, left_out, bad, looked
 
 
 DISCREPANCIES = {
-    "forward_discrepancy": (forward_values, "predecessors' mean score"),
-    "backward_discrepancy": (backward_values, "first successor's score"),
+    "forward_discrepancy": (True, "predecessors' mean score"),
+    "backward_discrepancy": (False, "first successor's score"),
 }
 
 
@@ -153,12 +129,8 @@ def depth_metrics(
 ) -> pl.DataFrame:
     """Per model: mean score per depth, forward and backward discrepancy per pair and overall (METRICS_SCHEMA,
     long). Without a graph (empty nodes table) only the mean scores."""
-    scores = question_scores(per_question_df, unparseable)
-    if nodes_df.height:
-        missing = [c for c in NODE_COLUMNS if c not in nodes_df.columns]
-        if missing:
-            raise TruthflowError(f"nodes table lacks column(s) {missing} (has {nodes_df.columns})")
-    boot = (n_boot, seed)
+    scores, nodes = question_scores(per_question_df, unparseable), node_records(nodes_df)
+    row = partial(_row, policy=unparseable, boot=(n_boot, seed))
     rows = []
     for (model,), sub in sorted(scores.group_by("model")):
         for depth in (1, 2, 3):
@@ -170,19 +142,19 @@ def depth_metrics(
                 if kept
                 else f"n = 0: no scored question of depth {depth}"
             )
-            rows.append(
-                _row(model, "mean_score", f"depth {depth}", depth, kept, left, bad, unparseable, note, boot)
-            )
-        if not nodes_df.height:
+            rows.append(row(model, "mean_score", f"depth {depth}", depth, kept, left, bad, note))
+        if not nodes:
             continue
-        nodes, score_of, bad_of = _node_scores(nodes_df, sub)
-        for metric, (values_of, gate_side) in DISCREPANCIES.items():
-            per_pair = [((a, b), *values_of(nodes, score_of, bad_of, a, b)) for a, b in PAIRS]
+        score_of, bad_of = _node_scores(nodes, sub)
+        for metric, (forward, gate_side) in DISCREPANCIES.items():
+            per_pair = [
+                ((a, b), *discrepancy_values(nodes, score_of, bad_of, a, b, forward)) for a, b in PAIRS
+            ]
             for (a, b), values, left, bad, looked in per_pair:
                 note = f"depth {a} <-> depth {b}" if values else _why_empty(looked, left, gate_side)
-                rows.append(_row(model, metric, f"{a}-{b}", b, values, left, bad, unparseable, note, boot))
+                rows.append(row(model, metric, f"{a}-{b}", b, values, left, bad, note))
             pooled = [v for _, values, *_ in per_pair for v in values]
             left, bad, looked = (sum(p[i] for p in per_pair) for i in (2, 3, 4))
             note = "both pairs' counted nodes" if pooled else _why_empty(looked, left, gate_side)
-            rows.append(_row(model, metric, "overall", None, pooled, left, bad, unparseable, note, boot))
+            rows.append(row(model, metric, "overall", None, pooled, left, bad, note))
     return pl.DataFrame(rows, schema=METRICS_SCHEMA)

@@ -25,23 +25,23 @@ POOLED_SCHEMA = {"model": pl.Utf8, "depth": pl.Int64, "k": pl.Utf8, "n": pl.Int6
 POOLED_SCHEMA |= dict.fromkeys(["mean", "std", "median", "q25", "q75"], pl.Float64)
 
 
-def _require(df: pl.DataFrame, columns: list[str] | tuple[str, ...], what: str) -> None:
+def require_columns(df: pl.DataFrame, columns: list[str] | tuple[str, ...], what: str) -> None:
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise TruthflowError(f"{what} lacks column(s) {missing} (has {df.columns})")
 
 
-def _node_records(nodes_df: pl.DataFrame) -> dict[str, dict]:
+def node_records(nodes_df: pl.DataFrame) -> dict[str, dict]:
     """nodeid → node, of a graph data.load_depthqa has checked (closed, one D3 per group)."""
     if nodes_df.height == 0:
         return {}
-    _require(nodes_df, NODE_COLUMNS, "nodes table")
+    require_columns(nodes_df, NODE_COLUMNS, "nodes table")
     return {rec["nodeid"]: rec for rec in nodes_df.select(NODE_COLUMNS).iter_rows(named=True)}
 
 
 def group_members(nodes_df: pl.DataFrame) -> pl.DataFrame:
     """One row per (group, node): every D3 node with its ancestors, found through direct_predecessors."""
-    nodes = _node_records(nodes_df)
+    nodes = node_records(nodes_df)
     rows = []
     for d3, rec in nodes.items():
         if rec["depth"] != 3:
@@ -64,7 +64,7 @@ def depthwise_average(per_question_df: pl.DataFrame, nodes_df: pl.DataFrame, k: 
     members = group_members(nodes_df)
     if members.height == 0:
         return pl.DataFrame(schema=DEPTHWISE_SCHEMA)
-    _require(per_question_df, ["model", "qid", col], "per-question table")
+    require_columns(per_question_df, ["model", "qid", col], "per-question table")
     scores = per_question_df.select("model", "qid", pl.col(col).cast(pl.Float64))
     per_group = members.select("group", "d3_node", "depth", "qid").unique()
     return (
@@ -87,10 +87,10 @@ def score_gaps(per_question_df: pl.DataFrame, nodes_df: pl.DataFrame) -> tuple[p
     """Per (model, group): the score gap (METHOD B4). Every group gets a row; an excluded one (no D2
     predecessor, a missing score) has a null gap and its reason in `excluded`. Returns the table and the
     number of excluded (model, group) rows."""
-    nodes = _node_records(nodes_df)
+    nodes = node_records(nodes_df)
     if not nodes:
         return pl.DataFrame(schema=GAP_SCHEMA), 0
-    _require(per_question_df, ["model", "qid", "score"], "per-question table")
+    require_columns(per_question_df, ["model", "qid", "score"], "per-question table")
     rows = []
     for (model,), scores in sorted(per_question_df.group_by("model")):
         score_of = {
@@ -131,7 +131,7 @@ def memorization_split(
         raise TruthflowError(
             f"memorization split quantiles must satisfy 0 ≤ lower ({lower_q}) < upper ({upper_q}) ≤ 1"
         )
-    _require(d3_mink_by_group, ["model", "group", "mink"], "D3 MIN-K% table")
+    require_columns(d3_mink_by_group, ["model", "group", "mink"], "D3 MIN-K% table")
     if gaps_df.height == 0:
         return pl.DataFrame(schema=SPLIT_SCHEMA)
     joined = gaps_df.filter(pl.col("gap").is_not_null()).join(
@@ -155,7 +155,7 @@ def memorization_split(
 def pooled_by_depth(per_question_df: pl.DataFrame, k: float) -> pl.DataFrame:
     """Per (model, depth) over all questions, no graph needed: n, mean, std, median, quartiles of MIN-K%."""
     col = mink_column(k)
-    _require(per_question_df, ["model", "qid", "depth", col], "per-question table")
+    require_columns(per_question_df, ["model", "qid", "depth", col], "per-question table")
     value = pl.col(col).cast(pl.Float64)
     return (
         per_question_df.group_by("model", "depth")
