@@ -1,7 +1,6 @@
 """Dataset loading (hub or local files in each set's published layout) into one schema: id, dataset,
-question, answers, plus the set's own useful fields. Ids are the source's own or a hash of the normalized
-question, so a question keeps its id whatever `n` and `seed` pick. Unusable rows (a repeated id, no question,
-no gold answer) are dropped before sampling and listed in a dropped table, as is too large an `n`."""
+question, answers, plus the set's own fields. Ids are the source's own or a hash of the normalized question,
+so they do not depend on `n` and `seed`. Unusable rows and too large an `n` go to a dropped table."""
 
 from __future__ import annotations
 
@@ -15,13 +14,15 @@ import polars as pl
 
 from . import registry
 from .errors import TruthflowError
-from .hub import HUB_ATTEMPTS, is_transient
-from .hub import retrying as hub_retrying
+from .hub import HUB_ATTEMPTS, is_transient, retrying
 from .registry import get_field as _get
 from .registry import question_id  # noqa: F401 - the stable id rule, imported from here by tests
 
 DEPTHQA_CONFIGS = ("questions", "nodes", "node_to_q")
-DROPPED_QUESTIONS_SCHEMA = {"dataset": pl.String, "id": pl.String, "reason": pl.String, "detail": pl.String}
+DROPPED_QUESTIONS_SCHEMA = dict.fromkeys(["dataset", "id", "reason", "detail"], pl.String)
+_LINKS = {"direct_predecessors": "predecessor", "direct_successors": "successor"}  # nodes' columns: role
+NODES_SCHEMA = {"nodeid": pl.String, "group": pl.String, "depth": pl.Int64}
+NODES_SCHEMA |= {**dict.fromkeys(_LINKS, pl.List(pl.String)), "qid": pl.String}
 
 
 def _bad_json(path: Path, lineno: int, exc: json.JSONDecodeError) -> TruthflowError:
@@ -44,8 +45,7 @@ def _json_lines(path: Path, text: str) -> list[dict]:
     return out
 
 
-def _read_json_records(path: Path, field: str | None) -> list[dict]:
-    text = path.read_text(encoding="utf-8")
+def _read_json_records(path: Path, text: str, field: str | None) -> list[dict]:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -72,9 +72,8 @@ def _read_json_records(path: Path, field: str | None) -> list[dict]:
 
 
 def _read_delimited(path: Path, delimiter: str) -> list[dict]:
-    """TSV/CSV with standard quoting ("a<TAB>b" is one field, "" an escaped quote). A row whose field
-    count differs from the header's (an unquoted tab or comma inside a field) is an error naming the line
-    (polars' read_csv names none)."""
+    """TSV/CSV with standard quoting; a row whose field count differs from the header's (an unquoted tab or
+    comma inside a field) is an error naming the line (polars' read_csv names none)."""
     kind = "tab" if delimiter == "\t" else "comma"
     records: list[dict] = []
     with path.open(encoding="utf-8", newline="") as fh:
@@ -87,8 +86,7 @@ def _read_delimited(path: Path, delimiter: str) -> list[dict]:
                     continue
                 if header is None:
                     header = [h.strip() for h in row]
-                    dup = sorted({h for h in header if header.count(h) > 1})
-                    if dup:
+                    if dup := sorted({h for h in header if header.count(h) > 1}):
                         raise TruthflowError(f"{path} line {lineno}: header repeats column(s) {dup}")
                     continue
                 if len(row) != len(header):
@@ -116,29 +114,26 @@ def _check_file(path: Path, directory_ok: bool = False) -> None:
 
 
 def read_local_records(path: str | Path, fmt: str = "auto", field: str | None = None) -> list[dict]:
+    """The records of a local file; format 'auto' goes by its suffix."""
     path = Path(path)
     _check_file(path)
-    if fmt == "auto":
-        fmt = path.suffix.lower().lstrip(".")
-        if fmt not in ("jsonl", "json", "tsv", "csv", "parquet"):
-            raise TruthflowError(f"'{path}': cannot tell the format from the suffix; set `format:`")
+    fmt = path.suffix.lower().lstrip(".") if fmt == "auto" else fmt
+    if fmt not in ("jsonl", "json", "tsv", "csv", "parquet"):
+        raise TruthflowError(f"'{path}': cannot tell the format from the suffix; set `format:`")
+    if fmt == "parquet":
+        try:
+            return pl.read_parquet(path).to_dicts()
+        except (pl.exceptions.PolarsError, OSError) as exc:
+            raise TruthflowError(f"'{path}': not a readable parquet file ({str(exc)[:200]})") from None
     try:
-        if fmt == "jsonl":
-            return _json_lines(path, path.read_text(encoding="utf-8"))
-        if fmt == "json":
-            return _read_json_records(path, field)
         if fmt in ("tsv", "csv"):
             return _read_delimited(path, "\t" if fmt == "tsv" else ",")
-        if fmt == "parquet":
-            try:
-                return pl.read_parquet(path).to_dicts()
-            except (pl.exceptions.PolarsError, OSError) as exc:
-                raise TruthflowError(f"'{path}': not a readable parquet file ({str(exc)[:200]})") from None
+        text = path.read_text(encoding="utf-8")
+        return _json_lines(path, text) if fmt == "jsonl" else _read_json_records(path, text, field)
     except UnicodeDecodeError as exc:
         raise TruthflowError(
             f"'{path}': not UTF-8 text (byte {exc.start}); is format '{fmt}' right?"
         ) from None
-    raise TruthflowError(f"'{path}': unknown format '{fmt}'")
 
 
 def load_hub_records(
@@ -148,7 +143,7 @@ def load_hub_records(
     import datasets
 
     try:
-        retry = hub_retrying(f"dataset '{label}'", hub)
+        retry = retrying(f"dataset '{label}'", hub)
         ds = retry(datasets.load_dataset, hub, config, split=split, revision=revision)
     except Exception as exc:  # noqa: BLE001 - DatasetNotFoundError, ValueError(bad split/config), ...
         tried = f"failed {HUB_ATTEMPTS} times (transient)" if is_transient(exc) else "failed"
@@ -164,20 +159,6 @@ def sample_indices(total: int, n: int | None, seed: int) -> list[int]:
     if n is None or n >= total:
         return list(range(total))
     return sorted(random.Random(seed).sample(range(total), n))
-
-
-# each QA set's fields, ids and required columns are its entry in registry.py
-def _check_columns(name: str, records: list[dict], origin: str) -> None:
-    if not records:
-        raise TruthflowError(f"dataset '{name}': '{origin}' holds no records")
-    first = records[0]
-    need = registry.get(name).required
-    missing = [c for c in need if _get(first, c) is None and _get(first, c.capitalize()) is None]
-    if missing:
-        raise TruthflowError(
-            f"dataset '{name}': '{origin}' lacks column(s) {missing} (it has {sorted(first)[:12]}); "
-            f"map them with `datasets.{name}.source.columns`, e.g. {{{missing[0]}: <column in the file>}}"
-        )
 
 
 def _dropped_frame(name: str, dropped: list[dict]) -> pl.DataFrame:
@@ -198,8 +179,7 @@ def load_qa(name: str, spec: dict) -> tuple[pl.DataFrame, dict]:
     entry = registry.get(name)  # an unknown name fails here, naming the registered ones
     spec = {**spec, "source": dict(spec["source"])} if spec.get("source") else dict(spec)
     registry.fill_source(name, spec)
-    src = spec["source"]
-    n, seed = spec.get("n"), int(spec.get("seed", 0))
+    src, n, seed = spec["source"], spec.get("n"), int(spec.get("seed", 0))
     if "local" in src:
         origin = str(src["local"])
         try:
@@ -213,7 +193,15 @@ def load_qa(name: str, spec: dict) -> tuple[pl.DataFrame, dict]:
         )
     columns = src.get("columns") or {}
     records = [{**r, **{c: _get(r, source) for c, source in columns.items()}} for r in records]
-    _check_columns(name, records, origin)
+    if not records:
+        raise TruthflowError(f"dataset '{name}': '{origin}' holds no records")
+    first = records[0]  # a capitalized column counts (TriviaQA's "Question")
+    missing = [c for c in entry.required if _get(first, c) is None and _get(first, c.capitalize()) is None]
+    if missing:
+        raise TruthflowError(
+            f"dataset '{name}': '{origin}' lacks column(s) {missing} (it has {sorted(first)[:12]}); "
+            f"map them with `datasets.{name}.source.columns`, e.g. {{{missing[0]}: <column in the file>}}"
+        )
     rows, dropped, seen = [], [], set()  # dropped: no question, no gold answer, or an id seen before
     for i, rec in enumerate(records):
         row = entry.normalize(rec, i)
@@ -230,22 +218,12 @@ def load_qa(name: str, spec: dict) -> tuple[pl.DataFrame, dict]:
         raise TruthflowError(
             f"dataset '{name}': no usable row in '{origin}' (every row lacks a question or answer)"
         )
-    first = ["id", "dataset", "question", "answers"]
-    df = pl.DataFrame(rows).select(*first, pl.exclude(first))
+    lead = ["id", "dataset", "question", "answers"]
+    df = pl.DataFrame(rows).select(*lead, pl.exclude(lead))
     reasons = [d["reason"] for d in dropped]
     counts = {r: reasons.count(r) for r in ("no_gold_answer", "no_question", "duplicate_id")}
     report = {"dataset": name, "origin": origin, "available": len(records), "n": n, "kept": df.height}
     return df, {**report, **counts, "dropped": _dropped_frame(name, dropped)}
-
-
-NODES_SCHEMA = {
-    "nodeid": pl.String,
-    "group": pl.String,
-    "depth": pl.Int64,
-    "direct_predecessors": pl.List(pl.String),
-    "direct_successors": pl.List(pl.String),
-    "qid": pl.String,
-}
 
 
 def _depthqa_questions(records: list[dict], where: str) -> tuple[pl.DataFrame, list[dict]]:
@@ -313,17 +291,15 @@ def depthqa_nodes(
         if str(depth) not in ("1", "2", "3") or int(depth) != depth_of[qid]:
             need = f"its question '{qid}' has {depth_of[qid]}; a node's depth is 1, 2 or 3, its question's"
             raise _graph_error(f"{wn}: node '{nid}' has depth {depth!r} but {need}")
-        links = {k: [str(x) for x in rec.get(k) or []] for k in ("direct_predecessors", "direct_successors")}
+        links = {k: [str(x) for x in rec.get(k) or []] for k in _LINKS}
         group = str(rec.get("group", nid.split("_")[0]))
         rows[nid] = {"nodeid": nid, "group": group, "depth": int(depth), **links, "qid": qid}
-    unknown = [nid for nid in qid_of if nid not in rows]
-    if unknown:
+    if unknown := [nid for nid in qid_of if nid not in rows]:
         raise _graph_error(f"{wm}: maps node '{unknown[0]}', which is not in {wn}")
     d3_of: dict[str, str] = {}
     for nid, row in rows.items():
-        for field, role in (("direct_predecessors", "predecessor"), ("direct_successors", "successor")):
-            missing = [other for other in row[field] if other not in rows]
-            if missing:
+        for field, role in _LINKS.items():
+            if missing := [other for other in row[field] if other not in rows]:
                 raise _graph_error(f"{wn}: node '{nid}' names {role} '{missing[0]}', which is not a node")
         if row["depth"] == 3 and d3_of.setdefault(row["group"], nid) != nid:
             raise _graph_error(
@@ -337,8 +313,7 @@ def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
     """DepthQA questions + graph. A local source is a directory with questions/nodes/node_to_q files
     (jsonl/json/parquet) or one questions file (e.g. an outputs/*.json dict keyed by qid: no graph).
     The report's 'dropped' is the dropped table (repeated qids; n larger than the groups there are)."""
-    src = spec["source"]
-    n, seed = spec.get("n"), int(spec.get("seed", 0))
+    src, n, seed = spec["source"], spec.get("n"), int(spec.get("seed", 0))
     if "hub" in src:
         origin = src["hub"]
         parts = {
@@ -375,10 +350,9 @@ def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
         _shortfall("depthqa", n, questions.height, "questions", origin, dropped)
         questions = questions[sample_indices(questions.height, n, seed)]
     report = {"dataset": "depthqa", "origin": origin, "n": n, "questions": questions.height}
-    report |= {"nodes": nodes.height, "groups": nodes["group"].n_unique()}
-    report |= {"duplicate_id": sum(d["reason"] == "duplicate_id" for d in dropped)}
-    report["dropped"] = _dropped_frame("depthqa", dropped)
-    return questions, nodes, report
+    duplicates = sum(d["reason"] == "duplicate_id" for d in dropped)
+    report |= {"nodes": nodes.height, "groups": nodes["group"].n_unique(), "duplicate_id": duplicates}
+    return questions, nodes, report | {"dropped": _dropped_frame("depthqa", dropped)}
 
 
 def check_local_sources(config: dict) -> None:
