@@ -16,18 +16,12 @@ def prepare_config(
     config: dict, configfiles: Iterable = (), environ: Mapping[str, str] | None = None
 ) -> dict:
     """In place, in order: check the config itself; fit each model's batch_size and token_budget to its GPUs
-    where the config leaves them out (the memory plan); fill the schema's defaults; check what it names."""
-    filled = check_config(config, configfiles)
-    fit_to_memory(config, filled)
+    where the config leaves them out (the memory plan); fill the schema's defaults; check the data files,
+    prompt files and judge it names, so that a dry run stops before hours of model jobs."""
+    fit_to_memory(config, check_config(config, configfiles))
     fill_defaults(config)
-    check_named_inputs(config, os.environ if environ is None else environ)
-    return config
-
-
-def check_named_inputs(config: dict, environ: Mapping[str, str]) -> None:
-    """The local data files, the prompt files and the judge the config names (its defaults filled), so that a
-    dry run stops before model jobs spend hours on answers nobody can score."""
     check_local_sources(config)
     if config["depth"]["models"]:
-        check_judge_config(config["depth"]["judge"], environ)
+        check_judge_config(config["depth"]["judge"], os.environ if environ is None else environ)
         load_answer_prompt(config["depth"]["prompt"])
+    return config

@@ -1,6 +1,5 @@
-"""Readers for the workflow's own intermediate files. A file cut short by a full disk, overwritten by hand or
-left from another version of the workflow still looks finished to Snakemake; these readers turn the library's
-error, a missing column, a wrong shape or foreign ids into one line naming the file and how to rebuild it."""
+"""Readers for the workflow's own intermediate files, which Snakemake takes as finished even when cut short or
+left from other data: a read error, missing column, wrong shape or foreign id is one line naming the file."""
 
 from __future__ import annotations
 
@@ -29,10 +28,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def check_columns(df: pl.DataFrame, path: str | Path, required: Sequence[str]) -> None:
-    missing = [c for c in required if c not in df.columns]
-    if missing:
-        plural = "s" if len(missing) > 1 else ""
-        has = ", ".join(df.columns) or "none"
+    if missing := [c for c in required if c not in df.columns]:
+        plural, has = "s" if len(missing) > 1 else "", ", ".join(df.columns) or "none"
         raise bad_file(path, f"missing column{plural} {', '.join(missing)} (has: {has})")
 
 
@@ -83,8 +80,7 @@ def load_npy(path, shape: Sequence[int | None] | None = None, dtype=None, *, why
         raise bad_file(path, f"unreadable .npy ({_first_line(exc)})") from None
     got = _fmt(arr.shape, arr.dtype)
     # numpy maps the array its header describes and ignores what follows
-    extra = Path(path).stat().st_size - arr.offset - arr.nbytes
-    if extra:
+    if extra := Path(path).stat().st_size - arr.offset - arr.nbytes:
         raise bad_file(path, f"{extra} bytes after the end of its {got} array")
     want_shape = arr.shape if shape is None else tuple(shape)
     if len(want_shape) == arr.ndim:  # None: any length on that axis
@@ -99,10 +95,6 @@ def check_ids(df: pl.DataFrame, path, column: str, known: Iterable[str], known_p
     """Every id in df[column] (read from `path`) is one of `known` (the ids of `known_path`): a file left
     from another dataset, n or seed fails here rather than as a KeyError or an empty join later."""
     known = set(known)
-    unknown = [i for i in df[column].to_list() if i not in known]
-    if unknown:
-        raise bad_file(
-            path,
-            f"{len(unknown)} of its {df.height} ids are not in {Path(known_path).as_posix()}"
-            f" (first: {unknown[0]!r}): it was made from other data",
-        )
+    if unknown := [i for i in df[column].to_list() if i not in known]:
+        what = f"{len(unknown)} of its {df.height} ids are not in {Path(known_path).as_posix()}"
+        raise bad_file(path, f"{what} (first: {unknown[0]!r}): it was made from other data")
