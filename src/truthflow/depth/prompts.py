@@ -40,12 +40,10 @@ class AnswerPrompt:
     def messages(self, question: str, system_role: bool) -> list[dict]:
         """The chat turns for `question`; `system_role`: whether the model's chat template has one."""
         user = self.user.format(question=question)
-        if not self.system:
-            return [{"role": "user", "content": user}]
-        if system_role:
+        if self.system and system_role:
             return [{"role": "system", "content": self.system}, {"role": "user", "content": user}]
-        if self.no_system_role == "fold":
-            return [{"role": "user", "content": f"{self.system}\n\n{user}"}]
+        if self.system and self.no_system_role == "fold":
+            user = f"{self.system}\n\n{user}"
         return [{"role": "user", "content": user}]
 
     def render(self, tokenizer, question: str, chat: bool, chat_template_kwargs: dict | None = None) -> str:
@@ -53,12 +51,9 @@ class AnswerPrompt:
         model with a template, else `base`."""
         if not (chat and getattr(tokenizer, "chat_template", None)):
             return self.base.format(question=question)
-        chat_template_kwargs = chat_template_kwargs or {}
-        system_role = has_system_role(tokenizer, chat_template_kwargs) if self.system else True
-        messages = self.messages(question, system_role)
-        return tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=False, **chat_template_kwargs
-        )
+        kwargs = chat_template_kwargs or {}
+        messages = self.messages(question, not self.system or has_system_role(tokenizer, kwargs))
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -90,8 +85,7 @@ def resolve(value: str | Path, key: str) -> Path:
     """The prompt file a config value names: as given when absolute, else in the working directory, else in
     the checkout."""
     path = Path(value)
-    candidates = [path] if path.is_absolute() else [path, CHECKOUT / path]
-    for candidate in candidates:
+    for candidate in [path] if path.is_absolute() else [path, CHECKOUT / path]:
         if candidate.is_file():
             return candidate
     where = "" if path.is_absolute() else f" (looked in {Path.cwd()} and in the checkout {CHECKOUT})"
@@ -100,13 +94,6 @@ def resolve(value: str | Path, key: str) -> Path:
 
 def digest(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def _fields(template: str, where: str) -> set[str]:
-    try:
-        return {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
-    except ValueError as exc:  # a single { or }
-        raise TruthflowError(f"{where}: {exc} (write a literal brace twice: {{{{ or }}}})") from None
 
 
 def _read(value: str | Path, key: str, kind: str, keys: tuple[str, ...]) -> tuple[dict, str, dict]:
@@ -126,12 +113,10 @@ def _read(value: str | Path, key: str, kind: str, keys: tuple[str, ...]) -> tupl
         raise TruthflowError(f"{where} must be a mapping with the keys {', '.join(['kind', *keys])}")
     if data.get("kind") != kind:
         raise TruthflowError(f"{where}: kind must be '{kind}', got {data.get('kind')!r}")
-    unknown = sorted(set(data) - {"kind", *keys})
-    missing = [k for k in keys if k not in data]
-    if unknown or missing:
-        problems = [f"unknown key(s) {unknown}"] if unknown else []
-        problems += [f"missing key(s) {missing}"] if missing else []
-        raise TruthflowError(f"{where}: {'; '.join(problems)} (a {kind} prompt has {', '.join(keys)})")
+    problems = {"unknown": sorted(set(data) - {"kind", *keys}), "missing": [k for k in keys if k not in data]}
+    if any(problems.values()):
+        listed = "; ".join(f"{what} key(s) {names}" for what, names in problems.items() if names)
+        raise TruthflowError(f"{where}: {listed} (a {kind} prompt has {', '.join(keys)})")
     for k in keys:
         if not isinstance(data[k], str):
             raise TruthflowError(f"{where}: '{k}' must be text, got {type(data[k]).__name__}")
@@ -140,7 +125,10 @@ def _read(value: str | Path, key: str, kind: str, keys: tuple[str, ...]) -> tupl
 
 
 def _check_template(template: str, wanted: set[str], where: str) -> None:
-    found = _fields(template, where)
+    try:
+        found = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    except ValueError as exc:  # a single { or }
+        raise TruthflowError(f"{where}: {exc} (write a literal brace twice: {{{{ or }}}})") from None
     if found != wanted:
         raise TruthflowError(
             f"{where} must hold {', '.join('{' + f + '}' for f in sorted(wanted))} and no other "
@@ -169,14 +157,12 @@ def load_judge_prompt(value: str | Path, key: str = "depth.judge.prompt") -> Jud
 def digest_rows(files: dict[str, tuple[str, str]], judge_backend: str) -> list[dict]:
     """The report's prompt table: per stage (answer, judge), the config key, the file, its sha256 and a note.
     `files`: stage -> (config key, path)."""
-    rows = []
-    for stage, (key, path) in files.items():
-        note = "read by the judge"
-        if stage == "judge" and judge_backend == "reference":
-            note = "not read: the reference judge scores token-F1 and sends no prompt"
-        elif stage == "answer":
-            note = "the answers' prompt (chat models: its turns in their template; base models: `base`)"
-        rows.append(
-            {"stage": stage, "config_key": key, "file": str(path), "sha256": digest(path), "note": note}
-        )
-    return rows
+    unread = "not read: the reference judge scores token-F1 and sends no prompt"
+    notes = {
+        "answer": "the answers' prompt (chat models: its turns in their template; base models: `base`)",
+        "judge": unread if judge_backend == "reference" else "read by the judge",
+    }
+    return [
+        {"stage": stage, "config_key": key, "file": str(path), "sha256": digest(path), "note": notes[stage]}
+        for stage, (key, path) in files.items()
+    ]

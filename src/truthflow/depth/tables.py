@@ -93,9 +93,7 @@ def score_gaps(per_question_df: pl.DataFrame, nodes_df: pl.DataFrame) -> tuple[p
     require_columns(per_question_df, ["model", "qid", "score"], "per-question table")
     rows = []
     for (model,), scores in sorted(per_question_df.group_by("model")):
-        score_of = {
-            qid: score for qid, score in scores.select("qid", "score").iter_rows() if score is not None
-        }
+        score_of = dict(scores.filter(pl.col("score").is_not_null()).select("qid", "score").iter_rows())
         for d3, rec in sorted(nodes.items()):
             if rec["depth"] != 3:
                 continue
@@ -111,14 +109,8 @@ def score_gaps(per_question_df: pl.DataFrame, nodes_df: pl.DataFrame) -> tuple[p
             reason = next((why for failed, why in reasons if failed), None)
             d2_mean = sum(d2_scores) / len(d2_scores) if d2_scores else None
             gap = (d3_score - d2_mean) / 4 if reason is None else None
-            rows.append(
-                {
-                    "model": model, "group": rec["group"], "d3_node": d3, "d3_qid": rec["qid"],
-                    "d3_score": d3_score, "d2_mean_score": d2_mean, "n_d2": len(d2_qids),
-                    "gap": gap, "excluded": reason,
-                }
-            )  # fmt: skip
-    gaps = pl.DataFrame(rows, schema=GAP_SCHEMA)
+            rows.append((model, rec["group"], d3, rec["qid"], d3_score, d2_mean, len(d2_qids), gap, reason))
+    gaps = pl.DataFrame(rows, schema=GAP_SCHEMA, orient="row")
     return gaps, int(gaps["excluded"].is_not_null().sum())
 
 
