@@ -1,7 +1,6 @@
 """The config's own checks (`check_config`) and the schema's defaults (`fill_defaults`, `schema_defaults`):
-every default lives in the schema and nowhere else. Reads the schema and the dataset registry only, never a
-science module, so that the rules whose scripts read a config section do not import the science through it.
-truthflow.preflight runs these checks with the memory plan and the checks of the files the config names."""
+every default lives in the schema and nowhere else. Imports the schema and the dataset registry only, never a
+science module, so that scripts which read a config section do not import the science through it."""
 
 from __future__ import annotations
 
@@ -36,9 +35,8 @@ def _filled(node: dict, given: Mapping) -> dict:
 
 
 def schema_defaults(*section: str, given: Mapping | None = None) -> dict:
-    """One config section as the workflow fills it (`schema_defaults("pathways", "check")`): the keys `given`
-    and the schema's defaults of the others, nested sections included. For callers outside the workflow, whose
-    config the Snakefile fills whole."""
+    """One config section as the workflow fills it (`schema_defaults("pathways", "check")`), for callers
+    outside the workflow: the keys `given` and the schema's defaults of the others, nested sections too."""
     node = _schema()
     for key in section:
         node = node["properties"][key]
@@ -105,8 +103,7 @@ def check_sources(config: dict) -> None:
     kind of source it replaces); then a source that still has two kinds (hub, local, ...) is refused."""
     for entry in ("model", "dataset"):
         section, schema = f"{entry}s", _schema()["$defs"][entry]["properties"]["source"]
-        props = schema["properties"]
-        kinds = [rule["required"][0] for rule in schema["oneOf"]]
+        props, kinds = schema["properties"], [rule["required"][0] for rule in schema["oneOf"]]
         entries = config.get(section)
         for name, spec in entries.items() if isinstance(entries, dict) else ():
             source = spec.get("source") if isinstance(spec, dict) else None
@@ -130,25 +127,25 @@ def check_sources(config: dict) -> None:
             )
 
 
-def _duplicate_keys(node, path: str, found: list) -> None:
+def _duplicate_keys(node, path: str = ""):
+    """(dotted key, first line, repeated line) of each key given twice in a composed YAML node."""
     if isinstance(node, yaml.MappingNode):
         seen: dict = {}
         for key_node, value_node in node.value:
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
             dotted, line = f"{path}.{key}" if path else str(key), key_node.start_mark.line + 1
-            if key is not None and key != "<<":
-                if key in seen:
-                    found.append((dotted, seen[key], line))
-                seen.setdefault(key, line)
-            _duplicate_keys(value_node, dotted, found)
+            if key in seen:
+                yield dotted, seen[key], line
+            elif key not in (None, "<<"):
+                seen[key] = line
+            yield from _duplicate_keys(value_node, dotted)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _duplicate_keys(item, f"{path}[{i}]", found)
+            yield from _duplicate_keys(item, f"{path}[{i}]")
 
 
 def check_config_files(paths) -> None:
-    """A key given twice in a YAML config file is an error (YAML loaders keep the last one silently).
-    `paths`: the files Snakemake loaded (workflow.configfiles)."""
+    """A key given twice in a YAML config file (the files Snakemake loaded) is an error."""
     for path in paths:
         path = Path(path)
         if not path.is_file():
@@ -157,9 +154,7 @@ def check_config_files(paths) -> None:
             root = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
         except (yaml.YAMLError, UnicodeDecodeError):
             continue  # Snakemake has read it (JSON, YTE); nothing more to check here
-        found: list = []
-        _duplicate_keys(root, "", found)
-        if found:
+        if found := list(_duplicate_keys(root)):
             key, first, again = found[0]
             more = f" (and {len(found) - 1} more repeated key(s))" if len(found) > 1 else ""
             raise TruthflowError(
@@ -199,7 +194,7 @@ def check_names(config: dict) -> None:
         *((f"figures.pathways[{i}]", pair, "pathways") for i, pair in enumerate(figures["pathways"])),
         ("figures.depth", figures["depth"], "depth"),
     ]
-    for key, names in [*listed.items(), *((key, names) for key, names, _ in drawn)]:
+    for key, names, stage in [*((key, names, None) for key, names in listed.items()), *drawn]:
         kind, known = ("dataset", datasets) if key == "pathways.datasets" else ("model", models)
         for name in names:
             if name not in known:
@@ -207,18 +202,14 @@ def check_names(config: dict) -> None:
                     f"config key '{key}' names {kind} '{name}', which is not defined under '{kind}s' "
                     f"(defined: {', '.join(sorted(known)) or 'none'})"
                 )
-    for key, names, stage in drawn:
-        ran = config[stage]["models"]
-        for name in names:
-            if name not in ran:
+            if stage and name not in (ran := config[stage]["models"]):
                 # an overlay that empties a stage's models keeps the figures list it overlays: name both fixes
                 raise TruthflowError(
                     f"config key '{key}' names model '{name}', which {stage}.models does not run "
                     f"({stage}.models: {', '.join(ran) or 'none'}); add '{name}' to {stage}.models, or leave "
                     f"it out of figures.{stage} (figures.{stage}: [] draws no {stage} figure)"
                 )
-    not_qa = [name for name in pw["datasets"] if not registry.is_qa(name)]
-    if not_qa:
+    if not_qa := [name for name in pw["datasets"] if not registry.is_qa(name)]:
         raise TruthflowError(
             f"config key 'pathways.datasets' names '{not_qa[0]}', which is not a QA set "
             f"(QA sets: {', '.join(registry.qa_names())})"
@@ -252,9 +243,8 @@ def check_depth(depth: dict) -> None:
 
 
 def check_config(config: dict, configfiles: Iterable = ()) -> dict:
-    """Every check of the config itself, each a TruthflowError naming the key or file; `config` is left as
-    given (a source key set to null is dropped), the checks that need defaults run on a filled copy, which
-    is returned (the memory plan reads it too)."""
+    """Every check of the config itself, each a TruthflowError naming the key or file. `config` is left as
+    given (but for source keys set to null); the checks that need defaults run on a filled copy, returned."""
     check_config_files(configfiles)
     check_path_names(config)
     check_sources(config)
