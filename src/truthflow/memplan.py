@@ -16,10 +16,9 @@ Per GPU, in bytes (b: bytes per element of the dtype; a model split over g GPUs 
   overhead     1.5 GiB: CUDA context, cuBLAS/cuDNN workspaces
 
 Jobs: `generation` at token_budget tokens; `passes` (knockout sweep, experiment passes, score_mink) and
-`saliency` at batch_size / saliency_batch_size rows of ROW_TOKENS tokens (a longer batch backs off at run
-time). A model whose one-row jobs exceed gpu_mem_gb is refused; else batch_size and token_budget, where the
-config leaves them out, become the largest powers of two filling at most HEADROOM of what the weights leave
-(a token budget holds at least one planned row). `fit_to_memory` is the workflow's step (truthflow.preflight).
+`saliency` at batch_size / saliency_batch_size rows of ROW_TOKENS tokens. A model whose one-row jobs exceed
+gpu_mem_gb is refused; else batch_size and token_budget, where the config leaves them out, become the largest
+powers of two filling at most HEADROOM of what the weights leave (a token budget holds at least one row).
 """
 
 from __future__ import annotations
@@ -112,26 +111,22 @@ def _table() -> dict:
     return yaml.safe_load(DIMS_FILE.read_text())
 
 
-def _dims_of(path: Path) -> Dims | None:
-    try:
-        return Dims.of(json.loads(path.read_text()))
-    except (ValueError, KeyError, TypeError):  # not JSON, or not the keys a plan reads (GPT-2's n_embd, …)
-        return None
-
-
 def dims_for(name: str, source: dict) -> tuple[Dims, bool] | None:
     """(dims, whether batch sizes may be derived from them), or None where nothing is known."""
     local = Path(source.get("local", ""), "config.json")
-    if "local" in source and not source.get("gguf_file") and local.is_file():
-        dims = _dims_of(local)
-        return (dims, True) if dims else None
-    if source.get("hub") in _table():
-        return Dims.of(_table()[source["hub"]]), True
     prepared = Path("resources", "models", name, "config.json")
-    if "hub" in source and prepared.is_file():
-        dims = _dims_of(prepared)
-        return (dims, False) if dims else None
-    return None
+    if "local" in source and not source.get("gguf_file") and local.is_file():
+        path, derive = local, True
+    elif source.get("hub") in _table():
+        return Dims.of(_table()[source["hub"]]), True
+    elif "hub" in source and prepared.is_file():
+        path, derive = prepared, False
+    else:
+        return None
+    try:
+        return Dims.of(json.loads(path.read_text())), derive
+    except (ValueError, KeyError, TypeError):  # not JSON, or not the keys a plan reads (GPT-2's n_embd, …)
+        return None
 
 
 def _largest(fits, low: int, high: int) -> int:
@@ -176,10 +171,9 @@ def plan_model(name: str, spec: dict, dims: Dims, jobs: set[str], saliency_batch
 
 
 def fit_to_memory(config: dict, full: dict | None = None) -> dict[str, dict]:
-    """On a checked config before its defaults are filled (so that what it leaves out shows): plan_model per
-    model, which refuses a model that cannot fit; batch_size and token_budget are set where the config leaves
-    them out and the dims may derive them. `full`: a filled copy of `config`, where the caller has one
-    (check_config's). Returns the plans by model name."""
+    """plan_model per model of a checked config before its defaults are filled (so what it leaves out shows),
+    setting batch_size and token_budget where it leaves them out and the dims may derive them; the plans by
+    model name. `full`: a filled copy of `config`, where the caller has one."""
     full = fill_defaults(copy.deepcopy(config)) if full is None else full
     pw, exp = full["pathways"], full["pathways"]["experiments"]
     plans = {}

@@ -41,9 +41,8 @@ def _gguf_from_embedded(package: str, workdir: Path) -> Path:
 
 @contextmanager
 def gguf_read_once():
-    """Within the block, one `gguf.GGUFReader` per file serves every read: transformers parses the whole file
-    for the tokenizer, again for the config and again for the weights, about 8 s each for Gemma-3's
-    262k-token vocabulary (the parse is most of a conversion). The reader is read-only (a memory map)."""
+    """Within the block, one read-only `gguf.GGUFReader` per file serves every read: transformers would parse
+    the file for the tokenizer, config and weights, about 8 s each for Gemma-3's 262k-token vocabulary."""
     import gguf
 
     real, readers = gguf.GGUFReader, {}
@@ -71,10 +70,9 @@ def _convert_gguf(gguf_path: Path, out_dir: Path, dtype: str) -> None:
         quantized = AutoModelForCausalLM.from_pretrained(
             gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
         )
-    config = quantized.config
-    if hasattr(config, "quantization_config"):
-        delattr(config, "quantization_config")
-    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    if hasattr(quantized.config, "quantization_config"):
+        delattr(quantized.config, "quantization_config")
+    plain = AutoModelForCausalLM.from_config(quantized.config, dtype=torch.float32)
     result = plain.load_state_dict(quantized.state_dict(), strict=False)
     if result.missing_keys:
         raise TruthflowError(
@@ -96,22 +94,20 @@ def _hub_snapshot(repo_id: str, revision: str | None, out_dir: Path, name: str) 
         retrying(f"model '{name}'", repo_id)(
             snapshot_download, repo_id, revision=revision, local_dir=out_dir, allow_patterns=HUB_PATTERNS
         )
+        return
     except GatedRepoError:
-        raise TruthflowError(
-            f"model '{name}': hub repo '{repo_id}' is gated; accept its licence on the hub and "
-            f"export HF_TOKEN=<a read token> before running"
-        ) from None
+        why = (
+            f"hub repo '{repo_id}' is gated; accept its licence on the hub and export HF_TOKEN=<a read "
+            "token> before running"
+        )
     except RevisionNotFoundError:
-        raise TruthflowError(f"model '{name}': revision '{revision}' of '{repo_id}' does not exist") from None
+        why = f"revision '{revision}' of '{repo_id}' does not exist"
     except RepositoryNotFoundError:
-        raise TruthflowError(
-            f"model '{name}': hub repo '{repo_id}' not found (or private: export HF_TOKEN)"
-        ) from None
+        why = f"hub repo '{repo_id}' not found (or private: export HF_TOKEN)"
     except Exception as exc:  # noqa: BLE001 - network, offline mode, HTTP errors
         tried = f"failed {HUB_ATTEMPTS} times (transient)" if is_transient(exc) else "failed"
-        raise TruthflowError(
-            f"model '{name}': download of '{repo_id}' {tried}: {type(exc).__name__}: {str(exc)[:300]}"
-        ) from None
+        why = f"download of '{repo_id}' {tried}: {type(exc).__name__}: {str(exc)[:300]}"
+    raise TruthflowError(f"model '{name}': {why}") from None
 
 
 def check_gated_token(name: str, source: dict) -> None:
@@ -132,8 +128,8 @@ STORE = ".prepared"  # resources/models/<name> links to resources/models/.prepar
 
 
 def weights_key(spec: dict) -> dict:
-    """What a prepared snapshot depends on: its source, the dtype of a GGUF conversion, PREPARE_VERSION.
-    display_name, chat, batch_size, max_new_tokens, gpus, mem_mb... never touch it."""
+    """What a prepared snapshot depends on: its source, the dtype of a GGUF conversion, PREPARE_VERSION (never
+    run settings such as display_name, chat, batch_size, gpus)."""
     key = {"source": dict(spec["source"]), "prepare_version": PREPARE_VERSION}
     if "twin" in spec["source"]:  # a twin's weights are what twins.py builds: keyed on its text, not imported
         key["twins_py"] = hashlib.sha256(Path(__file__).with_name("twins.py").read_bytes()).hexdigest()[:12]
@@ -152,10 +148,9 @@ def _is_complete(store: Path, key: dict) -> bool:
 
 
 def prepare_model(name: str, spec: dict, out_dir: str | Path) -> dict:
-    """Make out_dir a local snapshot (config, tokenizer, weights, info file) of model `name`; return its info.
-    The snapshot is built in resources/models/.prepared/<name>-<digest of weights_key(spec)> (renamed there
-    from a temp dir on success; a snapshot of the same key is reused) and out_dir becomes a relative link to
-    it, so a failed build never deletes a good snapshot. A `local:` source is linked, never written."""
+    """Make out_dir a relative link to a snapshot (config, tokenizer, weights, info file) of model `name`,
+    built in resources/models/.prepared/<name>-<digest of weights_key(spec)> (renamed there from a temp dir,
+    so a failed build never deletes a good snapshot; one of the same key is reused); return its info."""
     out_dir = Path(out_dir)
     key = weights_key(spec)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
@@ -203,8 +198,7 @@ def _build(name: str, key: dict, store: Path) -> None:
 
 def _from_local(name: str, source: dict, tmp: Path, dtype: str) -> None:
     local = Path(source["local"])
-    gguf = source.get("gguf_file")
-    if gguf:
+    if gguf := source.get("gguf_file"):
         if not (local / gguf).exists():
             raise TruthflowError(f"model '{name}': GGUF file '{local / gguf}' does not exist")
         _convert_gguf(local / gguf, tmp, dtype)
@@ -224,8 +218,7 @@ def _from_local(name: str, source: dict, tmp: Path, dtype: str) -> None:
 
 
 def _tokenizer_of(ref: str, workdir: Path):
-    """A twin's tokenizer: a directory's (a prepared model's), or an embedded package's, read from its GGUF
-    as prepare_model reads it (no weights converted)."""
+    """A twin's tokenizer: a directory's (a prepared model's), or an embedded package's GGUF's."""
     from transformers import AutoTokenizer
 
     if Path(ref).is_dir():
@@ -314,8 +307,7 @@ def load_pretrained(source, dtype: str = "auto", gpus: int = 1):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    # auto: bf16 on a GPU, fp32 on a CPU, where fp16 matmuls are slow or missing and bf16 is emulated unless
-    # the CPU has it (AVX512-BF16)
+    # auto: bf16 on a GPU, fp32 on a CPU (fp16 matmuls slow or missing, bf16 emulated without AVX512-BF16)
     slow_on_cpu = {"float16"} | (set() if torch.ops.mkldnn._is_mkldnn_bf16_supported() else {"bfloat16"})
     if dtype == "auto" or device == "cpu" and dtype in slow_on_cpu:
         dtype = "bfloat16" if device == "cuda" else "float32"

@@ -1,11 +1,8 @@
-"""Tiny random-weight twins of the real architectures (Llama-3, Mistral, Qwen3, Gemma-3, Mixtral) for
-exactness tests, with the traits that change the forward-pass math: Llama-3's rope scaling, Mistral's sliding
-window, Qwen3's q/k norms and tied head, Gemma-3's sliding/full layer mix (a window shorter than any test
-sequence), scaled embeddings and final soft-cap, Mixtral's mixture of experts (a router sending each token to
-2 of 4 experts). The default tokenizer is a byte-level stand-in (one token per byte) with a chat template in
-each family's layout (Mixtral's refuses a system turn, as the real one does); a real tokenizer (the `twin`
-model source, configs/rehearsal.yaml) is adapted to the family's layout instead (THINK_SCALE: Qwen3's twin
-then writes `</think>`).
+"""Tiny random-weight twins of the real architectures for exactness tests, with the traits that change
+the forward-pass math: Llama-3's rope scaling, Mistral's sliding window, Qwen3's q/k norms and tied head,
+Gemma-3's sliding/full layer mix, scaled embeddings and final soft-cap, Mixtral's experts (2 of 4 per token).
+The default tokenizer is a byte-level stand-in with a chat template in each family's layout (Mixtral's
+refuses a system turn); a real tokenizer (the `twin` model source) is adapted to that layout instead.
 """
 
 from __future__ import annotations
@@ -22,29 +19,26 @@ WINDOW = 8  # Gemma-3 / Mistral sliding window (tokens): every test sequence cro
 SPECIAL = ["<pad>", "<bos>", "<eos>", "<|im_start|>", "<|im_end|>", "<start_of_turn>", "<end_of_turn>",
            "[INST]", "[/INST]", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]  # fmt: skip
 THINK = ["<think>", "</think>"]  # plain added tokens, as in Qwen3 (decoded like text)
-_GEN = "{% if add_generation_prompt %}"
 TEMPLATES = {
     "llama": "{{ bos_token }}<|start_header_id|>system<|end_header_id|>\n\nYou are a helpful assistant."
-    "<|eot_id|>"
-    "{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{{ m.content }}<|eot_id|>"
-    "{% endfor %}" + _GEN + "<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}",
+    "<|eot_id|>{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{{ m.content }}"
+    "<|eot_id|>{% endfor %}{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n"
+    "{% endif %}",
     "gemma3": "{{ bos_token }}{% for m in messages %}<start_of_turn>"
     "{{ 'model' if m.role == 'assistant' else m.role }}\n{{ m.content }}<end_of_turn>\n{% endfor %}"
-    + _GEN
-    + "<start_of_turn>model\n{% endif %}",
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}",
     "mistral": "{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}[INST] {{ m.content }} [/INST]"
     "{% else %}{{ m.content }}{{ eos_token }}{% endif %}{% endfor %}",
     # Mixtral-8x7B-Instruct's layout: [INST] turns that must alternate user/assistant, so a system turn raises
-    "mixtral": "{{ bos_token }}{% for m in messages %}"
-    "{% if (m.role == 'user') != (loop.index0 % 2 == 0) %}"
+    "mixtral": "{{ bos_token }}{% for m in messages %}{% if (m.role == 'user') != (loop.index0 % 2 == 0) %}"
     "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
     "{% if m.role == 'user' %}[INST] {{ m.content }} [/INST]"
     "{% else %}{{ m.content }}{{ eos_token }}{% endif %}{% endfor %}",
     # Qwen3-like: enable_thinking (default true) opens a reasoning block the model then writes and closes;
     # enable_thinking=false writes an empty closed block, as Qwen3's own template does
     "qwen3": "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-    + _GEN
-    + "<|im_start|>assistant\n{% if enable_thinking is defined and enable_thinking is false %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}"
     "<think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endif %}",
 }
 CLASSES = {"llama": "LlamaForCausalLM", "gemma3": "Gemma3ForCausalLM", "mistral": "MistralForCausalLM",
@@ -119,38 +113,28 @@ def build_config(arch: str, vocab_size: int, ids: dict, **overrides):
     """`ids`: the tokenizer's pad/bos/eos token ids."""
     import transformers as tf
 
-    ids = {"vocab_size": vocab_size, "max_position_embeddings": 4096, "initializer_range": 0.2, **ids}
-    dims = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
-            "head_dim": 8}  # fmt: skip
-    if arch == "llama":
-        rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
-                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}  # fmt: skip
-        cfg = tf.LlamaConfig(
-            num_hidden_layers=3, rope_parameters=rope, tie_word_embeddings=False, **dims, **ids
-        )
-    elif arch == "mistral":
-        cfg = tf.MistralConfig(
-            num_hidden_layers=2, sliding_window=WINDOW, tie_word_embeddings=False, **dims, **ids
-        )
-    elif arch == "qwen3":
-        rope = {"rope_type": "default", "rope_theta": 1e6}
-        cfg = tf.Qwen3Config(
-            num_hidden_layers=3, tie_word_embeddings=True, rope_parameters=rope, **dims, **ids
-        )
-    elif arch == "mixtral":
-        # no sliding window, as Mixtral-8x7B's config; 4 experts, 2 per token, as 8 and 2 in the real model
-        cfg = tf.MixtralConfig(
-            num_hidden_layers=2, num_local_experts=4, num_experts_per_tok=2, sliding_window=None,
-            tie_word_embeddings=False, **dims, **ids,
-        )  # fmt: skip
-    elif arch == "gemma3":
-        cfg = tf.Gemma3TextConfig(
-            num_hidden_layers=3, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
-            sliding_window=WINDOW, final_logit_softcapping=3.0, attn_logit_softcapping=5.0,
-            query_pre_attn_scalar=8, tie_word_embeddings=True, **dims, **ids,
-        )  # fmt: skip
-    else:
+    if arch not in ARCHS:
         raise ValueError(f"unknown twin architecture '{arch}'; one of {ARCHS}")
+    llama_rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                  "high_freq_factor": 4.0, "original_max_position_embeddings": 64}  # fmt: skip
+    config_class, own = {
+        "llama": (tf.LlamaConfig, dict(num_hidden_layers=3, rope_parameters=llama_rope)),
+        "mistral": (tf.MistralConfig, dict(num_hidden_layers=2, sliding_window=WINDOW)),
+        "qwen3": (tf.Qwen3Config, dict(num_hidden_layers=3, rope_parameters={"rope_type": "default",
+                  "rope_theta": 1e6})),
+        # no sliding window, as Mixtral-8x7B's config; 4 experts, 2 per token, as 8 and 2 in the real model
+        "mixtral": (tf.MixtralConfig, dict(num_hidden_layers=2, num_local_experts=4, num_experts_per_tok=2,
+                    sliding_window=None)),
+        "gemma3": (tf.Gemma3TextConfig, dict(num_hidden_layers=3, sliding_window=WINDOW,
+                   layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                   final_logit_softcapping=3.0, attn_logit_softcapping=5.0, query_pre_attn_scalar=8)),
+    }[arch]  # fmt: skip
+    cfg = config_class(
+        vocab_size=vocab_size, max_position_embeddings=4096, initializer_range=0.2, hidden_size=32,
+        intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+        tie_word_embeddings=arch in ("qwen3", "gemma3"), **ids, **own,
+    )  # fmt: skip
+    cfg.architectures = [CLASSES[arch]]
     for key, value in overrides.items():
         setattr(cfg, key, value)
     return cfg
@@ -173,7 +157,6 @@ def build_twin(
     ids = {"pad_token_id": tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
            "bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id}  # fmt: skip
     cfg = build_config(arch, len(tok), ids, **overrides)
-    cfg.architectures = [CLASSES[arch]]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn_implementation)
