@@ -1,6 +1,5 @@
-"""Exact answer tokens E_A and exact question tokens E_Q (METHOD A3-A4, docs/method.md): character spans
-found by deterministic extractors (or an LLM extractor), mapped to token positions through the tokenizer's
-offsets."""
+"""Exact answer tokens E_A and question tokens E_Q (METHOD A3-A4, docs/method.md): character spans from
+deterministic extractors (or an LLM extractor), mapped to token positions by the tokenizer's offsets."""
 
 from __future__ import annotations
 
@@ -115,10 +114,9 @@ def _sentence_end(text: str) -> int:
 
 
 def _runs(words: list[Word], keep, text: str | None, bridges=NAME_CONNECTORS, alone=()) -> list[list[Word]]:
-    """Maximal runs of words for which keep(i) holds, bridged by `bridges` words that stand between two kept
-    words ("Leonardo da Vinci", "pride and prejudice"). With `text`, words are joined only by spaces ('-' and
-    '&' also between kept words, '. ' after an initial); without it, punctuation does not split a run. A
-    kept word whose normalized form is in `alone` (a relation verb) is a run of its own."""
+    """Maximal runs of words where keep(i), bridged by `bridges` words between two kept ones ("Leonardo da
+    Vinci"). With `text`, only spaces join words ('-', '&' too, '. ' after an initial); without it,
+    punctuation does not split a run. A kept word in `alone` (a relation verb) is a run of its own."""
     runs: list[list[Word]] = [[]]
     i = 0
     while i < len(words):
@@ -149,11 +147,10 @@ def _runs(words: list[Word], keep, text: str | None, bridges=NAME_CONNECTORS, al
 
 
 def short_answer_span(answer: str, question: str) -> tuple[int, int] | None:
-    """Deterministic E_A for a wrong answer (METHOD A3 spells the rule out): the [start, end) span in `answer`
-    (the stripped generation) of the entity or short phrase that answers, so that |E_A| is comparable with
-    the matched alias span of correct answers; None when nothing is left. Steps: 1. a leading yes/no; 2. a
-    quoted span or named run; 3. a lowercase phrase's head; 4. a capitalized run, else the last non-stop
-    word."""
+    """Deterministic E_A for a wrong answer (METHOD A3): the [start, end) span in `answer` (the stripped
+    generation) of the entity or short phrase that answers, comparable with a correct answer's alias span;
+    None when nothing is left. Steps: 1. a leading yes/no; 2. a quoted span or named run; 3. a lowercase
+    phrase's head; 4. a capitalized run, else the last non-stop word."""
     line = answer.split("\n", 1)[0]
     start = len(line) - len(line.lstrip())
     while (m := _LEADING_ANY.match(line, start)) and m.end() > start and line[m.end() :].strip():
@@ -197,14 +194,13 @@ def short_answer_span(answer: str, question: str) -> tuple[int, int] | None:
         after = run[last + 1][0] if 0 <= last < len(run) - 1 else ""
         if _is_cap(after) and after.lower() not in NAME_CONNECTORS:
             run = run[last + 1 :]
-        # "BROWN BARBADO OPERA" -> "OPERA": capitals split into many sub-word tokens; the last word keeps the
-        # probe's position
+        # "BROWN BARBADO OPERA" -> "OPERA": capitals split into many tokens; the last word keeps the position
         if len(run) >= 2 and all(_shouted(w) for w, _, _ in run):
             run = run[-1:]
         if run and not all(is_q(w) for w, _, _ in run):
             candidates.append(span_of(run))
-            # anchored: the nearest word before the run that is not a stop word is a relation word restated
-            # from the question ("... was born in India" for "In what city was ... born?")
+            # anchored: the nearest non-stop word before the run restates a relation word of the question
+            # ("... was born in India" for "In what city was ... born?")
             prev = next((w for w, _, _ in reversed(words[: words.index(run[0])]) if not _is_stop(w)), "")
             if prev[:1].islower() and is_q(prev) and _has_letter(run[0][0]):
                 anchored.append(candidates[-1])
@@ -235,9 +231,8 @@ def short_answer_span(answer: str, question: str) -> tuple[int, int] | None:
 def question_spans(
     question: str, dataset: str, subj: str | None = None, prop: str | None = None, row: dict | None = None
 ) -> list[tuple[int, int]]:
-    """Deterministic E_Q (METHOD A4 spells the rule out): the question's subject and property words, as
-    sorted [start, end) character spans in `question`; a set's own rule in registry.py first (`row`: the
-    sample's other columns). "who sang i will always love you" -> "sang", "always", "love"."""
+    """Deterministic E_Q (METHOD A4): the question's subject and property words as sorted [start, end) spans
+    in `question`; a set's own rule in registry.py first (`row`: the sample's other columns)."""
     own_rule = registry.get(dataset).question_spans if registry.is_qa(dataset) else None
     own = own_rule(question, {**(row or {}), "subj": subj, "prop": prop}) if own_rule else None
     if own is not None:  # None where the set's own rule does not apply
@@ -285,17 +280,10 @@ def _named_spans(question: str) -> list[tuple[int, int]]:
 
 
 def locate(
-    tokenizer,
-    prompt: str,
-    prompt_ids: list[int],
-    chat: bool,
-    question: str,
-    eq_spans: list[tuple[int, int]],
-    answer_ids: list[int],
-    ea_span_stripped: tuple[int, int] | None,
+    tokenizer, prompt: str, prompt_ids: list[int], chat: bool, question: str, eq_spans, answer_ids, ea_span
 ) -> tuple[list[int], list[int], list[int], str | None]:
-    """Map E_Q (question char spans) and E_A (span in the stripped answer) to positions in
-    prompt_ids + answer_ids. Returns (eq_positions, ea_positions, question_positions, drop_reason)."""
+    """Map E_Q (`eq_spans`, char spans in `question`) and E_A (`ea_span`, a char span in the stripped answer,
+    or None) to positions in prompt_ids + answer_ids. Returns (E_Q, E_A, question positions, drop reason)."""
     enc = tokenizer(prompt, add_special_tokens=not chat, return_offsets_mapping=True)
     offsets = [tuple(o) for o in enc["offset_mapping"]]
     if list(enc["input_ids"]) != list(prompt_ids):
@@ -307,13 +295,13 @@ def locate(
     eq = sorted({i for s, e in eq_spans for i in _overlap_tokens(offsets, q0 + s, q0 + e)})
     if not eq:
         return [], [], question_pos, "eq_not_found"
-    if ea_span_stripped is None:
+    if ea_span is None:
         return eq, [], question_pos, "ea_not_found"
     # each generated token's characters in decode(answer_ids), by incremental decoding
     texts = [tokenizer.decode(answer_ids[: i + 1], skip_special_tokens=True) for i in range(len(answer_ids))]
     ends = list(accumulate((len(t) for t in texts), max, initial=0))
     lead = len(texts[-1]) - len(texts[-1].lstrip()) if texts else 0
-    a, b = (x + lead for x in ea_span_stripped)
+    a, b = (x + lead for x in ea_span)
     ea = [len(prompt_ids) + i for i in _overlap_tokens(list(pairwise(ends)), a, b)]
     return eq, ea, question_pos, None if ea else "ea_not_found"
 
@@ -339,29 +327,17 @@ def class_table(samples: pl.DataFrame, model: str, dataset: str) -> pl.DataFrame
     the question tokens, the samples without a matched random control, and the position confound check (A3):
     the AUC of |E_A| alone and of the probe position alone (the same on both rows)."""
     correct = samples["correct"].to_numpy()
-    auc_len = position_only_auc(correct, samples["n_ea"].to_numpy())
-    auc_pos = position_only_auc(correct, samples["probe_position"].to_numpy())
-    return (
-        samples.group_by(
-            pl.when(pl.col("correct")).then(pl.lit("correct")).otherwise(pl.lit("wrong")).alias("class")
-        )
-        .agg(
-            pl.len().alias("n"),
-            pl.col("n_ea").mean().round(2).alias("mean_ea_tokens"),
-            pl.col("n_eq").mean().round(2).alias("mean_eq_tokens"),
-            (pl.col("n_eq") / pl.col("question_positions").list.len())
-            .median()
-            .round(3)
-            .alias("median_eq_share"),
-            (~pl.col("control_matched")).sum().alias("n_no_matched_control"),
-        )
-        .select(
-            pl.lit(model).alias("model"),
-            pl.lit(dataset).alias("dataset"),
-            pl.all(),
-            pl.lit(round(auc_len, 3)).alias("auc_ea_length_only"),
-            pl.lit(round(auc_pos, 3)).alias("auc_position_only"),
-        )
-        .cast(CLASS_TABLE_SCHEMA)
-        .sort("class")
+    auc_len, auc_pos = (position_only_auc(correct, samples[c].to_numpy()) for c in ("n_ea", "probe_position"))
+    cls = pl.when(pl.col("correct")).then(pl.lit("correct")).otherwise(pl.lit("wrong"))
+    table = samples.group_by(cls.alias("class")).agg(
+        model=pl.lit(model),
+        dataset=pl.lit(dataset),
+        n=pl.len(),
+        mean_ea_tokens=pl.col("n_ea").mean().round(2),
+        mean_eq_tokens=pl.col("n_eq").mean().round(2),
+        median_eq_share=(pl.col("n_eq") / pl.col("question_positions").list.len()).median().round(3),
+        n_no_matched_control=(~pl.col("control_matched")).sum(),
+        auc_ea_length_only=pl.lit(round(auc_len, 3)),
+        auc_position_only=pl.lit(round(auc_pos, 3)),
     )
+    return table.select(list(CLASS_TABLE_SCHEMA)).cast(CLASS_TABLE_SCHEMA).sort("class")
