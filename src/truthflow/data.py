@@ -165,11 +165,13 @@ def _dropped_frame(name: str, dropped: list[dict]) -> pl.DataFrame:
     return pl.DataFrame([{"dataset": name, **d} for d in dropped], schema=DROPPED_QUESTIONS_SCHEMA)
 
 
-def _shortfall(name: str, n: int | None, usable: int, unit: str, origin: str, dropped: list[dict]) -> None:
+def _sample(name: str, usable: int, unit: str, origin: str, n: int | None, seed: int, dropped: list) -> list:
+    """sample_indices; an `n` above the usable count is logged and goes to `dropped`."""
     if n is not None and n > usable:
         detail = f"n={n} requested but only {usable} usable {unit} in '{origin}'"
         logging.getLogger(__name__).warning("dataset '%s': %s; using all %d", name, detail, usable)
         dropped.append({"id": None, "reason": "n_exceeds_rows", "detail": detail})
+    return sample_indices(usable, n, seed)
 
 
 def load_qa(name: str, spec: dict) -> tuple[pl.DataFrame, dict]:
@@ -212,8 +214,7 @@ def load_qa(name: str, spec: dict) -> tuple[pl.DataFrame, dict]:
         else:
             seen.add(row["id"])
             rows.append(row)
-    _shortfall(name, n, len(rows), "rows", origin, dropped)
-    rows = [{**rows[i], "dataset": name} for i in sample_indices(len(rows), n, seed)]
+    rows = [{**rows[i], "dataset": name} for i in _sample(name, len(rows), "rows", origin, n, seed, dropped)]
     if not rows:
         raise TruthflowError(
             f"dataset '{name}': no usable row in '{origin}' (every row lacks a question or answer)"
@@ -234,8 +235,7 @@ def _depthqa_questions(records: list[dict], where: str) -> tuple[pl.DataFrame, l
             raise TruthflowError(
                 f"DepthQA questions ({where}, record {i}): need 'qid' and 'question' (got {sorted(rec)[:8]})"
             )
-        qid = str(qid)
-        if qid in seen:
+        if (qid := str(qid)) in seen:
             dropped.append({"id": qid, "reason": "duplicate_id", "detail": None})
             continue
         seen.add(qid)
@@ -337,18 +337,16 @@ def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
             parts = {"questions": read_local_records(path, src.get("format", "auto"), src.get("field"))}
             parts |= {"nodes": [], "node_to_q": []}
             where = {"questions": origin}
-    questions, dropped = _depthqa_questions(parts["questions"], where.get("questions", origin))
+    questions, dropped = _depthqa_questions(parts["questions"], where["questions"])
     depth_of = dict(zip(questions["id"], questions["depth"], strict=True))
     nodes = depthqa_nodes(parts["nodes"], parts["node_to_q"], depth_of, where)
     if nodes.height:  # sample whole groups so each keeps its D3/D2/D1 structure
         groups = sorted(nodes["group"].unique().to_list(), key=lambda g: (len(g), g))
-        _shortfall("depthqa", n, len(groups), "groups", origin, dropped)
-        keep = [groups[i] for i in sample_indices(len(groups), n, seed)]
+        keep = [groups[i] for i in _sample("depthqa", len(groups), "groups", origin, n, seed, dropped)]
         nodes = nodes.filter(pl.col("group").is_in(keep))
         questions = questions.filter(pl.col("id").is_in(nodes["qid"].implode()))
     else:
-        _shortfall("depthqa", n, questions.height, "questions", origin, dropped)
-        questions = questions[sample_indices(questions.height, n, seed)]
+        questions = questions[_sample("depthqa", questions.height, "questions", origin, n, seed, dropped)]
     report = {"dataset": "depthqa", "origin": origin, "n": n, "questions": questions.height}
     duplicates = sum(d["reason"] == "duplicate_id" for d in dropped)
     report |= {"nodes": nodes.height, "groups": nodes["group"].n_unique(), "duplicate_id": duplicates}
@@ -358,7 +356,7 @@ def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
 def check_local_sources(config: dict) -> None:
     """Before any job: each local dataset file exists and is not empty, a local DepthQA graph is closed
     (load_depthqa); DepthQA takes no `columns` or hub `config` (its layout and hub configs are fixed)."""
-    for name, spec in (config.get("datasets") or {}).items():
+    for name, spec in config["datasets"].items():
         src = spec.get("source") or {}
         for unused in ("columns", "config"):
             if name == registry.DEPTHQA and src.get(unused):
@@ -370,7 +368,7 @@ def check_local_sources(config: dict) -> None:
             continue
         try:
             _check_file(Path(str(src["local"])), directory_ok=name == registry.DEPTHQA)
-            if name == registry.DEPTHQA:  # a broken graph is refused before hours of model jobs (README, 17)
+            if name == registry.DEPTHQA:  # a broken graph is refused before hours of model jobs
                 load_depthqa({"source": src})
         except TruthflowError as exc:
             raise TruthflowError(

@@ -1,6 +1,5 @@
-"""Every dataset truthflow knows: a QA set is one `QASet` entry in QA_SETS (adding one is an entry here plus
-its tests). It imports nothing else from truthflow, so an edit of the loader, the extractor or the plots
-reruns no download."""
+"""Every dataset truthflow knows: a QA set is one `QASet` entry in QA_SETS. It imports nothing else from
+truthflow, so an edit of the loader, the extractor or the plots reruns no download."""
 
 from __future__ import annotations
 
@@ -19,9 +18,7 @@ def get_field(rec: dict, key: str):
     """Dotted lookup ('answer.aliases') into nested dicts."""
     cur = rec
     for part in key.split("."):
-        if not isinstance(cur, dict) or part not in cur:
-            return None
-        cur = cur[part]
+        cur = cur.get(part) if isinstance(cur, dict) else None
     return cur
 
 
@@ -111,8 +108,7 @@ POPQA_PROP_WORDS = {
 
 
 def popqa_spans(question: str, row: dict) -> list[Span] | None:
-    """PopQA's E_Q: the `subj` string, plus the property words of the question template for `prop`.
-    None without a subject (the generic rule applies)."""
+    """PopQA's E_Q: the `subj` string and the template's words for `prop`; None without a subject."""
     subj, prop = row.get("subj"), row.get("prop")
     if not subj:
         return None
