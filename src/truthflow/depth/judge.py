@@ -1,13 +1,11 @@
 """Judges that score an answer 1–5 against a reference answer (METHOD B3), with an append-only verdict cache.
-Backends: `reference` (token-F1, offline, deterministic), `openai` (any OpenAI-compatible chat endpoint) and
-`hf` (a local transformers model). The LLM backends read the absolute-grading rubric prompt in the file that
-`depth.judge.prompt` names (truthflow.depth.prompts; shipped: prompts/depthqa_judge.yaml, in the style of
-DepthQA / Prometheus: feedback, then `[RESULT] <1-5>`).
+Backends: `reference` (token-F1, offline), `openai` (any OpenAI-compatible chat endpoint) and `hf` (a local
+transformers model); the LLM backends send the rubric prompt of `depth.judge.prompt` (shipped:
+prompts/depthqa_judge.yaml, DepthQA / Prometheus style: feedback, then `[RESULT] <1-5>`).
 
-Decoding is greedy (temperature 0) or sampled (`depth.judge.decoding`), `depth.judge.judgments` verdicts per
-answer. A sampled verdict's key holds its index and the decoding settings, and its draw is seeded by the seed,
-the key and the index alone, never by its batch: a rerun reads every verdict from the cache, and a verdict
-made again is the same draw where the backend honours a seed (reference: always; openai: best effort).
+Decoding is greedy or sampled (`depth.judge.decoding`), `depth.judge.judgments` verdicts per answer. A sampled
+verdict's draw is seeded by the seed, its key and its index alone, never by its batch: a verdict made again is
+the same draw where the backend honours a seed (reference: always; openai: best effort).
 """
 
 from __future__ import annotations
@@ -104,8 +102,7 @@ def judge_prompt(settings: Mapping) -> JudgePrompt:
 
 
 def draw_seed(seed: int, key: str, index: int) -> int:
-    """The seed of one sampled verdict, from the configured seed, the answer's verdict key and the verdict's
-    index only."""
+    """The seed of one sampled verdict, from the configured seed, the answer's key and the verdict's index."""
     blob = hashlib.sha256(f"{seed}:{key}:{index}".encode()).digest()
     return int.from_bytes(blob[:4], "big") & 0x7FFFFFFF  # the OpenAI API takes a 32-bit seed
 
@@ -345,9 +342,8 @@ def read_cache(cache_path: str | Path) -> dict[str, dict]:
         for line in handle:
             try:
                 entry = json.loads(line)
-                if entry["score"] in (1, 2, 3, 4, 5) or (
-                    entry["score"] is None and entry.get("index") is not None
-                ):
+                draw = entry["score"] is None and entry.get("index") is not None  # a sampled draw
+                if entry["score"] in (1, 2, 3, 4, 5) or draw:
                     cache[entry["key"]] = entry
             except (json.JSONDecodeError, KeyError, TypeError):
                 continue
@@ -368,21 +364,12 @@ SCORES_SCHEMA = {
 
 
 def _summary(qid: str, entries: list[dict], backend: str, cached: bool) -> tuple:
+    """One SCORES_SCHEMA row."""
     scores = [e["score"] for e in entries]
     parsed = [x for x in scores if x is not None]
     mean = statistics.fmean(parsed) if parsed else None
     sd = statistics.stdev(parsed) if len(parsed) > 1 else None  # the sample SD (n - 1)
-    return (
-        qid,
-        mean,
-        sd,
-        len(scores),
-        len(scores) - len(parsed),
-        scores,
-        entries[0]["reason"],
-        backend,
-        cached,
-    )
+    return qid, mean, sd, len(scores), scores.count(None), scores, entries[0]["reason"], backend, cached
 
 
 def judge_all(

@@ -66,16 +66,12 @@ def _density_panel(ax, part: pl.DataFrame) -> None:
     for side in ("lower", "upper"):
         rows = part.filter(pl.col("side") == side)
         name = rows["subset"][0] if rows.height else {"lower": "25%", "upper": "75%"}[side]
-        gaps = rows["gap"].drop_nulls().drop_nans().to_numpy()
+        gaps, colour = rows["gap"].drop_nulls().drop_nans().to_numpy(), SIDE_COLOURS[side]
         if len(np.unique(gaps)) >= 2:
-            sns.kdeplot(
-                x=gaps, ax=ax, fill=True, alpha=0.4, color=SIDE_COLOURS[side], linewidth=1.2, label=name
-            )
+            sns.kdeplot(x=gaps, ax=ax, fill=True, alpha=0.4, color=colour, linewidth=1.2, label=name)
             drawn = kde = True
         elif len(gaps):  # a KDE needs spread; a single distinct value is shown as a line at that value
-            ax.axvline(
-                gaps[0], color=SIDE_COLOURS[side], linewidth=2, alpha=0.8, label=f"{name} (n={len(gaps)})"
-            )
+            ax.axvline(gaps[0], color=colour, linewidth=2, alpha=0.8, label=f"{name} (n={len(gaps)})")
             notes.append(f"{name}: one distinct value, no KDE")
             drawn = True
         else:
@@ -101,12 +97,8 @@ def plot_score_gap_density(subset_df: pl.DataFrame, models, titles, out_png, out
     fig, axes = _panels(models, titles)
     no_graph, subset_df = subset_df.height == 0, plotting.table(subset_df, SPLIT_COLUMNS)
     for ax, model in zip(axes, models or [""], strict=False):
-        ax.set(
-            xlim=(-1.5, 1.5),
-            xticks=np.arange(-1.5, 1.51, 0.5),
-            xlabel="Score Gap (D3 - D2)",
-            ylabel="Density",
-        )
+        ax.set(xlim=(-1.5, 1.5), xticks=np.arange(-1.5, 1.51, 0.5), xlabel="Score Gap (D3 - D2)")
+        ax.set_ylabel("Density")
         part = subset_df.filter(pl.col("model") == model)
         if part.height:
             _density_panel(ax, part)

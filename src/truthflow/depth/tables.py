@@ -126,21 +126,15 @@ def memorization_split(
     require_columns(d3_mink_by_group, ["model", "group", "mink"], "D3 MIN-K% table")
     if gaps_df.height == 0:
         return pl.DataFrame(schema=SPLIT_SCHEMA)
-    joined = gaps_df.filter(pl.col("gap").is_not_null()).join(
-        d3_mink_by_group.select("model", "group", pl.col("mink").alias("d3_mink")), on=["model", "group"]
-    )
-    joined = joined.filter(pl.col("d3_mink").is_not_null())
-    parts = []
-    for side, q, keep in (
-        ("lower", lower_q, pl.col("d3_mink") <= pl.col("threshold")),
-        ("upper", upper_q, pl.col("d3_mink") >= pl.col("threshold")),
-    ):
-        threshold = pl.col("d3_mink").quantile(q, interpolation="linear").over("model")
-        parts.append(
-            joined.with_columns(threshold.alias("threshold"))
-            .filter(keep)
-            .with_columns(pl.lit(f"{q * 100:g}%").alias("subset"), pl.lit(side).alias("side"))
-        )
+    d3 = d3_mink_by_group.select("model", "group", pl.col("mink").alias("d3_mink")).drop_nulls("d3_mink")
+    joined = gaps_df.filter(pl.col("gap").is_not_null()).join(d3, on=["model", "group"])
+    mink, threshold = pl.col("d3_mink"), pl.col("threshold")
+    parts = [
+        joined.with_columns(mink.quantile(q, interpolation="linear").over("model").alias("threshold"))
+        .filter(keep)
+        .with_columns(pl.lit(f"{q * 100:g}%").alias("subset"), pl.lit(side).alias("side"))
+        for side, q, keep in (("lower", lower_q, mink <= threshold), ("upper", upper_q, mink >= threshold))
+    ]
     return pl.concat(parts).select(list(SPLIT_SCHEMA)).cast(SPLIT_SCHEMA).sort("model", "side", "group")
 
 
