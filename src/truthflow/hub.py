@@ -1,13 +1,11 @@
-"""One retry policy for every hub download (models and datasets): only transient failures (network errors,
-HTTP 429 and 5xx) are retried, with exponential waits; anything deterministic (unknown repo, gated, bad
-revision, offline mode) fails at once."""
+"""One retry policy for every hub download (models and datasets): transient failures (network errors,
+HTTP 429 and 5xx) are retried with exponential waits; deterministic ones (unknown repo, gated, bad revision,
+offline mode) fail at once."""
 
 from __future__ import annotations
 
 import logging
 import os
-
-log = logging.getLogger("truthflow.hub")
 
 HUB_ATTEMPTS = 4
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
@@ -46,7 +44,7 @@ def retrying(label: str, what: str):
 
     def before_sleep(state: tenacity.RetryCallState) -> None:
         exc = state.outcome.exception()
-        log.warning(
+        logging.getLogger(__name__).warning(
             f"{label}: hub download of '{what}' failed (attempt {state.attempt_number}/{HUB_ATTEMPTS}, "
             f"transient: {type(exc).__name__}: {str(exc)[:200]}); retrying"
         )

@@ -41,11 +41,6 @@ def dedup(values: list[str]) -> list[str]:
     return list(dict.fromkeys(v.strip() for v in values if v.strip()))
 
 
-def unwrap_question(q: str) -> str:
-    """lm-eval style copies wrap the question: "Question: ...\\nAnswer:"."""
-    return q.strip().removeprefix("Question:").removesuffix("Answer:").strip()
-
-
 def question_id(name: str, question: str) -> str:
     """Stable id from the question text (lowercased, whitespace folded): '{name}-' + 12 hex of its sha1."""
     key = " ".join(question.lower().split())
@@ -137,7 +132,9 @@ def _triviaqa(rec: dict) -> dict:
         value = ans.get("value") or ans.get("Value")
     else:  # flat copies: answer = value, aliases in their own column
         aliases, value = as_list(rec.get("aliases")), ans
-    question = unwrap_question(str(rec.get("question") or rec.get("Question") or ""))
+    question = str(rec.get("question") or rec.get("Question") or "").strip()
+    # lm-eval style copies wrap it: "Question: ...\nAnswer:"
+    question = question.removeprefix("Question:").removesuffix("Answer:").strip()
     return {"question": question, "answers": dedup(as_list(value) + aliases)}
 
 
