@@ -133,16 +133,12 @@ def depth_metrics(
     row = partial(_row, policy=unparseable, boot=(n_boot, seed))
     rows = []
     for (model,), sub in sorted(scores.group_by("model")):
-        for depth in (1, 2, 3):
-            at = sub.filter(pl.col("depth") == depth)
+        for d in (1, 2, 3):
+            at = sub.filter(pl.col("depth") == d)
             kept = at["score"].drop_nulls().to_list()
             left, bad = at.height - len(kept), int(at["n_unparseable"].sum())
-            note = (
-                f"over the questions of depth {depth}"
-                if kept
-                else f"n = 0: no scored question of depth {depth}"
-            )
-            rows.append(row(model, "mean_score", f"depth {depth}", depth, kept, left, bad, note))
+            note = f"over the questions of depth {d}" if kept else f"n = 0: no scored question of depth {d}"
+            rows.append(row(model, "mean_score", f"depth {d}", d, kept, left, bad, note))
         if not nodes:
             continue
         score_of, bad_of = _node_scores(nodes, sub)

@@ -21,8 +21,9 @@ import yaml
 from ..errors import TruthflowError
 
 CHECKOUT = Path(__file__).resolve().parents[3]
-ANSWER_FIELDS = {"question"}
-JUDGE_FIELDS = {"instruction", "response", "reference", "rubric"}
+# a prompt kind's text fields, each with the placeholders it must hold (None: plain text)
+ANSWER_KEYS = {"system": None, "user": {"question"}, "no_system_role": None, "base": {"question"}}
+JUDGE_KEYS = {"system": None, "task": {"instruction", "response", "reference", "rubric"}, "rubric": None}
 NO_SYSTEM_ROLE = ("fold", "drop")
 # a system text no template writes by itself: its absence from the rendered prompt means the role was dropped
 _PROBE = "truthflow-system-role-probe"
@@ -96,9 +97,9 @@ def digest(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def _read(value: str | Path, key: str, kind: str, keys: tuple[str, ...]) -> tuple[dict, str, dict]:
-    """The file's text fields (`keys`), the message prefix naming it, and its path and digest (of the bytes
-    parsed, read once)."""
+def _read(value: str | Path, key: str, kind: str, keys: dict[str, set | None]) -> tuple[dict, str]:
+    """The file's text fields (`keys`) with its path and digest (of the bytes parsed, read once), and the
+    message prefix naming it."""
     path = resolve(value, key)
     where = f"prompt file '{path}' (config key '{key}')"
     try:
@@ -120,8 +121,10 @@ def _read(value: str | Path, key: str, kind: str, keys: tuple[str, ...]) -> tupl
     for k in keys:
         if not isinstance(data[k], str):
             raise TruthflowError(f"{where}: '{k}' must be text, got {type(data[k]).__name__}")
-    source = {"path": str(path), "sha256": hashlib.sha256(raw).hexdigest()}
-    return {k: data[k] for k in keys}, where, source
+    for k, wanted in keys.items():
+        if wanted is not None:
+            _check_template(data[k], wanted, f"{where}: '{k}'")
+    return {k: data[k] for k in keys} | {"path": str(path), "sha256": hashlib.sha256(raw).hexdigest()}, where
 
 
 def _check_template(template: str, wanted: set[str], where: str) -> None:
@@ -137,21 +140,17 @@ def _check_template(template: str, wanted: set[str], where: str) -> None:
 
 
 def load_answer_prompt(value: str | Path, key: str = "depth.prompt") -> AnswerPrompt:
-    fields, where, source = _read(value, key, "answer", ("system", "user", "no_system_role", "base"))
-    for field in ("user", "base"):
-        _check_template(fields[field], ANSWER_FIELDS, f"{where}: '{field}'")
+    fields, where = _read(value, key, "answer", ANSWER_KEYS)
     if fields["no_system_role"] not in NO_SYSTEM_ROLE:
         raise TruthflowError(
             f"{where}: 'no_system_role' must be one of {', '.join(NO_SYSTEM_ROLE)}, "
             f"got {fields['no_system_role']!r}"
         )
-    return AnswerPrompt(**fields, **source)
+    return AnswerPrompt(**fields)
 
 
 def load_judge_prompt(value: str | Path, key: str = "depth.judge.prompt") -> JudgePrompt:
-    fields, where, source = _read(value, key, "judge", ("system", "task", "rubric"))
-    _check_template(fields["task"], JUDGE_FIELDS, f"{where}: 'task'")
-    return JudgePrompt(**fields, **source)
+    return JudgePrompt(**_read(value, key, "judge", JUDGE_KEYS)[0])
 
 
 def digest_rows(files: dict[str, tuple[str, str]], judge_backend: str) -> list[dict]:
