@@ -1,10 +1,9 @@
 """Which GPUs a model job runs on. A job that sees exactly the GPUs it asked for (SLURM sets
-CUDA_VISIBLE_DEVICES) uses them as they are. A job that sees more (a local run with --resources gpu=K: every
-job sees every device; without locks all would load onto cuda:0) claims its own with an exclusive flock per
-device, held until the process exits, so a SIGKILLed job frees its GPUs too; it waits while all are taken.
+CUDA_VISIBLE_DEVICES) uses them as they are. One that sees more (a local run with --resources gpu=K, where
+all would load onto cuda:0) waits to claim its own by an exclusive flock per device, held until the process
+exits, so a SIGKILLed job frees its GPUs too.
 TRUTHFLOW_GPU_ASSIGN = auto (lock when more devices are visible than asked for) | lock | off;
-TRUTHFLOW_GPU_LOCK_DIR = the lock directory (default: per user in the temp directory, per scheduler job).
-"""
+TRUTHFLOW_GPU_LOCK_DIR = the lock directory (default: per user in the temp directory, per scheduler job)."""
 
 from __future__ import annotations
 
@@ -90,12 +89,9 @@ def claim_devices(
     lock_dir.mkdir(parents=True, exist_ok=True)
     t0 = last_log = time.monotonic()
     while True:
-        got = [i for i, k in enumerate(keys) if k in _HELD][:n]
-        new = []
+        got, new = [i for i, k in enumerate(keys) if k in _HELD][:n], []
         for i, k in enumerate(keys):
-            if len(got) + len(new) == n:
-                break
-            if k not in _HELD and _try_lock(lock_dir, k):
+            if len(got) + len(new) < n and k not in _HELD and _try_lock(lock_dir, k):
                 new.append(i)
         if len(got) + len(new) == n:
             return sorted(got + new)
@@ -115,8 +111,8 @@ def claim_devices(
 def assign_devices(
     n_gpus: int, env: Mapping[str, str] | None = None, count: int | None = None, poll_s: float = 2.0
 ) -> DeviceAssignment:
-    """The devices of a job that asked the scheduler for n_gpus GPUs (one at least, when any is visible).
-    count: CUDA devices torch sees (default: asks torch)."""
+    """The devices of a job that asked for n_gpus GPUs (one at least, when any is visible); count: the CUDA
+    devices torch sees (default: asks torch)."""
     env = os.environ if env is None else env
     if count is None:
         import torch

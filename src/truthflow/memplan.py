@@ -8,12 +8,10 @@ Per GPU, in bytes (b: bytes per element of the dtype; a model split over g GPUs 
   KV cache     2·L·Hkv·hd·b/g per token
   activations  (4·D + 3·I·k)·b per token, one layer at a time (k: routed experts per token, else 1)
   mask         B·T²·b (the knockout sweep's 4D mask)
-  saliency     eager attention keeps every layer's probabilities [B, H, T, T] for the backward, and
-               torch.autograd.grad returns dL/dA for all layers at once: 2·L·B·H·T²·b/g; the graph's saved
-               activations L·B·T·(4·D + 3·I·k + 2·(H + 2·Hkv)·hd)·b/g; one layer's float32 softmax B·H·T²·4
-  head         0.625 GiB: float32 logits chunks (mink: 2^25 elements, three live) and the head's float32
-               conversion chunk (logits.HEAD_CHUNK_ELEMENTS)
-  overhead     1.5 GiB: CUDA context, cuBLAS/cuDNN workspaces
+  saliency     every layer's attention probabilities [B, H, T, T] (eager, kept for the backward) and their
+               gradients: 2·L·B·H·T²·b/g; the graph's saved activations
+               L·B·T·(4·D + 3·I·k + 2·(H + 2·Hkv)·hd)·b/g; one layer's float32 softmax B·H·T²·4
+  fixed        HEAD_GIB + OVERHEAD_GIB
 
 Jobs: `generation` at token_budget tokens; `passes` (knockout sweep, experiment passes, score_mink) and
 `saliency` at batch_size / saliency_batch_size rows of ROW_TOKENS tokens. A model whose one-row jobs exceed
@@ -38,8 +36,8 @@ DIMS_FILE = Path(__file__).resolve().parent / "schemas" / "model_dims.yaml"
 GIB = 2**30
 BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "auto": 2}  # auto: bf16 on a GPU
 ROW_TOKENS = 256  # tokens of a planned row: a QA prompt and its answer, a DepthQA question (most are < 128)
-HEAD_GIB = 0.625
-OVERHEAD_GIB = 1.5
+HEAD_GIB = 0.625  # float32 logits chunks (mink: 2^25 elements, three live), the head's conversion chunk
+OVERHEAD_GIB = 1.5  # CUDA context, cuBLAS/cuDNN workspaces
 HEADROOM = 0.9  # share of the memory left beside the weights that a planned batch may fill
 MAX_BATCH = 256
 MAX_BUDGET = 2**18
@@ -63,19 +61,11 @@ class Dims:
     def of(cls, cfg: dict) -> Dims:
         """From a config.json (a multimodal one's text_config)."""
         cfg = cfg.get("text_config") or cfg
-        d, h = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
-        return cls(
-            layers=int(cfg["num_hidden_layers"]),
-            hidden=d,
-            heads=h,
-            kv_heads=int(cfg.get("num_key_value_heads") or h),
-            head_dim=int(cfg.get("head_dim") or d // h),
-            intermediate=int(cfg["intermediate_size"]),
-            vocab=int(cfg["vocab_size"]),
-            tied=bool(cfg.get("tie_word_embeddings", False)),
-            experts=int(cfg.get("num_local_experts") or 1),
-            experts_per_token=int(cfg.get("num_experts_per_tok") or 1),
-        )
+        layers, d, h = (int(cfg[k]) for k in ("num_hidden_layers", "hidden_size", "num_attention_heads"))
+        kv, hd = int(cfg.get("num_key_value_heads") or h), int(cfg.get("head_dim") or d // h)
+        moe = (int(cfg.get(k) or 1) for k in ("num_local_experts", "num_experts_per_tok"))
+        tied = bool(cfg.get("tie_word_embeddings", False))
+        return cls(layers, d, h, kv, hd, int(cfg["intermediate_size"]), int(cfg["vocab_size"]), tied, *moe)
 
     @property
     def params(self) -> int:

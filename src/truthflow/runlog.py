@@ -24,8 +24,7 @@ from .redact import redact
 
 PROGRESS_INTERVAL_S = 30.0
 _BREAK = re.compile(r"(\r\n|\r|\n)")
-# Tests stop a job at a known point of its work: the first time this text reaches stdout or stderr (a
-# progress bar's description, say), the job sends itself SIGSTOP, and the test kills it from outside.
+# Tests stop a job at a known point: the first time this text reaches stdout or stderr, it SIGSTOPs itself.
 STOP_AT_ENV = "TRUTHFLOW_TEST_STOP_AT"
 PARENT_POLL_S = 1.0
 
@@ -147,9 +146,8 @@ def _is_snakemake(proc: psutil.Process) -> bool:
 
 
 def _watch_snakemake() -> threading.Event:
-    """SIGTERM to this job once the snakemake that runs it is gone, even by a SIGKILL that Snakemake cannot
-    handle (an orphaned model job keeps the cores busy for hours): our side of the tree (this job, or a shell
-    between: conda) is reparented at once, zombie parent or not."""
+    """SIGTERM to this job once the snakemake that runs it is gone, even by a SIGKILL (an orphaned model job
+    keeps the cores busy for hours): snakemake's child on our side (this job, or a shell) is reparented."""
     stop, chain = threading.Event(), [psutil.Process(), *psutil.Process().parents()]
     top = next((i for i in range(1, len(chain)) if _is_snakemake(chain[i])), None)
     if top is None:
@@ -169,8 +167,7 @@ def _watch_snakemake() -> threading.Event:
 
 def stop_jobs_on_sigterm() -> None:
     """Call in the main snakemake process (the Snakefile's onstart): a SIGTERM to snakemake also stops its
-    local script jobs, whose outputs Snakemake then removes. Its own handler only waits for them ("Will exit
-    after finishing currently running jobs")."""
+    local script jobs (its own handler only waits for them), whose outputs Snakemake then removes."""
     previous = signal.getsignal(signal.SIGTERM)
 
     def handler(signum, frame) -> None:

@@ -67,9 +67,7 @@ def build_tokenizer(arch: str):
     from transformers import PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-    vocab = {s: i for i, s in enumerate(SPECIAL)}
-    for ch in bytes_to_unicode().values():
-        vocab[ch] = len(vocab)
+    vocab = {s: i for i, s in enumerate([*SPECIAL, *bytes_to_unicode().values()])}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
@@ -90,10 +88,8 @@ def adapt_tokenizer(arch: str, tok):
     from tokenizers import processors
 
     fam, vocab = FAMILY[arch], tok.get_vocab()
-    named = [fam.get(k) for k in ("bos", "eos", "pad")]
-    tok.add_tokens(
-        [t for t in dict.fromkeys(fam["turn"] + named) if t and t not in vocab], special_tokens=True
-    )
+    named = dict.fromkeys(fam["turn"] + [fam.get(k) for k in ("bos", "eos", "pad")])
+    tok.add_tokens([t for t in named if t and t not in vocab], special_tokens=True)
     if arch == "qwen3":
         tok.add_tokens([t for t in THINK if t not in vocab])
     for key in ("bos", "eos", "pad"):
