@@ -1,9 +1,7 @@
-"""The falsification test of the two-pathway finding (METHOD A7, A9; the statistics and verdicts in
-docs/method.md A7): per matched sample diff = E_Q − control knockout, a one-sided paired t-test, Holm over
-the run's cells and a ±SESOI equivalence test. Two stages: `check` runs per cell where the per-sample data
-is and keeps each (range, measure)'s sufficient statistics (n, mean and sd of diff); `family` gathers the
-cells and makes the verdicts. The statistics are vectorised (`verdicts`) so that the same code decides a run
-and 1,000 simulated ones.
+"""The falsification test of the two-pathway finding (METHOD A7, A9, docs/method.md): per matched sample
+diff = E_Q − control knockout, a one-sided paired t-test, Holm over the run's cells and a ±SESOI equivalence
+test. `check` keeps each cell's (range, measure) sufficient statistics (n, mean and sd of diff); `family`
+gathers the cells and decides, vectorised (`verdicts`) so that the same code decides 1,000 simulated runs.
 """
 
 from __future__ import annotations
@@ -24,32 +22,22 @@ UNITS = {"delta_p": "ΔP points", "flip_rate": "flip-rate points (%)"}
 NAMES = {"delta_p": "ΔP", "flip_rate": "flip rate"}
 POWER = 0.8
 
-CELL_SCHEMA = {
-    "range": pl.String,  # all | second_half | explicit | middle_third (the explicit stand-in)
-    "layers": pl.String,  # "second_half (16-30)"
-    **dict.fromkeys(["layer_from", "layer_to"], pl.Int64),
-    "measure": pl.String,
-    **dict.fromkeys(["n_samples", "n_unmatched", "n_minority"], pl.Int64),
-    **dict.fromkeys(["probe_auc", "target", "control", "diff", "sd"], pl.Float64),
-    "status": pl.String,  # why no test can be made in this cell (no probe, no control); null otherwise
-}
-TEST_COLUMNS = {
-    **dict.fromkeys(["diff", "diff_low", "diff_high", "p_value", "p_holm", "sesoi", "mde"], pl.Float64),
-    "n_needed": pl.Int64,
-    "verdict": pl.String,
-}
-CHECK_SCHEMA = {
-    **dict.fromkeys(["model", "dataset", "measure", "layers"], pl.String),
-    "n_samples": pl.Int64,
-    **TEST_COLUMNS,
-    "reason": pl.String,
-    "verdict_cell": pl.String,  # the same cell without the family-wise correction
-    "level": pl.Float64,  # the one-sided level the corrected bounds are at (Holm's, at the cell's step)
-    "secondary_measure": pl.String,
-    **dict.fromkeys(["secondary_diff", "secondary_low", "secondary_high", "secondary_p"], pl.Float64),
-    **dict.fromkeys(["flip_target", "flip_control", "delta_p_target", "delta_p_control"], pl.Float64),
-    **{c: CELL_SCHEMA[c] for c in ("layer_from", "layer_to", "n_unmatched", "n_minority", "probe_auc")},
-}
+# range: all | second_half | explicit | middle_third (the explicit stand-in); layers: "second_half (16-30)";
+# status: why no test can be made in this cell (no probe, no control), null otherwise
+CELL_SCHEMA = dict.fromkeys(["range", "layers"], pl.String) | {"layer_from": pl.Int64, "layer_to": pl.Int64}
+CELL_SCHEMA |= {"measure": pl.String} | dict.fromkeys(["n_samples", "n_unmatched", "n_minority"], pl.Int64)
+CELL_SCHEMA |= dict.fromkeys(["probe_auc", "target", "control", "diff", "sd"], pl.Float64)
+CELL_SCHEMA |= {"status": pl.String}
+TEST_COLUMNS = dict.fromkeys("diff diff_low diff_high p_value p_holm sesoi mde".split(), pl.Float64)
+TEST_COLUMNS |= {"n_needed": pl.Int64, "verdict": pl.String}
+# verdict_cell: the same cell without the family-wise correction; level: the one-sided level of the
+# corrected bounds (Holm's, at the cell's step)
+CHECK_SCHEMA = dict.fromkeys(["model", "dataset", "measure", "layers"], pl.String) | {"n_samples": pl.Int64}
+CHECK_SCHEMA |= TEST_COLUMNS | {"reason": pl.String, "verdict_cell": pl.String, "level": pl.Float64}
+CHECK_SCHEMA |= {"secondary_measure": pl.String}
+CHECK_SCHEMA |= dict.fromkeys("secondary_diff secondary_low secondary_high secondary_p".split(), pl.Float64)
+CHECK_SCHEMA |= dict.fromkeys("flip_target flip_control delta_p_target delta_p_control".split(), pl.Float64)
+CHECK_SCHEMA |= {c: CELL_SCHEMA[c] for c in "layer_from layer_to n_unmatched n_minority probe_auc".split()}
 DROPPED_SCHEMA = dict.fromkeys(["model", "dataset", "reason"], pl.String)
 DROPPED_SCHEMA |= {"n": pl.UInt32, "detail": pl.String}
 # the sensitivity table: the check table's test columns per layer range
@@ -76,9 +64,8 @@ def per_sample_means(
     keep = (pl.col("knockout") == knockout) & pl.col("matched") & (pl.col("layer") >= lo)
     if hi is not None:
         keep &= pl.col("layer") <= hi
-    flip_rate = (pl.col("flip_rate").mean() * 100).alias("flip_rate")
-    per_id = samples.filter(keep).group_by("id")
-    return per_id.agg(flip_rate, pl.col("delta_p").mean(), pl.col("label").first()).sort("id")
+    means = pl.col("flip_rate").mean() * 100, pl.col("delta_p").mean(), pl.col("label").first()
+    return samples.filter(keep).group_by("id").agg(*means).sort("id")
 
 
 def check(
@@ -180,8 +167,7 @@ def verdicts(mean, sd, n, sign: int, sesoi: float, alpha: float = 0.05, correct:
 
 def power(effect: float, sd: float, n: int, level: float) -> float:
     """Power of the one-sided paired t-test at `level` for a true mean diff `effect` (> 0)."""
-    df = n - 1
-    return float(stats.nct.sf(stats.t.isf(level, df), df, effect * math.sqrt(n) / sd))
+    return float(stats.nct.sf(stats.t.isf(level, n - 1), n - 1, effect * math.sqrt(n) / sd))
 
 
 def mde(sd: float, n: int, level: float, target: float = POWER) -> float:
@@ -248,9 +234,7 @@ def _family(rows: pl.DataFrame, cfg: dict) -> pl.DataFrame:
     records = rows.to_dicts()
     gates = [_gate(r, cfg) for r in records]
     tested = np.array([g is None for g in gates])
-    n = rows["n_samples"].fill_null(0).to_numpy().astype(float)
-    sd = rows["sd"].fill_null(np.nan).to_numpy()
-    mean = rows["diff"].fill_null(np.nan).to_numpy()
+    n, sd, mean = (rows[c].fill_null(np.nan).to_numpy().astype(float) for c in ("n_samples", "sd", "diff"))
     fam = verdicts(np.where(tested, mean, np.nan), sd, n, sign, sesoi, cfg["alpha"])
     cell = verdicts(np.where(tested, mean, np.nan), sd, n, sign, sesoi, cfg["alpha"], correct=False)
     m = max(int(tested.sum()), 1)
@@ -270,9 +254,8 @@ def _family(rows: pl.DataFrame, cfg: dict) -> pl.DataFrame:
         lo, hi = float(fam["low"][i]), float(fam["high"][i])
         r.update(diff_low=lo, diff_high=hi, p_holm=float(fam["p_holm"][i]), verdict=fam["verdict"][i])
         r.update(verdict_cell=cell["verdict"][i], reason=_reason(r["verdict"], sign, lo, hi, level, r, cfg))
-    return pl.DataFrame(
-        records, schema={**CELL_SCHEMA, **LAYERS_SCHEMA, "level": pl.Float64, "verdict_cell": pl.String}
-    )
+    schema = CELL_SCHEMA | LAYERS_SCHEMA | {"level": pl.Float64, "verdict_cell": pl.String}
+    return pl.DataFrame(records, schema=schema)
 
 
 def family(cells: pl.DataFrame, cfg: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -312,15 +295,15 @@ def caption(table: pl.DataFrame, cfg: dict) -> str:
     secondary = next(m for m in MEASURES if m != measure)
     tested = table["p_holm"].drop_nulls().len()
     sesoi = f"±{table['sesoi'][0]:g} {UNITS[measure]}"
+    layers = " / ".join(table["layers"].unique(maintain_order=True))
     return (
         f"Verdict: one-sided paired t-test of the per-sample E_Q − control {NAMES[measure]} (primary;"
-        f" {NAMES[secondary]}"
-        f" secondary), averaged over layers {' / '.join(table['layers'].unique(maintain_order=True))}"
-        f" (shaded), Holm over the run's {tested} tested cells at α = {cfg['alpha']}; 'holds': the corrected"
-        f" bound excludes 0 in the predicted direction; 'does not hold': the corrected CI lies within {sesoi}"
-        " (SESOI) or excludes 0 the wrong way; otherwise 'inconclusive' (also: too few samples, too little"
-        f" probe signal: a rarer answer class below {cfg['min_minority']} samples or"
-        f" {cfg['min_minority_share']:.0%}, probe AUC below {cfg['min_auc']})."
+        f" {NAMES[secondary]} secondary), averaged over layers {layers} (shaded), Holm over the run's"
+        f" {tested} tested cells at α = {cfg['alpha']}; 'holds': the corrected bound excludes 0 in the"
+        f" predicted direction; 'does not hold': the corrected CI lies within {sesoi} (SESOI) or excludes 0"
+        " the wrong way; otherwise 'inconclusive' (also: too few samples, too little probe signal: a rarer"
+        f" answer class below {cfg['min_minority']} samples or {cfg['min_minority_share']:.0%}, probe AUC"
+        f" below {cfg['min_auc']})."
     )
 
 
@@ -334,13 +317,9 @@ def dropped_table(kept: list[tuple], dropped: pl.DataFrame, data_dropped: pl.Dat
     """Where the samples went: one row per (model, dataset, reason) with its count, the kept count as
     reason 'kept'. kept: (model, dataset, n) per pair; dropped: the extraction drops (model, dataset,
     reason); data_dropped: the drops at loading (dataset, reason, detail), which hold for every model."""
-    loading = data_dropped.group_by("dataset", "reason").agg(
-        pl.col("detail").drop_nulls().first(), n=pl.len()
-    )
-    kept = pl.DataFrame(
-        [(*k, "kept") for k in kept], schema=["model", "dataset", "n", "reason"], orient="row"
-    )
+    load = data_dropped.group_by("dataset", "reason").agg(pl.col("detail").drop_nulls().first(), n=pl.len())
+    kept = pl.DataFrame([(*k, "kept") for k in kept], ["model", "dataset", "n", "reason"], orient="row")
     parts = [kept, dropped.group_by("model", "dataset", "reason").len("n")]
-    parts.append(loading.with_columns(model=pl.lit("(loading, all models)")))
+    parts.append(load.with_columns(model=pl.lit("(loading, all models)")))
     table = pl.concat([pl.DataFrame(schema=DROPPED_SCHEMA), *parts], how="diagonal_relaxed")
     return table.select(list(DROPPED_SCHEMA)).cast(DROPPED_SCHEMA).sort("model", "dataset", "reason")
