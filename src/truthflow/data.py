@@ -57,12 +57,10 @@ def _read_json_records(path: Path, text: str, field: str | None) -> list[dict]:
             if field not in obj:
                 raise TruthflowError(f"{path}: has no top-level field '{field}' (it has {sorted(obj)[:10]})")
             obj = obj[field]
-        elif "Data" in obj and isinstance(obj["Data"], list):  # TriviaQA's original layout
-            obj = obj["Data"]
+        elif lists := [obj[k] for k in ("Data", "data") if isinstance(obj.get(k), list)]:  # Data: TriviaQA's
+            obj = lists[0]
         elif obj and all(isinstance(v, dict) for v in obj.values()):  # dict keyed by id
             obj = [{"_key": k, **v} for k, v in obj.items()]
-        elif "data" in obj and isinstance(obj["data"], list):
-            obj = obj["data"]
     if not isinstance(obj, list):
         raise TruthflowError(f"{path}: expected a JSON list of records (set `field:` for nested lists)")
     bad = next((i for i, r in enumerate(obj) if not isinstance(r, dict)), None)
@@ -315,22 +313,18 @@ def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
     The report's 'dropped' is the dropped table (repeated qids; n larger than the groups there are)."""
     src, n, seed = spec["source"], spec.get("n"), int(spec.get("seed", 0))
     if "hub" in src:
-        origin = src["hub"]
-        parts = {
-            c: load_hub_records(src["hub"], c, src.get("split", "test"), src.get("revision"), "depthqa")
-            for c in DEPTHQA_CONFIGS
-        }
+        origin, split, revision = src["hub"], src.get("split", "test"), src.get("revision")
+        parts = {c: load_hub_records(origin, c, split, revision, "depthqa") for c in DEPTHQA_CONFIGS}
         where = {c: f"{origin} ({c})" for c in DEPTHQA_CONFIGS}
     else:
         origin = str(src["local"])
         path = Path(origin)
         if path.is_dir():
-            found = {
-                c: [p for p in sorted(path.glob(f"{c}.*")) if p.suffix in (".jsonl", ".json", ".parquet")]
-                for c in DEPTHQA_CONFIGS
-            }
-            parts = {c: read_local_records(f[0]) if f else [] for c, f in found.items()}
-            where = {c: str(f[0]) if f else str(path / f"{c}.jsonl") for c, f in found.items()}
+            parts, where = {}, {}
+            for c in DEPTHQA_CONFIGS:
+                hits = [f for f in sorted(path.glob(f"{c}.*")) if f.suffix in (".jsonl", ".json", ".parquet")]
+                parts[c] = read_local_records(hits[0]) if hits else []
+                where[c] = str(hits[0] if hits else path / f"{c}.jsonl")
             if not parts["questions"]:
                 raise TruthflowError(f"dataset 'depthqa': '{path}' has no questions.jsonl/.json/.parquet")
         else:
