@@ -93,13 +93,9 @@ class QASet:
 
 # PopQA property words as they appear in its question templates (METHOD A4): the property's own name, but
 # for the templates that word it otherwise
-POPQA_PROPS = "occupation genre father mother country capital producer director screenwriter composer"
-POPQA_PROP_WORDS = {
-    **{prop: [prop] for prop in (*POPQA_PROPS.split(), "religion", "sport", "author")},
-    "place of birth": ["born"],
-    "capital of": ["capital"],
-    "color": ["color", "colour"],
-}
+POPQA_PROPS = "occupation genre father mother country capital producer director screenwriter composer sport"
+POPQA_PROP_WORDS = {prop: [prop] for prop in (*POPQA_PROPS.split(), "religion", "author")}
+POPQA_PROP_WORDS |= {"place of birth": ["born"], "capital of": ["capital"], "color": ["color", "colour"]}
 
 
 def popqa_spans(question: str, row: dict) -> list[Span] | None:
