@@ -173,9 +173,8 @@ def _sample(name: str, usable: int, unit: str, origin: str, n: int | None, seed:
 
 
 def load_qa(name: str, spec: dict) -> tuple[pl.DataFrame, dict]:
-    """Load, normalize and subsample one QA dataset; returns the table and a report whose 'dropped' is the
-    dropped table (dataset, id, reason, detail). Without a source, or with the registered hub id, the set's
-    hub defaults (registry.py) fill the source."""
+    """Load, normalize and subsample one QA dataset: the table, and a report whose 'dropped' is the dropped
+    table (dataset, id, reason, detail). The set's hub defaults fill no source or one of its hub id."""
     entry = registry.get(name)  # an unknown name fails here, naming the registered ones
     spec = {**spec, "source": dict(spec["source"])} if spec.get("source") else dict(spec)
     registry.fill_source(name, spec)
@@ -328,9 +327,8 @@ def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
             if not parts["questions"]:
                 raise TruthflowError(f"dataset 'depthqa': '{path}' has no questions.jsonl/.json/.parquet")
         else:
-            parts = {"questions": read_local_records(path, src.get("format", "auto"), src.get("field"))}
-            parts |= {"nodes": [], "node_to_q": []}
-            where = {"questions": origin}
+            records = read_local_records(path, src.get("format", "auto"), src.get("field"))
+            parts, where = {"questions": records, "nodes": [], "node_to_q": []}, {"questions": origin}
     questions, dropped = _depthqa_questions(parts["questions"], where["questions"])
     depth_of = dict(zip(questions["id"], questions["depth"], strict=True))
     nodes = depthqa_nodes(parts["nodes"], parts["node_to_q"], depth_of, where)
