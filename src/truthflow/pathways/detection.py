@@ -1,9 +1,8 @@
 """Pathway awareness and hallucination detection (paper "Two Pathways to Truthfulness", §4–5, Table 3;
 METHOD A16-A17). Per sample: a label y (1 = correct), a group g (True = Q-Anchored) and hidden states x [N, D]
-at one layer; every estimate is cross-fitted (probes.crossfit). Data that cannot give an estimate (one class,
-too few samples per class for K folds, missing reweighted states) gives rows whose status says why and a
-null auc; ValueError is kept for caller bugs. A seed is an int or a sequence of ints; random draws use
-independent numpy streams of it: 0 the RandomGate draws, 1 the VanillaExperts split, 2 PR's inner split.
+at one layer; every estimate is cross-fitted (probes.crossfit). Data that cannot give an estimate gives rows
+whose status says why and a null auc; ValueError is for caller bugs. A seed is an int or a sequence of ints;
+random draws use numpy streams of it: 0 the RandomGate draws, 1 the VanillaExperts split, 2 PR's inner split.
 """
 
 from __future__ import annotations
@@ -57,8 +56,7 @@ def awareness_auc(resid: np.ndarray, groups, layers: Sequence[int], probe: Mappi
     k = n_folds(probe["test_size"])
     reason = split_reason(g, k, Q_ANCHORED, A_ANCHORED)
     if reason is None and min(n_q, n - n_q) < k:
-        # a test fold without a sample of the smaller group makes that fold's scores incomparable with the
-        # others' (measured on the demo: 2 Q-Anchored of 100 gave AUCs from 0.05 to 0.6 across layers)
+        # a test fold without a sample of the smaller group makes its scores incomparable with the others'
         reason = f"fewer samples in a group than the {k} folds ({n_q} {Q_ANCHORED}, {n - n_q} {A_ANCHORED})"
     rows = []
     for layer in layers:
@@ -124,12 +122,11 @@ def mop_predict(
         subsets = vanilla_split(train, int(g[train].sum()), seed)
     preds = []
     for name, idx in zip(("Q", "A"), subsets, strict=True):
-        if len(idx) == 0:
-            rate = float(y[train].mean())
-            preds.append(np.full(len(test), rate))
-            notes.append(f"expert {name}: no training samples, constant train rate {rate:g}")
-            continue
-        p, note = _probe_or_rate(x[idx], y[idx], x[test], C, max_iter)
+        if len(idx):
+            p, note = _probe_or_rate(x[idx], y[idx], x[test], C, max_iter)
+        else:
+            p = np.full(len(test), y[train].mean())
+            note = f"no training samples, constant train rate {y[train].mean():g}"
         preds.append(p)
         notes += [f"expert {name}: {note}"] if note else []
     return w * preds[0] + (1 - w) * preds[1], notes
@@ -231,8 +228,7 @@ def detection_table(
     """The paper's Table 3 for one (model, dataset) (METHOD A17): each baseline score (higher = more likely
     correct; one row per seed, so sd 0), then Probing, the MoP variants and PR (`factor`: the factor chosen
     per fold, e.g. "2,2,4,2,2"). Fold i of seed s seeds the random draws with (s, i); the AUC is over all N
-    out-of-fold predictions; fallbacks taken are listed in the status ("ok (fallback: ...)"). `probing`: the
-    [seeds, N] out-of-fold probabilities of `crossfit_seeds` on the same x where the caller has them."""
+    out-of-fold predictions; the status lists fallbacks. `probing`: crossfit_seeds' [seeds, N] or None."""
     x, y, g = np.asarray(x, dtype=np.float32), np.asarray(y), np.asarray(groups, dtype=bool)
     if not np.isin(y, [0, 1]).all():
         raise ValueError("y must hold 0/1 (or bools) only")
