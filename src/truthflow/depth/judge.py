@@ -282,8 +282,7 @@ class HFJudge:
         if not self.chat:
             return content
         kwargs = dict(self.settings["chat_template_kwargs"] or {})
-        # a template with a thinking switch (Qwen3) thinks by default, past max_new_tokens before any verdict:
-        # off unless the config says otherwise
+        # a thinking template (Qwen3) would think past max_new_tokens before a verdict: off unless configured
         if "enable_thinking" in str(self.lm.tokenizer.chat_template):
             kwargs.setdefault("enable_thinking", False)
         return build_prompt(self.lm.tokenizer, content, True, "", chat_template_kwargs=kwargs)
@@ -363,22 +362,12 @@ SCORES_SCHEMA = {
 }
 
 
-def _summary(qid: str, entries: list[dict], backend: str, cached: bool) -> tuple:
-    """One SCORES_SCHEMA row."""
-    scores = [e["score"] for e in entries]
-    parsed = [x for x in scores if x is not None]
-    mean = statistics.fmean(parsed) if parsed else None
-    sd = statistics.stdev(parsed) if len(parsed) > 1 else None  # the sample SD (n - 1)
-    return qid, mean, sd, len(scores), scores.count(None), scores, entries[0]["reason"], backend, cached
-
-
 def judge_all(
     rows: Iterable[dict], settings: Mapping, cache_path: str | Path, progress: bool = True
 ) -> pl.DataFrame:
     """Score every row {qid, question, answer, reference} `depth.judge.judgments` times; one row per answer
-    (SCORES_SCHEMA). Each new verdict is appended to cache_path and flushed before the next, so a rerun or a
-    crash never pays for a verdict twice; a greedy unparseable verdict is never cached (the next run asks
-    again), a sampled one is (it is a draw: asking again until one parses would bias the scores)."""
+    (SCORES_SCHEMA). Each new verdict is appended to cache_path and flushed at once, so none is paid twice; a
+    greedy unparseable verdict is not cached, a sampled one is (asking again until one parses would bias)."""
     rows, backend, method = list(rows), settings["backend"], judge_method(settings)
     draws = range(int(settings["judgments"])) if sampled(settings) else [None]
     seed = int(settings["decoding"]["seed"])
@@ -411,8 +400,12 @@ def judge_all(
                     handle.flush()
                     os.fsync(handle.fileno())
                 bar.update(1)
-    table = [
-        _summary(row["qid"], [verdicts[k] for k in ks], backend, all(k not in todo for k in ks))
-        for row, ks in zip(rows, keys, strict=True)
-    ]
+    table = []
+    for row, ks in zip(rows, keys, strict=True):
+        scores = [verdicts[k]["score"] for k in ks]
+        parsed = [x for x in scores if x is not None]
+        mean = statistics.fmean(parsed) if parsed else None
+        sd = statistics.stdev(parsed) if len(parsed) > 1 else None  # the sample SD (n - 1)
+        reason, cached = verdicts[ks[0]]["reason"], all(k not in todo for k in ks)
+        table.append((row["qid"], mean, sd, len(scores), scores.count(None), scores, reason, backend, cached))
     return pl.DataFrame(table, schema=SCORES_SCHEMA, orient="row")

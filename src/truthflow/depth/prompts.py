@@ -5,9 +5,8 @@ An answer prompt file holds `system` (the system turn; "" for none), `user` (the
 it), `no_system_role` (what a chat template without a system role gets: `fold`, the system text opens the
 user turn followed by a blank line; or `drop`) and `base` (the whole prompt of a model without a chat
 template). A judge prompt file holds `system`, `task` (the user turn, with `{instruction}`, `{response}`,
-`{reference}` and `{rubric}` in it) and `rubric`. Literal braces in a template are written twice ({{ }}),
-as in Python's str.format. A relative path is looked up in the working directory, then in the checkout
-(where the shipped files are: prompts/)."""
+`{reference}` and `{rubric}` in it) and `rubric`. Literal braces in a template are written twice ({{ }}).
+A relative path is looked up in the working directory, then in the checkout (shipped files: prompts/)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
-"""DepthQA tables (METHOD B2, B4, B5): depthwise MIN-K%, score gaps and the memorization split. Inputs are
-long tables. `per_question_df`: one row per (model, question) with columns model, qid, depth, mink_{k} /
-minkpp_{k} and score (the judge's 1–5, null when missing). `nodes_df`: the DepthQA graph, one row per node:
-nodeid, group, depth, direct_predecessors, direct_successors, qid. A group is one D3 node with all its
-ancestors through direct_predecessors (D3 → D2 → D1), labelled by its `group`. An empty nodes table (no
-graph) gives empty group tables; `pooled_by_depth` needs no graph."""
+"""DepthQA tables (METHOD B2, B4, B5): depthwise MIN-K%, score gaps and the memorization split, from long
+tables. `per_question_df`: one row per (model, question): model, qid, depth, mink_{k} / minkpp_{k} and score
+(the judge's 1–5, null when missing). `nodes_df`: the DepthQA graph, one row per node (NODE_COLUMNS). A group
+is one D3 node with all its ancestors through direct_predecessors (D3 → D2 → D1), labelled by its `group`.
+An empty nodes table (no graph) gives empty group tables; `pooled_by_depth` needs no graph."""
 
 from __future__ import annotations
 
