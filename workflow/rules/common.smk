@@ -1,11 +1,10 @@
 import functools
 import modulefinder
 import os
-import sys
 from pathlib import Path
 
 SRC = str(Path(workflow.basedir) / "src")  # on sys.path since the Snakefile
-# script jobs (local, SLURM or in a conda env) import the package from this checkout, ahead of an installed one
+# script jobs (local, SLURM or in a conda env) import the package from this checkout, before an installed one
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")]))
 
 
@@ -15,13 +14,10 @@ envvars:
 
 from truthflow import registry  # noqa: E402
 from truthflow.depth import prompts  # noqa: E402
-from truthflow.report_tables import (
-    TABLES as REPORT_TABLES,
-    caption as table_caption,
-)  # noqa: E402
+from truthflow.report_tables import TABLES as REPORT_TABLES, caption as table_caption  # noqa: E402
 from truthflow.scheduling import gpu_machine, model_slots, model_threads, torch_threads  # noqa: E402
 
-# the config is checked and its defaults filled by the Snakefile (truthflow.config.check_config)
+# the config as the Snakefile checked it and filled its defaults (truthflow.preflight.prepare_config)
 RUN = config["run"]
 MODELS = list(config["models"])
 # the configured QA sets, in registry order (src/truthflow/registry.py holds every dataset's knowledge)
@@ -62,13 +58,10 @@ def model_gpus(wildcards):
     return model_spec(wildcards.model)["gpus"]
 
 
-# The order of a local run (among ready jobs, Snakemake starts the highest priority first). The one-thread steps
-# of a chain (downloads, labels, probes, the experiments' statistics) go before any model job: else two model
-# jobs hold every core, and a label job waits for one of them to end (242 s in one demo run; its chain then ran
-# last and alone), or the statistics all wait for the last model job. The model stages go breadth-first: every
-# chain's answers (and DepthQA's model jobs) before any knockout, every knockout before any experiment, so the
-# run ends on its shortest model jobs; depth-first left one chain's answers, knockout and experiments to run
-# alone at the end of a demo run.
+# The order of a local run (Snakemake starts the ready job of highest priority first): a chain's one-thread
+# steps (downloads, labels, probes, statistics) before any model job, else they wait for one to free a core;
+# the model stages breadth-first (every chain's answers and DepthQA's model jobs, then every knockout, then
+# every experiment), so that the run ends on its shortest model jobs, not on one chain's stages alone.
 PRIORITY = {"step": 10, "answers": 3, "knockout": 2, "experiments": 1}
 
 # the other resources of every model job (each rule names its `gpu` resource, which the SLURM profiles key on)
@@ -118,19 +111,15 @@ def _script_modules(script):
 
 def deploy_script_rules():
     """Every script rule runs in envs/truthflow.yaml (--sdm conda) and takes as input `code`, the truthflow
-    modules its script imports, so that editing one reruns exactly the jobs that import it (Snakemake tracks
-    the script's own code only). prepare_model takes no code: its conversion is keyed by PREPARE_VERSION.
-    Called once, after the last rule; Snakemake's global `conda:` would inject the env into its own process.
-    """
-
-    def imported_modules(script):
-        return lambda wildcards: _script_modules(script)
-
+    modules its script imports, so that editing one reruns exactly its importers (Snakemake tracks the script
+    only); prepare_model takes none: PREPARE_VERSION keys its conversion. Called once, after the last rule
+    (Snakemake's global `conda:` would put its own process in the env)."""
     for r in workflow.rules:
         if r.script:
             r.conda_env = str(Path(workflow.basedir, "envs", "truthflow.yaml"))
             if r.name != "prepare_model":
-                r.set_input(code=imported_modules(str(Path(r.snakefile).parent / r.script)))
+                script = str(Path(r.snakefile).parent / r.script)
+                r.set_input(code=lambda wildcards, script=script: _script_modules(script))
 
 
 def model_dir(wildcards=None, model=None):
@@ -150,8 +139,7 @@ def qa_runs():
 
 
 def pw_runs():
-    """The runs, (model, dataset), of the pathways analysis, in one order for every aggregate. (A {pair} of
-    figures is two models side by side: pair_name.)"""
+    """The runs, (model, dataset), of the pathways analysis, in one order for every aggregate."""
     pw = config["pathways"]
     return [(m, d) for m in pw["models"] for d in pw["datasets"]]
 
@@ -169,21 +157,21 @@ def depth_dir(*parts):
     return results_path("depth", "{model}", *parts)
 
 
-def optional_input(part, path):
-    """An analysis's table as input only when that analysis is configured."""
-    active = pw_runs() if part == "pathways" else config["depth"]["models"]
-    return [path] if active else []
+def optional_inputs(active, rule, *names, **renamed):
+    """The outputs `names` of a table rule as inputs (and those of `renamed` as input=output name), each only
+    where its analysis is configured (`active`, its runs or models)."""
+    outputs = {name: name for name in names} | renamed
+    return {key: [getattr(rule.output, name)] if active else [] for key, name in outputs.items()}
 
 
 def prompt_file(value, key):
-    """The prompt file config key `key` names (`value`), as the path it resolves to (the working directory,
-    else the checkout: truthflow.depth.prompts.resolve): an input, so editing the file reruns its readers.
-    """
+    """The prompt file config key `key` names (`value`) as an input, resolved as its readers resolve it
+    (truthflow.depth.prompts.resolve), so editing the file reruns them."""
     return str(prompts.resolve(value, key))
 
 
 def judge_model_input():
-    """The hf judge's model as input where depth.judge.model is a configured model's resources/models/<name>."""
+    """An hf judge's model as input where depth.judge.model is a configured model's dir (resources/models)."""
     judge = config["depth"]["judge"]
     path = Path(str(judge.get("model")))
     prepared = path.parent == Path("resources/models") and path.name in config["models"]
@@ -191,13 +179,19 @@ def judge_model_input():
 
 
 def gpu_jobs():
-    """(rule, wildcards) of every model job in the DAG, in the benchmark table's row order."""
-    jobs = [("generate_answers", dict(model=m, dataset=d)) for m, d in qa_runs()]
-    for name in ("extract_pathways", "extract_experiments"):
-        jobs += [(name, dict(model=m, dataset=d)) for m, d in pw_runs()]
-    for m in config["depth"]["models"]:
-        jobs += [(name, dict(model=m)) for name in ("score_mink", "answer_depthqa")]
-    return jobs
+    """(rule, wildcards) of every model job in the DAG, in the benchmark table's row order. The model rules
+    are the rules with a benchmark, each over the runs of its file's analysis; a DepthQA model's jobs adjoin.
+    """
+    model_rules = [r for r in workflow.rules if r.benchmark]
+    runs = {"generate": qa_runs(), "pathways": pw_runs()}
+    jobs = [
+        (r.name, dict(model=m, dataset=d))
+        for r in model_rules
+        if "dataset" in r.wildcard_names
+        for m, d in runs[Path(r.snakefile).stem]
+    ]
+    depth = [r.name for r in model_rules if "dataset" not in r.wildcard_names]
+    return jobs + [(name, dict(model=m)) for m in config["depth"]["models"] for name in depth]
 
 
 def all_targets():
@@ -220,7 +214,13 @@ def all_targets():
     return targets + expand(rules.table_html.output[0], table=tables)
 
 
+def display_names(models):
+    """Figure titles: each model's display_name, else its name."""
+    return {m: model_spec(m).get("display_name", m) for m in models}
+
+
 def pair_name(pair):
+    """A {pair} of figures: two models side by side."""
     return "__".join(pair)
 
 
@@ -262,8 +262,9 @@ def depth_caption(wildcards=None):
     verdicts = f", {judge['judgments']} verdicts per answer" if judge["judgments"] > 1 else ""
     return (
         f"MIN-K% k={d['mink']['k_plot']} (grid {d['mink']['k_grid']}) on the raw question with BOS; "
-        f"depthwise average = mean over a group's questions at each depth; answers {decoding_text(d['decoding'])}"
-        f", max_new_tokens={d['max_new_tokens']}, prompt {Path(d['prompt']).name}; judge backend={judge['backend']}"
+        f"depthwise average = mean over a group's questions at each depth; "
+        f"answers {decoding_text(d['decoding'])}, max_new_tokens={d['max_new_tokens']}, "
+        f"prompt {Path(d['prompt']).name}; judge backend={judge['backend']}"
         + (f" ({judge['model']})" if judge.get("model") else "")
         + f", {decoding_text(judge['decoding'])}{verdicts}; "
         f"score gap = (score(D3) - mean score(D2 predecessors))/4; "
@@ -274,7 +275,7 @@ def depth_caption(wildcards=None):
 def finished_message():
     """What a finished run prints last: where its figures are and how to browse them with their captions."""
     figures = Path(results_path("figures"))
-    shown = sorted(f.name for f in figures.glob("*.png")) if figures.is_dir() else []
+    shown = sorted(f.name for f in figures.glob("*.png"))
     listing = "".join(f"\n  {figures / name}" for name in shown)
     return (
         f"truthflow: {len(shown)} figures in {figures}/{listing}\n"
@@ -283,7 +284,7 @@ def finished_message():
 
 
 def check_gated_tokens():
-    """Before any job: a gated hub model that is not prepared yet needs a token; name the model and variable."""
+    """Before any job: a gated hub model not prepared yet needs a token; name the model and the variable."""
     from truthflow.models import INFO_FILE, check_gated_token
 
     used = set(config["pathways"]["models"]) | set(config["depth"]["models"])

@@ -112,7 +112,7 @@ rule plot_depth:
     localrule: True
     params:
         models=config["figures"]["depth"],
-        titles={m: model_spec(m).get("display_name", m) for m in config["figures"]["depth"]},
+        titles=display_names(config["figures"]["depth"]),
         caption=depth_caption,
         show_caption=config["figures"]["caption"],
     script:

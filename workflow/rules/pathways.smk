@@ -62,10 +62,7 @@ rule pathways_tables:
         dropped=per_run(rules.extract_pathways.output.dropped),
         samples=per_run(rules.extract_pathways.output.samples),
         check=per_run(rules.probe_deltap.output.check),
-        data_dropped=expand(
-            rules.download_dataset.output.dropped,
-            dataset=config["pathways"]["datasets"],
-        ),
+        data_dropped=expand(rules.download_dataset.output.dropped, dataset=config["pathways"]["datasets"]),
     output:
         summary=results_path("tables", "pathways_summary.parquet"),
         check=results_path("tables", "pathways_check.parquet"),
@@ -101,7 +98,7 @@ rule plot_pathways:
     localrule: True
     params:
         models=lambda w: pair_models(w.pair),
-        titles=lambda w: {m: model_spec(m).get("display_name", m) for m in pair_models(w.pair)},
+        titles=lambda w: display_names(pair_models(w.pair)),
         caption=pathways_caption,
         show_caption=config["figures"]["caption"],
         target=config["pathways"]["knockout"]["target"],
@@ -200,7 +197,7 @@ rule plot_experiments:
     localrule: True
     params:
         models=lambda w: pair_models(w.pair),
-        titles=lambda w: {m: model_spec(m).get("display_name", m) for m in pair_models(w.pair)},
+        titles=lambda w: display_names(pair_models(w.pair)),
         show_caption=config["figures"]["caption"],
     script:
         "../scripts/plot_experiments.py"

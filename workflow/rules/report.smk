@@ -14,15 +14,12 @@ rule benchmark_table:
 
 rule compare_published:
     input:
+        **optional_inputs(pw_runs(), rules.pathways_tables, pathways="summary", check="check"),
+        **optional_inputs(pw_runs(), rules.experiment_tables, "rows", "awareness", "detection"),
+        **optional_inputs(
+            config["depth"]["models"], rules.depth_tables, "depthwise", "pooled", depth_metrics="metrics"
+        ),
         published=checkout_path("workflow", "report", "published.tsv"),
-        pathways=optional_input("pathways", results_path("tables", "pathways_summary.parquet")),
-        check=optional_input("pathways", results_path("tables", "pathways_check.parquet")),
-        rows=optional_input("pathways", results_path("tables", "pathways_experiments.parquet")),
-        awareness=optional_input("pathways", results_path("tables", "pathways_awareness.parquet")),
-        detection=optional_input("pathways", results_path("tables", "pathways_detection.parquet")),
-        depthwise=optional_input("depth", results_path("tables", "depth_depthwise.parquet")),
-        pooled=optional_input("depth", results_path("tables", "depth_pooled_by_depth.tsv")),
-        depth_metrics=optional_input("depth", results_path("tables", "depth_metrics.parquet")),
     output:
         results_path("tables", "published_vs_reproduced.tsv"),
     log:

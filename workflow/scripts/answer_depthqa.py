@@ -7,17 +7,15 @@ from truthflow.engine import Decoding
 
 def main(sm):
     questions = validate.read_parquet(sm.input.data, ["id", "question", "depth"])
-    prompt = load_answer_prompt(sm.input.prompt)
-    decoding = Decoding.from_config(sm.params.decoding)
-    desc = f"answer depthqa {sm.wildcards.model}"
+    prompt, p = load_answer_prompt(sm.input.prompt), sm.params
     answers = jobs.answer_table(
         sm,
         questions["question"].to_list(),
         "",
-        desc,
-        render=lambda tok, q: prompt.render(tok, q, sm.params.chat, sm.params.chat_template_kwargs),
+        f"answer depthqa {sm.wildcards.model}",
+        render=lambda tok, q: prompt.render(tok, q, p.chat, p.chat_template_kwargs),
         keys=questions["id"].to_list(),
-        decoding=decoding,
+        decoding=Decoding.from_config(p.decoding),
     ).drop("prompt_ids", "answer_ids")
     out = pl.concat([questions.select(pl.col("id").alias("qid"), "depth"), answers], how="horizontal")
     out.write_parquet(sm.output[0])

@@ -6,9 +6,7 @@ from truthflow import runlog, validate
 def main(sm):
     frames = [
         validate.read_tsv(path, ["s", "max_rss"], infer_schema_length=0).select(
-            pl.lit(job["rule"]).alias("rule"),
-            pl.lit(job["model"]).alias("model"),
-            pl.lit(job["dataset"]).alias("dataset"),
+            *(pl.lit(job[key]).alias(key) for key in ("rule", "model", "dataset")),
             pl.col("s").cast(pl.Float64).alias("seconds"),
             pl.col("max_rss").cast(pl.Float64, strict=False).alias("max_rss_mb"),
         )

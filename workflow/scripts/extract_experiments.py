@@ -26,12 +26,10 @@ def main(sm):
         .join(questions.select("id", "question"), on="id", how="left")
         .join(saliency, on="id", how="left")
     )
-    lm = load_job_model(sm)
-    n, hidden = table.height, lm.info["hidden_size"]
+    lm, bs, name = load_job_model(sm), sm.resources.batch_size, f"{model}/{dataset}"
     layer, why = experiment_layer(cfg["layer"], auc, lm.info["n_layers"], model)
-    print(f"{model}/{dataset}: experiments at layer {layer} ({why})", flush=True)
-    shapes = activations.experiment_shapes(n, hidden, len(cfg["pr_factors"]))
-    bs, name = sm.resources.batch_size, f"{model}/{dataset}"
+    print(f"{name}: experiments at layer {layer} ({why})", flush=True)
+    shapes = activations.experiment_shapes(table.height, lm.info["hidden_size"], len(cfg["pr_factors"]))
     with activations.written(sm.output, shapes) as outs:
         scores = experiment_states(
             lm, table, layer, cfg, bs, sm.params.chat, sm.params.chat_template_kwargs, outs, name

@@ -12,13 +12,9 @@ def main(sm):
     questions = validate.read_parquet(sm.input.data, ["id", "dataset", "question"]).drop("dataset")
     validate.check_ids(labelled, sm.input.labels, "id", questions["id"], sm.input.data)
     table = labelled.join(questions, on="id", how="left")
-    lm = load_job_model(sm)
+    lm, bs, p = load_job_model(sm), sm.resources.batch_size, sm.params
     model, dataset = sm.wildcards.model, sm.wildcards.dataset
-    chat_template_kwargs = sm.params.extractor_template_kwargs
-    bs = sm.resources.batch_size
-    kept, dropped = locate_spans(
-        lm, sm.params.chat, dataset, table, sm.params.extractor, bs, chat_template_kwargs
-    )
+    kept, dropped = locate_spans(lm, p.chat, dataset, table, p.extractor, bs, p.extractor_template_kwargs)
     print(f"{model}/{dataset}: {kept.height} samples kept, {dropped.height} dropped", flush=True)
     if dropped.height:
         print(dropped.group_by("reason").len(), flush=True)
@@ -28,7 +24,7 @@ def main(sm):
     )
     with activations.written(sm.output, shapes) as resid:
         out = activations.knockout_out(*resid)
-        samples, scores = knockout_states(lm, kept, bs, knockout, sm.params.saliency_batch_size, desc, out)
+        samples, scores = knockout_states(lm, kept, bs, knockout, p.saliency_batch_size, desc, out)
     samples.write_parquet(sm.output.samples)
     scores.write_parquet(sm.output.saliency)
     dropped.with_columns(model=pl.lit(model), dataset=pl.lit(dataset)).write_parquet(sm.output.dropped)

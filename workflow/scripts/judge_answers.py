@@ -15,11 +15,8 @@ def main(sm):
         .to_dicts()
     )
     scores = judge_all(rows, sm.params.judge, sm.params.cache)
-    missing = scores.filter(pl.col("score").is_null())
-    print(
-        f"{scores.height} verdicts ({int(scores['cached'].sum())} from cache), {missing.height} missing",
-        flush=True,
-    )
+    missing, cached = scores.filter(pl.col("score").is_null()), int(scores["cached"].sum())
+    print(f"{scores.height} verdicts ({cached} from cache), {missing.height} missing", flush=True)
     if missing.height:
         print(missing.group_by("reason").len(), flush=True)
         if sampled(sm.params.judge):  # a draw that did not parse is a draw: cached, counted by the metrics
