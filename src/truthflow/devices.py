@@ -39,8 +39,7 @@ class DeviceAssignment:
 def visible_devices(env: Mapping[str, str], count: int) -> list[str]:
     """A key per device this process sees, in torch index order: its CUDA_VISIBLE_DEVICES entry (an index or a
     UUID, the same name for every process that sees it) or, unset, its index."""
-    listed = env.get("CUDA_VISIBLE_DEVICES")
-    if listed is None:
+    if (listed := env.get("CUDA_VISIBLE_DEVICES")) is None:
         return [str(i) for i in range(count)]
     return [k.strip() for k in listed.split(",") if k.strip()][:count]
 
@@ -72,8 +71,7 @@ def _try_lock(lock_dir: Path, key: str) -> bool:
 
 
 def release(key: str) -> None:
-    fd = _HELD.pop(key, None)
-    if fd is not None:
+    if (fd := _HELD.pop(key, None)) is not None:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
 

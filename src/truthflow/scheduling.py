@@ -7,10 +7,9 @@ from pathlib import Path
 
 
 def model_slots(gpus: int | None, gpu_machine: bool) -> int:
-    """How many model jobs a local run holds at once: one per GPU given with `--resources gpu=K`; one on a
-    machine with a GPU but no such count (jobs that see one device would share it); else two, each on half
-    of the cores, so that one job's single-threaded phases (loading, tokenizing, writing) overlap the other's
-    forward passes at no loss of compute."""
+    """Model jobs a local run holds at once: one per GPU of `--resources gpu=K`; one on a machine with a GPU
+    but no such count (they would share one device); else two, each on half of the cores, so that one job's
+    single-threaded phases (loading, tokenizing, writing) overlap the other's forward passes."""
     return int(gpus) if gpus else (1 if gpu_machine else 2)
 
 
