@@ -46,6 +46,12 @@ class AliasMatch:
         return self.alias is not None
 
 
+def _gap(question: str, qw: list[Word], i: int, j: int, pattern) -> bool:
+    """Whether the text between question words i and j (either order) holds a match of `pattern`."""
+    a, b = sorted((i, j))
+    return re.search(pattern, question[qw[a][2] : qw[b][1]]) is not None
+
+
 def _option_words(qw: list[Word], question: str, j: int, step: int) -> list[str]:
     """The option name that starts at question word j and extends in direction `step` (+1 right, -1 left):
     to the right, content or capitalized words (name connectors inside) up to MAX_OPTION_WORDS, stopping at
@@ -65,8 +71,7 @@ def _option_words(qw: list[Word], question: str, j: int, step: int) -> list[str]
     while 0 <= k < len(qw) and len(out) < MAX_OPTION_WORDS:
         w = qw[k][0]
         if out:
-            a, b = (k - step, k) if step > 0 else (k, k - step)
-            if _BOUNDARY.search(question[qw[a][2] : qw[b][1]]) or w in COORDINATORS:
+            if _gap(question, qw, k - step, k, _BOUNDARY) or w in COORDINATORS:
                 break
             nxt = k + step
             connector = w in NAME_CONNECTORS and 0 <= nxt < len(qw) and usable(nxt)
@@ -79,20 +84,10 @@ def _option_words(qw: list[Word], question: str, j: int, step: int) -> list[str]
     return out if step > 0 else out[::-1]
 
 
-def _closed(question: str, qw: list[Word], inner: int, outer: int) -> bool:
-    """True when an option ending at question word `inner` is closed on its far side: `outer` (the next word
-    outwards) is past either end, is a coordinator, or is set off by a comma/semicolon/question mark."""
-    if not 0 <= outer < len(qw):
-        return True
-    a, b = sorted((inner, outer))
-    return qw[outer][0] in COORDINATORS or bool(re.search(r"[,;?]", question[qw[a][2] : qw[b][1]]))
-
-
 def choice_options(question: str, alias: str) -> list[list[str]]:
-    """The other options of a choice question that offers `alias` ("Which is larger, Mars or Jupiter?",
-    "Between X and Y, which ...", "A, B, or C"): the names joined to the alias's occurrence in the question by
-    or/and/nor/vs (and commas inside such a list), each as its normalized words; empty when the question
-    does not offer the alias as one of several options."""
+    """The other options of a choice question that offers `alias` ("Which is larger, Mars or Jupiter?", "A,
+    B, or C"): the names joined to the alias in the question by or/and/nor/vs (and commas inside such a
+    list), each as its normalized words; empty when the alias is not offered as one of several options."""
     qw, target = normalized_words(question), normalize_text(alias).split()
     tokens, n = [w for w, _, _ in qw], len(target)
     for i in _find_all(tokens, target):
@@ -102,8 +97,7 @@ def choice_options(question: str, alias: str) -> list[list[str]]:
             j = i + n if step > 0 else i - 1  # first word outside the alias in this direction
             edge = i + n - 1 if step > 0 else i  # last word of the item already taken
             while 0 <= j < len(qw):
-                a, b = (edge, j) if step > 0 else (j, edge)
-                by_comma = bool(re.search(r"[,;]", question[qw[a][2] : qw[b][1]]))
+                by_comma = _gap(question, qw, edge, j, r"[,;]")
                 if tokens[j] in COORDINATORS:
                     coord, by_comma, j = True, False, j + step
                 elif not by_comma:
@@ -112,11 +106,12 @@ def choice_options(question: str, alias: str) -> list[list[str]]:
                 if not opt:
                     break
                 far = j + step * len(opt)  # the first word beyond this option
-                if by_comma and not _closed(question, qw, far - step, far):
-                    break
+                # an option after a comma is closed on its far side: by the end, a coordinator or , ; ?
+                if by_comma and 0 <= far < len(qw) and tokens[far] not in COORDINATORS:
+                    if not _gap(question, qw, far - step, far, r"[,;?]"):
+                        break
                 options.append(opt)
-                edge = far - step
-                j = far
+                edge, j = far - step, far
         if coord and options:
             return options
     return []
@@ -143,8 +138,6 @@ def _match_choice(ans: list[str], target: list[str], options: list[list[str]]) -
         for k, w in enumerate(ans):
             if w in distinct and not any(s <= k < e for s, e, o in mentions if o == 0):
                 mentions.append((k, k + 1, oid))
-    if not any(o == 0 for *_, o in mentions):
-        return -1
     mentions.sort()
     merged: list[tuple[int, int, int]] = []  # contiguous words of another option are one mention
     for s, e, o in mentions:
@@ -168,13 +161,12 @@ def _match_choice(ans: list[str], target: list[str], options: list[list[str]]) -
 
 def match_answer(answer: str, aliases: list[str], question: str | None = None) -> AliasMatch:
     """Match an answer against its gold aliases (METHOD A2 states the echo rule and its examples). Aliases
-    are tried longest first; the first one the answer commits to gives the label, the matched alias and its
-    character span in the raw answer. Without a question: plain containment. With it: 1. yes/no gold; 2. an
-    alias absent from the question; 3. a choice question (`choice_options`): the option named first, by the
-    gold alias or a content word of another option not in the gold ("Lincoln" names "Abraham Lincoln"), even
-    in a reversed comparative ("Mars is smaller than Jupiter" names Mars); 4. another alias in the question.
-    Echo-rejected: not correct, and some alias occurs only as an echo (rules 3-4; a contradicted yes/no gold
-    is wrong, not an echo)."""
+    are tried longest first; the first one the answer commits to gives the label, the alias and its span in
+    the raw answer. Without a question: plain containment. With it: 1. yes/no gold; 2. an alias absent from
+    the question; 3. a choice question (`choice_options`): the option named first, by the gold alias or a
+    content word of another option not in the gold ("Lincoln" names "Abraham Lincoln"); 4. another alias
+    in the question, outside echoes. Echo-rejected: not correct, and some alias occurs only as an echo
+    (rules 3-4; a contradicted yes/no gold is wrong, not an echo)."""
     ans_words = normalized_words(answer)
     tokens = [w for w, _, _ in ans_words]
     q_tokens = normalize_text(question).split() if question is not None else None
@@ -186,17 +178,14 @@ def match_answer(answer: str, aliases: list[str], question: str | None = None) -
             continue
         if q_tokens is None:
             hit = starts[0]
-        elif n == 1 and target[0] in POLAR:
-            polar = next((i for i, w in enumerate(tokens) if w in POLAR), -1)
-            hit = polar if polar >= 0 and tokens[polar] == target[0] else -1
+        elif n == 1 and target[0] in POLAR:  # the answer's first yes/no decides
+            hit = starts[0] if next(w for w in tokens if w in POLAR) == target[0] else -1
         elif not _find_all(q_tokens, target):
             hit = starts[0]
         else:
             options = choice_options(question, alias)
-            if options:
-                hit = _match_choice(tokens, target, options)
-            else:
-                hit = next((i for i in starts if not _echo_by_copy(tokens, i, n, q_tokens)), -1)
+            own = (i for i in starts if not _echo_by_copy(tokens, i, n, q_tokens))
+            hit = _match_choice(tokens, target, options) if options else next(own, -1)
             echo = echo or hit < 0
         if hit >= 0:
             return AliasMatch(alias, ans_words[hit][1], ans_words[hit + n - 1][2], False)
@@ -215,12 +204,11 @@ LABEL_SCHEMA |= {"match_end": pl.Int64, "echo_rejected": pl.Boolean, "refusal": 
 def label_frame(answers: pl.DataFrame, questions: pl.DataFrame) -> pl.DataFrame:
     """answers: id, answer, ...; questions: id, answers (gold aliases), question (without it the echo rule is
     off). Adds correct, the matched alias and its span, echo_rejected and the refusal flag."""
-    gold = dict(zip(questions["id"], questions["answers"].to_list(), strict=True))
     text = questions["question"] if "question" in questions.columns else [None] * questions.height
-    qtext = dict(zip(questions["id"], text, strict=True))
+    gold = dict(zip(questions["id"], zip(questions["answers"].to_list(), text, strict=True), strict=True))
     rows = []
     for i, a in zip(answers["id"], answers["answer"], strict=True):
-        m = match_answer(a, gold[i], qtext[i])
+        m = match_answer(a, *gold[i])
         rows.append((m.correct, m.alias, m.start, m.end, m.echo_rejected, not m.correct and is_refusal(a)))
     return answers.with_columns(pl.DataFrame(rows, schema=LABEL_SCHEMA, orient="row").get_columns())
 
