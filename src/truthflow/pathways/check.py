@@ -57,9 +57,7 @@ def layer_ranges(n_layers: int, layers) -> list[tuple[str, int, int]]:
     return [("all", 1, n_layers), ("second_half", min(half, n_layers), n_layers), third]
 
 
-def per_sample_means(
-    samples: pl.DataFrame, knockout: str, lo: int = 1, hi: int | None = None
-) -> pl.DataFrame:
+def per_sample_means(samples: pl.DataFrame, knockout: str, lo: int = 1, hi=None) -> pl.DataFrame:
     """One row per matched sample: flip rate (%) and ΔP averaged over layers lo..hi, for one knockout."""
     keep = (pl.col("knockout") == knockout) & pl.col("matched") & (pl.col("layer") >= lo)
     if hi is not None:
@@ -68,15 +66,10 @@ def per_sample_means(
     return samples.filter(keep).group_by("id").agg(*means).sort("id")
 
 
-def check(
-    samples: pl.DataFrame,
-    auc: pl.DataFrame | None = None,
-    layers="second_half",
-    probe_status: str | None = None,
-) -> pl.DataFrame:
+def check(samples: pl.DataFrame, auc=None, layers="second_half", probe_status=None) -> pl.DataFrame:
     """Per (layer range, measure) of one (model, dataset): n matched samples, the mean E_Q and control
     values, and the mean and sd of the per-sample diff = E_Q − control. `samples` is run_probes' per-sample
-    table, `auc` its AUC table (the probe's signal over the range)."""
+    table, `auc` (or None) its AUC table (the probe's signal over the range)."""
     unmatched = samples.filter(~pl.col("matched"))["id"].n_unique() if samples.height else 0
     status = probe_status
     if status is None and not samples.filter(pl.col("knockout") == CONTROL).height:
@@ -98,8 +91,7 @@ def check(
             per_sample_means(samples, CONTROL, lo, hi).drop("label"), on="id", suffix="_c"
         )
         n, n_correct = both.height, int(both["label"].sum())
-        in_range = ok.filter(pl.col("layer").is_between(lo, hi))["auc"] if ok is not None else []
-        probe_auc = float(in_range.mean()) if len(in_range) else None
+        probe_auc = ok.filter(pl.col("layer").is_between(lo, hi))["auc"].mean() if ok is not None else None
         base |= {"n_samples": n, "n_minority": min(n_correct, n - n_correct), "probe_auc": probe_auc}
         for measure in MEASURES:
             d = (both[measure] - both[f"{measure}_c"]).to_numpy()
@@ -110,21 +102,6 @@ def check(
 
 
 # ------------------------------------------------------------ the statistics (vectorised)
-def t_test(mean, sd, n, sign: int) -> np.ndarray:
-    """One-sided paired t-test p-value for sign·diff > 0 from the mean, sd and n of the per-sample diffs."""
-    mean, sd, n = (np.asarray(a, dtype=float) for a in (mean, sd, n))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return stats.t.sf(sign * mean / (sd / np.sqrt(n)), n - 1)
-
-
-def bounds(mean, sd, n, level) -> tuple[np.ndarray, np.ndarray]:
-    """The two one-sided t bounds at `level` each: a (1 − 2·level) two-sided interval of the mean diff."""
-    mean, sd, n, level = (np.asarray(a, dtype=float) for a in (mean, sd, n, level))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        half = stats.t.isf(level, n - 1) * sd / np.sqrt(n)
-    return mean - half, mean + half
-
-
 def holm(p, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     """Holm–Bonferroni over the last axis (NaN = not tested, outside the family). Returns (adjusted p, the
     one-sided level each cell's bound is at, as METHOD A7's multiple comparisons state)."""
@@ -156,12 +133,16 @@ def decide(low, high, sign: int, sesoi: float) -> np.ndarray:
 
 
 def verdicts(mean, sd, n, sign: int, sesoi: float, alpha: float = 0.05, correct: bool = True) -> dict:
-    """The family's tests over the last axis (cells); mean NaN = a cell without a test. Returns p, p_holm,
-    level, low, high, verdict (arrays of the input's shape)."""
+    """The family's tests over the last axis (cells), from the mean, sd and n of the per-sample diffs (mean
+    NaN: a cell without a test): p of the one-sided paired t-test for sign·diff > 0, p_holm and the level of
+    each side, the two one-sided t bounds low, high (a 1 − 2·level interval) and the verdict."""
     mean, sd, n = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in (mean, sd, n)))
-    p = np.where(np.isfinite(mean) & (sd > 0) & (n > 1), t_test(mean, sd, n, sign), np.nan)
-    p_holm, level = holm(p, alpha) if correct else (p, np.where(np.isnan(p), np.nan, alpha))
-    low, high = bounds(mean, sd, n, level)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = stats.t.sf(sign * mean / (sd / np.sqrt(n)), n - 1)
+        p = np.where(np.isfinite(mean) & (sd > 0) & (n > 1), t, np.nan)
+        p_holm, level = holm(p, alpha) if correct else (p, np.where(np.isnan(p), np.nan, alpha))
+        half = stats.t.isf(level, n - 1) * sd / np.sqrt(n)
+    low, high = mean - half, mean + half
     return dict(p=p, p_holm=p_holm, level=level, low=low, high=high, verdict=decide(low, high, sign, sesoi))
 
 
@@ -236,18 +217,15 @@ def _family(rows: pl.DataFrame, cfg: dict) -> pl.DataFrame:
     tested = np.array([g is None for g in gates])
     n, sd, mean = (rows[c].fill_null(np.nan).to_numpy().astype(float) for c in ("n_samples", "sd", "diff"))
     fam = verdicts(np.where(tested, mean, np.nan), sd, n, sign, sesoi, cfg["alpha"])
-    cell = verdicts(np.where(tested, mean, np.nan), sd, n, sign, sesoi, cfg["alpha"], correct=False)
+    cell = verdicts(mean, sd, n, sign, sesoi, cfg["alpha"], correct=False)  # per cell, untested ones too
     m = max(int(tested.sum()), 1)
     for i, r in enumerate(records):
         # an untested cell's planning numbers at Bonferroni's level, the strictest step of Holm
         level = float(fam["level"][i]) if tested[i] else cfg["alpha"] / m
         r.update(sesoi=sesoi, level=level, mde=None, n_needed=None, p_value=None)
         if n[i] > 1 and sd[i] > 0:
-            r.update(
-                p_value=float(t_test(mean[i], sd[i], n[i], sign)),
-                mde=mde(sd[i], int(n[i]), level),
-                n_needed=n_needed(sesoi, sd[i], level),
-            )
+            p = float(cell["p"][i])
+            r.update(p_value=p, mde=mde(sd[i], int(n[i]), level), n_needed=n_needed(sesoi, sd[i], level))
         if not tested[i]:
             r.update(verdict=INCONCLUSIVE, verdict_cell=INCONCLUSIVE, reason=gates[i])
             continue
