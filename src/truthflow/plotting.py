@@ -154,11 +154,15 @@ def layer_axis(ax) -> None:
     ax.grid(alpha=0.3)
 
 
-def titles(axes_row, models: list[str], names: dict[str, str]) -> None:
-    for ax, model in zip(axes_row, models, strict=False):
+def panels(models: list[str], names: dict[str, str], **kw):
+    """figure() with one panel column per model, titled by `names`; a figure for zero models still gets one
+    panel, which says so."""
+    fig, axes = figure(len(models), **kw)
+    for ax, model in zip(axes[0], models, strict=False):
         ax.set_title(names.get(model, model), fontsize=11)
-    if not models:  # a figure for zero models still gets one panel: say so in it
-        blank(axes_row[0], "no models in this figure")
+    if not models:
+        blank(axes[0][0], "no models in this figure")
+    return fig, axes
 
 
 def draw_series(ax, rows: pl.DataFrame, n_layers: int, col: str, style: str, y: str = "mean_delta_p") -> bool:

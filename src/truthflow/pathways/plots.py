@@ -20,15 +20,16 @@ _finish = plotting.finish  # module attribute: tests replace it to inspect the l
 
 
 def _panel_datasets(table: pl.DataFrame, auc: pl.DataFrame, model: str, notes: list[str]):
-    """The datasets of one model's panel with their rows; a dataset whose probe is undefined goes to
-    `notes` instead."""
+    """(dataset, its rows, the panel's number of layers) per dataset of one model's panel; a dataset whose
+    probe is undefined goes to `notes` instead."""
     mine, probes = table.filter(pl.col("model") == model), auc.filter(pl.col("model") == model)
+    n_layers = int(mine["layer"].max() or 0)
     for ds in plotting.datasets_in(mine) or plotting.datasets_in(probes):
         bad = probes.filter((pl.col("dataset") == ds) & (pl.col("status") != "ok"))
         if bad.height:
             notes.append(f"{label(ds)}: {bad['status'][0]}")
         else:
-            yield ds, mine.filter(pl.col("dataset") == ds)
+            yield ds, mine.filter(pl.col("dataset") == ds), n_layers
 
 
 def _legend(drawn, styles: dict[str, str], names: dict[str, str], *extras) -> tuple[list, list[str]]:
@@ -39,16 +40,11 @@ def _legend(drawn, styles: dict[str, str], names: dict[str, str], *extras) -> tu
 
 
 def _panels(models, titles, n_rows: int = 1, height: float = 3.2):
-    fig, axes = plotting.figure(len(models), n_rows=n_rows, height=height)
-    plotting.titles(axes[0], models, titles)
+    fig, axes = plotting.panels(models, titles, n_rows=n_rows, height=height)
     for ax in axes.flat[: len(models) * n_rows]:
         plotting.layer_axis(ax)
         ax.axhline(0, color="0.6", lw=0.8, zorder=0)
     return fig, axes
-
-
-def _n_layers(table: pl.DataFrame, model: str) -> int:
-    return int(table.filter(pl.col("model") == model)["layer"].max() or 0)
 
 
 def _close(ax, notes: list[str], empty: str = "no ΔP rows") -> None:
@@ -69,8 +65,8 @@ def plot_anchored(
     drawn, small = set(), False
     for ax, model in zip(axes[0], models, strict=False):
         notes = []
-        for ds, sub in _panel_datasets(summary, auc, model, notes):
-            small |= plotting.draw_styles(ax, sub, "anchor", STYLES, ds, _n_layers(summary, model), drawn)
+        for ds, sub, n_layers in _panel_datasets(summary, auc, model, notes):
+            small |= plotting.draw_styles(ax, sub, "anchor", STYLES, ds, n_layers, drawn)
         _close(ax, notes)
     axes[0][0].set_ylabel("ΔP" if knockout == "target" else "ΔP (random-token control)")
     point = small and plotting.marker(f"point: n < {MIN_LINE_N} samples at that layer")
@@ -100,12 +96,10 @@ def plot_check(
     drawn, shaded = set(), False
     for top, bottom, model in zip(axes[0], axes[1], models, strict=False):
         notes, verdicts, span = [], [], None
-        for ds, sub in _panel_datasets(unsplit, auc, model, notes):
-            n_layers = _n_layers(unsplit, model)
+        for ds, sub, n_layers in _panel_datasets(unsplit, auc, model, notes):
             plotting.draw_styles(top, sub, "knockout", KNOCKOUT_STYLES, ds, n_layers, drawn)
             plotting.draw_styles(bottom, sub, "knockout", KNOCKOUT_STYLES, ds, n_layers, set(), y="flip_rate")
-            mine = check.filter((pl.col("model") == model) & (pl.col("dataset") == ds))
-            for r in mine.head(1).iter_rows(named=True):
+            for r in check.filter(model=model, dataset=ds).head(1).iter_rows(named=True):
                 verdicts.append((_verdict(r, ds), "0.15"))
                 span = span or (r["layer_from"] is not None and (r["layer_from"], r["layer_to"]))
         for ax in (top, bottom) if span else ():
@@ -124,15 +118,14 @@ def plot_check(
 
 def plot_probe_auc(auc, models, titles, out_png, out_pdf, caption: str = "") -> None:
     """Cross-fitted test AUC of the correctness probe by layer: mean over seeds, band = min..max."""
-    fig, axes = plotting.figure(len(models))
-    plotting.titles(axes[0], models, titles)
+    fig, axes = plotting.panels(models, titles)
     drawn = set()
     for ax, model in zip(axes[0], models, strict=False):
         plotting.layer_axis(ax)
         ax.axhline(0.5, color="0.6", lw=0.8, ls=":", zorder=0)
         ax.set_ylim(0.3, 1.02)
         notes = []
-        for ds, sub in _panel_datasets(auc, auc, model, notes):
+        for ds, sub, _ in _panel_datasets(auc, auc, model, notes):
             plotting.band_by_layer(ax, sub, colour(ds))
             drawn.add(ds)
         plotting.note(ax, notes)

@@ -13,7 +13,7 @@ from matplotlib.colors import to_rgb
 from matplotlib.patches import Patch
 
 from .. import plotting
-from ..plotting import MIN_LINE_N, NOTE_COLOUR, colour, datasets_in, label
+from ..plotting import MIN_LINE_N, colour, datasets_in, label
 from .detection import AWARENESS_SCHEMA
 from .experiments import GROUPS, ROW_SCHEMA, TABLE_KEYS
 from .plots import STYLES
@@ -26,24 +26,20 @@ AWARENESS_TABLE_SCHEMA = {**TABLE_KEYS, **AWARENESS_SCHEMA}
 PER_SAMPLE_TABLE_SCHEMA = dict.fromkeys(["model", "dataset", "id", "group"], pl.String)
 VALUES = ("s_pop", "s_eq_ea")  # per-sample values a samples table may lack (added as null)
 # the columns a table may lack (plotting.table adds them, and k_layer, as null); the others are required
-ROWS_OPTIONAL, AWARENESS_OPTIONAL = ("note",), ("n", "n_q", "n_a")
+OPTIONAL = {"rows": ("note",), "awareness": ("n", "n_q", "n_a"), "per_sample": ()}
+SCHEMAS = (ROWS_TABLE_SCHEMA, AWARENESS_TABLE_SCHEMA, PER_SAMPLE_TABLE_SCHEMA)
 REQUIRED = {
-    name: [c for c in schema if c not in ("k_layer", *optional)]
-    for name, schema, optional in (
-        ("rows", ROWS_TABLE_SCHEMA, ROWS_OPTIONAL),
-        ("awareness", AWARENESS_TABLE_SCHEMA, AWARENESS_OPTIONAL),
-        ("per_sample", PER_SAMPLE_TABLE_SCHEMA, ()),
-    )
+    name: [c for c in schema if c not in ("k_layer", *OPTIONAL[name])]
+    for name, schema in zip(OPTIONAL, SCHEMAS, strict=True)
 }
 PUBLISHED_SCHEMA = dict.fromkeys(["kind", "model", "dataset", "anchor"], pl.String)
 PUBLISHED_SCHEMA["published"] = pl.Float64
-E_Q = r"$E_Q$"
 SALIENCY = r"$S(E_Q \rightarrow E_A)$"
 # the bar figures: experiment -> (conditions with their legend suffixes, y label); the first condition is
 # solid, a second (the control) light and hatched
 BARS = {
     "patching": (
-        {"E_Q": f", {E_Q} patched", "random": ", random tokens (control)"},
+        {"E_Q": r", $E_Q$ patched", "random": ", random tokens (control)"},
         "Prediction flip rate (%)",
     ),
     "answer_only": ({"-ΔP": ""}, "−ΔP, answer only (%)"),
@@ -52,27 +48,27 @@ CONDITION_NOTES = {"random": "random-token control"}
 BAR = {"lw": 0.8, "zorder": 2, "error_kw": {"ecolor": "0.15", "elinewidth": 0.8, "capsize": 1.8}}
 N_LABEL = {"xytext": (0, 2), "textcoords": "offset points", "rotation": 90, "ha": "center", "va": "bottom"}
 N_LABEL |= {"fontsize": 6, "color": "0.3", "zorder": 4}
+BOX = {"widths": 0.55, "patch_artist": True, "showfliers": False}
+BOX["medianprops"] = {"color": "black", "lw": 1.4}
 _finish = plotting.finish  # module attribute: tests replace it to inspect the legend
 
 
-def _face(group: str, ci: int) -> tuple:
-    """A bar's face and hatch: the first condition solid, the control light and hatched."""
-    return (GROUP_COLOURS[group], None) if ci == 0 else ((*to_rgb(GROUP_COLOURS[group]), 0.28), "////")
+def _face(group: str, ci: int) -> dict:
+    """A bar's look: the first condition solid, the control light and hatched."""
+    col = GROUP_COLOURS[group]
+    if ci == 0:
+        return {"facecolor": col, "edgecolor": col}
+    return {"facecolor": (*to_rgb(col), 0.28), "edgecolor": col, "hatch": "////"}
 
 
 def _rows(rows) -> pl.DataFrame:
-    return plotting.table(rows, ROWS_TABLE_SCHEMA, optional=ROWS_OPTIONAL)
+    return plotting.table(rows, ROWS_TABLE_SCHEMA, optional=OPTIONAL["rows"])
 
 
 def _samples(per_sample) -> pl.DataFrame:
     return plotting.table(
         per_sample, PER_SAMPLE_TABLE_SCHEMA | dict.fromkeys(VALUES, pl.Float64), optional=VALUES
     )
-
-
-def _row_notes(sub: pl.DataFrame) -> list[str]:
-    notes = sub.filter(pl.col("note") != "")  # null: not kept
-    return [f"{label(d)}: {n}" for d, n in notes.select("dataset", "note").unique(maintain_order=True).rows()]
 
 
 def experiment_layers(rows: pl.DataFrame, awareness: pl.DataFrame) -> dict[tuple[str, str], int]:
@@ -110,12 +106,10 @@ def _bar_panel(ax, sub: pl.DataFrame, conditions: list[str], published: pl.DataF
             r = r.filter(pl.col("value").is_not_nan()).join(published, on=["dataset", "group"], how="left")
             idx = np.array([datasets.index(d) for d in r["dataset"]])
             x = idx - 0.4 + gi * gap + (gi * len(present) + ci + 0.5) * width
-            v, lo, hi = (
-                r[c].cast(pl.Float64).fill_null(np.nan).to_numpy() for c in ("value", "ci_low", "ci_high")
-            )
-            big, col, (face, hatch) = r["n"].to_numpy() >= MIN_LINE_N, GROUP_COLOURS[group], _face(group, ci)
+            v, lo, hi = r.select(pl.col("value", "ci_low", "ci_high").cast(pl.Float64)).to_numpy().T
+            big, col = r["n"].to_numpy() >= MIN_LINE_N, GROUP_COLOURS[group]
             err = [(v - lo)[big], (hi - v)[big]]
-            ax.bar(x[big], v[big], width * 0.92, yerr=err, color=face, edgecolor=col, hatch=hatch, **BAR)
+            ax.bar(x[big], v[big], width * 0.92, yerr=err, **_face(group, ci), **BAR)
             if (~big).any():
                 ax.plot(x[~big], v[~big], "o", color=col, mfc=col if ci == 0 else "white", ms=4, zorder=3)
                 drawn.add("small")
@@ -135,13 +129,10 @@ def _bar_panel(ax, sub: pl.DataFrame, conditions: list[str], published: pl.DataF
 def _bar_legend(drawn: set, names: dict[str, str], narrow: bool) -> tuple[list, list[str], int]:
     """Legend columns, one per condition (its Q- and A-Anchored bars; all bars in one column when `narrow`),
     then the markers; matplotlib fills a legend column by column, so short columns are padded blank."""
-    columns = []
-    for ci, cond in enumerate(names):
-        patches = {
-            g: Patch(facecolor=_face(g, ci)[0], edgecolor=GROUP_COLOURS[g], hatch=_face(g, ci)[1])
-            for g in GROUPS
-        }
-        columns.append([(patches[g], f"{g}{names[cond]}") for g in GROUPS if (cond, g) in drawn])
+    columns = [
+        [(Patch(**_face(g, ci)), f"{g}{names[cond]}") for g in GROUPS if (cond, g) in drawn]
+        for ci, cond in enumerate(names)
+    ]
     columns = [[e for c in columns for e in c]] if narrow else [c for c in columns if c]
     extras = [plotting.marker("published value", "D", "black", 3.2)] * ("published" in drawn)
     extras += [plotting.marker(f"point: n < {MIN_LINE_N} samples (no CI)")] * ("small" in drawn)
@@ -159,13 +150,12 @@ def plot_bars(experiment, rows, models, titles, out_png, out_pdf, caption: str =
     names, ylabel = BARS[experiment]
     rows = _rows(rows).filter((pl.col("experiment") == experiment) & pl.col("condition").is_in(list(names)))
     pub = plotting.table(published, PUBLISHED_SCHEMA)
-    fig, axes = plotting.figure(len(models))
-    plotting.titles(axes[0], models, titles)
+    fig, axes = plotting.panels(models, titles)
     drawn, used = set(), []
-    for ax, model, sub in plotting.per_model(
-        axes[0], rows, models, f"no {experiment.replace('_', '-')} rows"
-    ):
-        notes = _row_notes(sub)
+    why = f"no {experiment.replace('_', '-')} rows"
+    for ax, model, sub in plotting.per_model(axes[0], rows, models, why):
+        noted = sub.filter(pl.col("note") != "").select("dataset", "note").unique(maintain_order=True)
+        notes = [f"{label(d)}: {n}" for d, n in noted.rows()]  # a null note is not kept
         mine = pub.filter((pl.col("kind") == experiment) & (pl.col("model") == model))
         mine = mine.select("dataset", pl.col("anchor").alias("group"), pl.col("published").cast(pl.Float64))
         _bar_panel(ax, sub, list(names), mine, drawn)
@@ -189,17 +179,6 @@ plot_answer_only = partial(plot_bars, "answer_only")
 
 
 # --------------------------------------------------------------------------------------- knowledge boundary
-def _layer_panel(ax, sub: pl.DataFrame, drawn: set) -> bool:
-    """Q-Anchored solid / A-Anchored dashed per dataset over layers with the 95% CI band. Returns whether any
-    group had points (n < MIN_LINE_N)."""
-    n_layers = int(sub["layer"].max() or 0)
-    sub = sub.filter(pl.col("value").is_not_nan()).rename({"value": "mean_delta_p"})
-    per_ds = [sub.filter(pl.col("dataset") == ds) for ds in datasets_in(sub)]
-    return any(
-        [plotting.draw_styles(ax, d, "group", STYLES, d["dataset"][0], n_layers, drawn) for d in per_ds]
-    )
-
-
 def _popularity_panel(ax, samples: pl.DataFrame) -> bool:
     """Box plot of log10 popularity per group (and dataset, where more than one has it); a group with
     n < MIN_LINE_N is drawn as its points. Returns whether any group was that small."""
@@ -217,17 +196,9 @@ def _popularity_panel(ax, samples: pl.DataFrame) -> bool:
             x, ls = di * 2.6 + gi, STYLES[group]
             ticks.append((x, f"{group}\nn = {len(y)}" + (f"\n{label(ds)}" if len(names) > 1 else "")))
             if len(y) >= MIN_LINE_N:
-                ax.boxplot(
-                    y,
-                    positions=[x],
-                    widths=0.55,
-                    patch_artist=True,
-                    showfliers=False,
-                    boxprops={"facecolor": (*to_rgb(c), 0.25), "edgecolor": c, "linestyle": ls},
-                    whiskerprops={"color": c, "linestyle": ls},
-                    capprops={"color": c},
-                    medianprops={"color": "black", "lw": 1.4},
-                )
+                box = {"facecolor": (*to_rgb(c), 0.25), "edgecolor": c, "linestyle": ls}
+                lines = {"whiskerprops": {"color": c, "linestyle": ls}, "capprops": {"color": c}}
+                ax.boxplot(y, positions=[x], boxprops=box, **lines, **BOX)
                 jitter = np.random.default_rng(0).uniform(-0.16, 0.16, len(y))
                 ax.scatter(x + jitter, y, s=3, color=c, alpha=0.35, lw=0, zorder=3)
             elif len(y):
@@ -256,14 +227,19 @@ def plot_boundary(rows, per_sample, models, titles, out_png, out_pdf, caption: s
         for c, ax in enumerate(axes[r]):
             ax.set_title(f"({chr(97 + (3 * r + c) % 26)}) {name}{at_k * (c == 2)}", fontsize=10, loc="left")
         for c, (cond, ylabel) in enumerate((("accuracy", "Accuracy (%)"), ("refusal", "Refusal rate (%)"))):
-            ax = axes[r][c]
-            if (sub["condition"] == cond).any():
-                plotting.layer_axis(ax)
-                small |= _layer_panel(ax, sub.filter(pl.col("condition") == cond), drawn)
-                lo, hi = ax.get_ylim()  # autoscaled to what is drawn, never beyond 0..100
-                ax.set(ylim=(max(lo, -4), min(max(hi, 5), 104)), ylabel=ylabel)
-            else:
+            ax, rates = axes[r][c], sub.filter(pl.col("condition") == cond)
+            if rates.height == 0:
                 plotting.blank(ax, f"no {cond} rows for this model")
+                continue
+            # per dataset, Q-Anchored solid / A-Anchored dashed over layers with the 95% CI band
+            plotting.layer_axis(ax)
+            n_layers = int(rates["layer"].max() or 0)
+            rates = rates.filter(pl.col("value").is_not_nan()).rename({"value": "mean_delta_p"})
+            for ds in datasets_in(rates):
+                d = rates.filter(pl.col("dataset") == ds)
+                small |= plotting.draw_styles(ax, d, "group", STYLES, ds, n_layers, drawn)
+            lo, hi = ax.get_ylim()  # autoscaled to what is drawn, never beyond 0..100
+            ax.set(ylim=(max(lo, -4), min(max(hi, 5), 104)), ylabel=ylabel)
         small |= _popularity_panel(axes[r][2], mine)
     if not models:
         for ax in axes[0]:
@@ -297,7 +273,7 @@ def _saliency_panel(ax, sub: pl.DataFrame, drawn: set) -> tuple[list, bool]:
         drawn.add(ds)
     if not rugs:
         plotting.blank(ax)
-        return [(n, NOTE_COLOUR) for n in notes], False
+        return notes, False
     ax.set_xscale("log")
     top = max([ln.get_ydata().max() for ln in ax.lines] or [1.0])
     h = 0.055 * top
@@ -310,15 +286,14 @@ def _saliency_panel(ax, sub: pl.DataFrame, drawn: set) -> tuple[list, bool]:
     ax.set_yticks([t for t in ax.get_yticks() if 0 <= t <= ax.get_ylim()[1]])
     ax.axhline(0, color="0.5", lw=0.6)
     ax.grid(alpha=0.3)
-    return info + [(n, NOTE_COLOUR) for n in notes], not all(c for _, _, c in rugs)
+    return info + notes, not all(c for _, _, c in rugs)
 
 
 def plot_saliency(per_sample, models, titles, out_png, out_pdf, caption: str = "") -> None:
     """Saliency (A15): the density of per-sample S(E_Q→E_A) on a log10 x axis, one curve per dataset, with a
     rug below; non-positive values cannot be drawn on a log scale and are counted in a note."""
     samples = _samples(per_sample).filter(pl.col("s_eq_ea").is_not_nan())  # null: not kept
-    fig, axes = plotting.figure(len(models))
-    plotting.titles(axes[0], models, titles)
+    fig, axes = plotting.panels(models, titles)
     drawn, small = set(), False
     for ax, _, sub in plotting.per_model(axes[0], samples, models, f"no {SALIENCY} values"):
         lines, few = _saliency_panel(ax, sub, drawn)
@@ -336,10 +311,9 @@ def plot_saliency(per_sample, models, titles, out_png, out_pdf, caption: str = "
 def plot_awareness(awareness, rows, models, titles, out_png, out_pdf, caption: str = "") -> None:
     """Pathway awareness (A16): the probe AUC per layer (`band_by_layer`), one line per dataset, dashed at
     chance; a dotted vertical line at layer K, which defined the groups and is not probed."""
-    aw = plotting.table(awareness, AWARENESS_TABLE_SCHEMA, optional=AWARENESS_OPTIONAL)
+    aw = plotting.table(awareness, AWARENESS_TABLE_SCHEMA, optional=OPTIONAL["awareness"])
     ks = experiment_layers(rows, aw)
-    fig, axes = plotting.figure(len(models))
-    plotting.titles(axes[0], models, titles)
+    fig, axes = plotting.panels(models, titles)
     drawn, extras, low = set(), set(), 0.3
     for ax, model, sub in plotting.per_model(axes[0], aw, models, "no awareness rows"):
         info, notes = [], []
@@ -352,25 +326,24 @@ def plot_awareness(awareness, rows, models, titles, out_png, out_pdf, caption: s
                 notes.append(f"{label(ds)}: {status[0] if len(status) else 'no AUC'}")
                 continue
             full = plotting.band_by_layer(ax, ok, colour(ds), k or 0)
-            extras |= {"band"} if (full["seeds"].fill_null(0) > 1).any() else set()
+            if (full["seeds"].fill_null(0) > 1).any():
+                extras.add("band")
             low = min(low, float(full["lo"].min()) - 0.03)
             if k is not None:
                 ax.axvline(k, color=colour(ds), ls=":", lw=1.2, zorder=1)
                 extras.add("k")
             drawn.add(ds)
             first = d.row(0, named=True)
-            n = f"n = {first['n']}" if first["n"] is not None else ""
-            if first["n_q"] is not None and first["n_a"] is not None:
-                n += f" (Q-A {first['n_q']}, A-A {first['n_a']})"
-            info.append(
-                (f"{label(ds)}: " + ", ".join(t for t in (n, f"K = {k}" * (k is not None)) if t), colour(ds))
-            )
+            n = f"n = {first['n']}" * (first["n"] is not None)
+            n += f" (Q-A {first['n_q']}, A-A {first['n_a']})" * (None not in (first["n_q"], first["n_a"]))
+            text = ", ".join(t for t in (n, f"K = {k}" * (k is not None)) if t)
+            info.append((f"{label(ds)}: {text}", colour(ds)))
         if info:
             ax.axhline(0.5, color="0.45", lw=0.9, ls="--", zorder=0)
         else:
             plotting.blank(ax)
         # sample counts and notes share one block in the empty region below chance
-        plotting.note(ax, info + [(n, NOTE_COLOUR) for n in notes], loc="lower right")
+        plotting.note(ax, info + notes, loc="lower right")
     for ax in axes[0]:
         if ax.get_xticks().size:
             ax.set_ylim(low, 1.02)
