@@ -232,11 +232,10 @@ def pathways_caption(wildcards=None):
     pw = config["pathways"]
     ko = pw["knockout"]
     split = pw["anchor_split"] + (f" (K={pw['fixed_layer']})" if pw["anchor_split"] == "fixed_layer" else "")
+    window = f" (w={ko['window']})" if ko["mode"] == "window" else ""
     return (
-        f"knockout.mode={ko['mode']}"
-        + (f" (w={ko['window']})" if ko["mode"] == "window" else "")
-        + f", knockout.target={ko['target']}, control: {ko['control_draws']} matched random draws "
-        f"(seed {ko['control_seed']}), anchor_split={split}, "
+        f"knockout.mode={ko['mode']}{window}, knockout.target={ko['target']}, control: {ko['control_draws']} "
+        f"matched random draws (seed {ko['control_seed']}), anchor_split={split}, "
         f"exact_tokens.extractor={pw['exact_tokens']['extractor']}, probe: logistic regression "
         f"(C={pw['probe']['C']}), test_size={pw['probe']['test_size']}, seeds={pw['probe']['seeds']}, "
         f"95% CI: bootstrap n={pw['bootstrap']['n']} seed={pw['bootstrap']['seed']}"
@@ -248,11 +247,8 @@ def decoding_text(d):
     if d.get("mode", "greedy") == "greedy":
         return "greedy"
     rp = d.get("repetition_penalty", 1.0)
-    return (
-        f"sampled (temperature {d['temperature']}, top_p {d['top_p']}"
-        + (f", repetition penalty {rp}" if rp != 1.0 else "")
-        + f", seed {d['seed']})"
-    )
+    penalty = f", repetition penalty {rp}" if rp != 1.0 else ""
+    return f"sampled (temperature {d['temperature']}, top_p {d['top_p']}{penalty}, seed {d['seed']})"
 
 
 def depth_caption(wildcards=None):

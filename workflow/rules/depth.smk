@@ -73,8 +73,8 @@ rule depth_tables:
         mink=expand(rules.score_mink.output[0], model=config["depth"]["models"]),
         scores=expand(rules.judge_answers.output[0], model=config["depth"]["models"]),
         nodes=rules.download_depthqa.output.nodes,
-        answer_prompt=prompt_file(config["depth"]["prompt"], "depth.prompt"),
-        judge_prompt=prompt_file(config["depth"]["judge"]["prompt"], "depth.judge.prompt"),
+        answer_prompt=rules.answer_depthqa.input.prompt,
+        judge_prompt=rules.judge_answers.input.prompt,
     output:
         per_question=results_path("tables", "depth_per_question.parquet"),
         depthwise=results_path("tables", "depth_depthwise.parquet"),

@@ -25,9 +25,7 @@ def main(sm):
     )
     dropped = dropped_table(kept, _concat(sm.input.dropped, [*KEYS, "reason"]), data_dropped)
     classes = [class_table(s, m, d) for (m, d), s in zip(sm.params.runs, samples, strict=True) if s.height]
-    classes = pl.concat([pl.DataFrame(schema=CLASS_TABLE_SCHEMA), *classes]).sort(
-        ["model", "dataset", "class"]
-    )
+    classes = pl.concat([pl.DataFrame(schema=CLASS_TABLE_SCHEMA), *classes]).sort("model", "dataset", "class")
     summary.write_parquet(sm.output.summary)
     auc.write_parquet(sm.output.auc)
     check.write_parquet(sm.output.check)
