@@ -2,16 +2,8 @@
 checked against the GPUs the config declares before any job runs, and the batch sizes that fill them.
 Dimensions: a `local:` source's config.json; else schemas/model_dims.yaml; else the prepared model's
 config.json, checked only (a value derived from it would change once the model is prepared, rerunning jobs).
-Per GPU, in bytes (b: bytes per element of the dtype; a model split over g GPUs holds 1/g of its layers):
-
-  weights      P·b/g, P counted from the dims (embeddings, untied head, attention, gated MLP x experts)
-  KV cache     2·L·Hkv·hd·b/g per token
-  activations  (4·D + 3·I·k)·b per token, one layer at a time (k: routed experts per token, else 1)
-  mask         B·T²·b (the knockout sweep's 4D mask)
-  saliency     every layer's attention probabilities [B, H, T, T] (eager, kept for the backward) and their
-               gradients: 2·L·B·H·T²·b/g; the graph's saved activations
-               L·B·T·(4·D + 3·I·k + 2·(H + 2·Hkv)·hd)·b/g; one layer's float32 softmax B·H·T²·4
-  fixed        HEAD_GIB + OVERHEAD_GIB
+Per GPU (`predict`; a model split over g GPUs holds 1/g of its layers): weights, KV cache, one layer's
+activations at a time, the knockout sweep's 4D mask, saliency's attention maps and graph, and a fixed share.
 
 Jobs: `generation` at token_budget tokens; `passes` (knockout sweep, experiment passes, score_mink) and
 `saliency` at batch_size / saliency_batch_size rows of ROW_TOKENS tokens. A model whose one-row jobs exceed
@@ -82,15 +74,17 @@ def predict(m: Dims, dtype: str, gpus: int, batch: int, budget: int, saliency_ba
     fixed = (HEAD_GIB + OVERHEAD_GIB) * GIB
     weights = m.params * b / g
     act = 4 * m.hidden + 3 * m.intermediate * m.experts_per_token  # one layer's activations, per token
-    per_token = 2 * m.layers * m.kv_heads * m.head_dim * b / g + act * b
-    saved = act + 2 * (m.heads + 2 * m.kv_heads) * m.head_dim
+    per_token = 2 * m.layers * m.kv_heads * m.head_dim * b / g + act * b  # + KV cache
+    saved = act + 2 * (m.heads + 2 * m.kv_heads) * m.head_dim  # what the backward keeps per token and layer
+    # saliency: every layer's eager attention probabilities [B, H, T, T] and their gradients (autograd returns
+    # all layers' at once), the saved activations, one layer's float32 softmax
     saliency = saliency_batch * (
         (2 * m.layers * m.heads * t * t * b + m.layers * t * saved * b) / g + m.heads * t * t * 4
     )
     out = {
         "weights": weights,
         "generation": fixed + weights + budget * per_token,
-        "passes": fixed + weights + batch * t * per_token + batch * t * t * b,
+        "passes": fixed + weights + batch * t * per_token + batch * t * t * b,  # + the 4D mask
         "saliency": fixed + weights + saliency,
     }
     return {k: v / GIB for k, v in out.items()}

@@ -3,6 +3,7 @@ architecture with a real tokenizer) and loading."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -44,15 +45,9 @@ def gguf_read_once():
     the file for the tokenizer, config and weights, about 8 s each for Gemma-3's 262k-token vocabulary."""
     import gguf
 
-    real, readers = gguf.GGUFReader, {}
-
-    def reader(path, *args, **kwargs):
-        key = (str(Path(path).resolve()), args, tuple(sorted(kwargs.items())))
-        if key not in readers:
-            readers[key] = real(path, *args, **kwargs)
-        return readers[key]
-
-    gguf.GGUFReader = reader
+    real = gguf.GGUFReader
+    parse = functools.cache(real)
+    gguf.GGUFReader = lambda path, *args, **kwargs: parse(str(Path(path).resolve()), *args, **kwargs)
     try:
         yield
     finally:
@@ -304,10 +299,9 @@ def load_pretrained(source, dtype: str = "auto", gpus: int = 1):
         dtype = "bfloat16" if device == "cuda" else "float32"
     kwargs: dict = {"dtype": getattr(torch, dtype)}
     if device == "cuda":
-        from . import devices
+        from .devices import assign_devices
 
-        # concurrent local jobs each claim their own GPU(s); a job that sees only its own uses them as is
-        slot = devices.assign_devices(gpus)
+        slot = assign_devices(gpus)  # concurrent local jobs each claim their own GPU(s)
         device = slot.device
         torch.cuda.set_device(slot.indices[0])
         print(f"{Path(str(source)).name}: GPU(s) {slot.indices} ({slot.how})", file=sys.stderr, flush=True)

@@ -7,19 +7,17 @@ import re
 import string
 
 STOPWORDS = set(
-    """a an the of in on at to for from by with about as into like through after over between out
-against during without before under around among is are was were be been being am do does did has have had
-what which who whom whose when where why how that this these those it its it's he she they them his her their
-there here and or but if then than so not no nor too very can will just should would could may
-might must shall
-name named called one first last many much most more some any each other another same such own only also
-does did doing done i you we us our your my me""".split()
+    """a an the of in on at to for from by with about as into like through after over between out against
+during without before under around among is are was were be been being am do does did has have had what which
+who whom whose when where why how that this these those it its it's he she they them his her their there here
+and or but if then than so not no nor too very can will just should would could may might must shall name
+named called one first last many much most more some any each other another same such own only also doing done
+i you we us our your my me""".split()
 )
 
 ARTICLES = {"a", "an", "the"}
-# lowercase words inside a name ("Leonardo da Vinci", "Statue of Liberty", "Osama bin Laden"): they join the
-# words of an E_A run (pathways.spans) and of a choice option (pathways.labels). Not "al": an E_A run drops
-# a connector at its start in any case, and "Al" is a given name ("Al Pacino" would lose it)
+# lowercase words inside a name ("Leonardo da Vinci", "Statue of Liberty"): they join the words of an E_A run
+# (pathways.spans) and of a choice option (pathways.labels). Not "al": "Al" is a given name ("Al Pacino")
 NAME_CONNECTORS = set("of the de da di del der van von du la le y for on en bin".split())
 PUNCT = set(string.punctuation) | {"“", "”", "‘", "’", "–", "—", "…", "«", "»"}
 

@@ -137,13 +137,7 @@ def build_config(arch: str, vocab_size: int, ids: dict, **overrides):
 
 
 def build_twin(
-    arch: str,
-    *,
-    tokenizer=None,
-    dtype: torch.dtype = torch.float32,
-    seed: int = 0,
-    attn_implementation: str = "sdpa",
-    **overrides,
+    arch: str, *, tokenizer=None, dtype=torch.float32, seed=0, attn_implementation="sdpa", **overrides
 ) -> LoadedModel:
     """A random-weight twin of `arch` (one of ARCHS) on the CPU, seeded (the global RNG is left as it was).
     tokenizer: one to adapt (default: the byte-level stand-in); overrides: config attributes."""
