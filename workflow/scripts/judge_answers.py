@@ -8,12 +8,10 @@ def main(sm):
     answers = validate.read_parquet(sm.input.answers, ["qid", "answer", "depth"])
     data = validate.read_parquet(sm.input.data, ["id", "question", "reference_answer"])
     validate.check_ids(answers, sm.input.answers, "qid", data["id"], sm.input.data)
-    questions = data.select(pl.col("id").alias("qid"), "question", "reference_answer")
-    rows = (
-        answers.join(questions, on="qid")
-        .select("qid", "question", "answer", pl.col("reference_answer").alias("reference"))
-        .to_dicts()
+    questions = data.select(
+        pl.col("id").alias("qid"), "question", pl.col("reference_answer").alias("reference")
     )
+    rows = answers.join(questions, on="qid").select("qid", "question", "answer", "reference").to_dicts()
     scores = judge_all(rows, sm.params.judge, sm.params.cache)
     missing, cached = scores.filter(pl.col("score").is_null()), int(scores["cached"].sum())
     print(f"{scores.height} verdicts ({cached} from cache), {missing.height} missing", flush=True)
