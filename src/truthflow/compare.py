@@ -1,7 +1,6 @@
-"""Published vs reproduced: the values read off the papers' figures, or taken from their released
-metrics (workflow/report/published.tsv), next to this run's, and, for every model, the qualitative checks
-(E_Q knockout beats the matched random control; MIN-K% rising with depth), each stated as holds / does not
-hold / inconclusive."""
+"""Published vs reproduced: the values read off the papers' figures, or taken from their released metrics
+(workflow/report/published.tsv), next to this run's, and, for every model, the qualitative checks (E_Q
+knockout beats the matched random control; MIN-K% rising with depth): holds / does not hold / inconclusive."""
 
 from __future__ import annotations
 
@@ -16,9 +15,7 @@ TABLE_OF_KIND = {"delta_p": "pathways", "median_mink": "depthwise", "patching": 
 TABLE_OF_KIND |= {"awareness": "awareness", "detection": "detection"}
 # the DepthQA authors' metrics (truthflow.depth.metrics); a row's `depth`: the depth of a mean score, the
 # deeper depth of a discrepancy's pair (2: 1-2, 3: 2-3), empty for a discrepancy's overall value
-DEPTH_METRICS = {
-    m: m.replace("_", " ") for m in ("mean_score", "forward_discrepancy", "backward_discrepancy")
-}
+DEPTH_METRICS = ("mean_score", "forward_discrepancy", "backward_discrepancy")
 TABLE_OF_KIND |= dict.fromkeys(DEPTH_METRICS, "depth_metrics")
 # the bar experiments: the condition compared and what its value is
 BARS = {
@@ -45,8 +42,13 @@ def reproduced(p: dict, tables: dict[str, pl.DataFrame | None]) -> tuple[float, 
     if kind == "median_mink":
         sub = sub.filter(depth=p["depth"])
         return sub["mink"].median(), f"median depthwise MIN-K%, depth {int(p['depth'])} ({src})"
-    if kind in DEPTH_METRICS:
-        return depth_metric(sub, p)
+    if kind in DEPTH_METRICS:  # the row of its metric and depth, which published.tsv and METRICS_SCHEMA share
+        sub = sub.filter(pl.col("metric") == kind, pl.col("depth").eq_missing(p["depth"]))
+        if sub.height == 0:
+            return None
+        unit = "questions" if kind == "mean_score" else "counted nodes"
+        what = f"{kind.replace('_', ' ')}, {sub['scope'][0]}, n = {sub['n'][0]} {unit}"
+        return sub["value"][0], f"{what} ({src})"
     if kind in BARS:
         cond, what = BARS[kind]
         sub = sub.filter(experiment=kind, condition=cond, group=p["anchor"]).drop_nulls("value")
@@ -60,17 +62,6 @@ def reproduced(p: dict, tables: dict[str, pl.DataFrame | None]) -> tuple[float, 
     sub = sub.filter(pl.col("status").str.starts_with("ok"), method=p["method"]).drop_nulls("auc")
     auc = 100 * sub["auc"].mean() if sub.height else None
     return auc, f"{p['method']} test AUC (%), mean of {sub.height} seeds ({src})"
-
-
-def depth_metric(sub: pl.DataFrame, p: dict) -> tuple[float | None, str]:
-    """A published.tsv row's depth_metrics value: the row of its metric and its `depth`, which published.tsv
-    and METRICS_SCHEMA define alike (see DEPTH_METRICS)."""
-    row = sub.filter(pl.col("metric") == p["kind"], pl.col("depth").eq_missing(p["depth"]))
-    if row.height == 0:
-        return None, ""
-    unit = "questions" if p["kind"] == "mean_score" else "counted nodes"
-    scope, n = row["scope"][0], row["n"][0]
-    return row["value"][0], f"{DEPTH_METRICS[p['kind']]}, {scope}, n = {n} {unit} ({p['source']})"
 
 
 def quantitative(published: pl.DataFrame, tables: dict[str, pl.DataFrame | None]) -> list[tuple]:

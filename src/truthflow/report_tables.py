@@ -37,9 +37,8 @@ TABLES = {
 
 
 def caption(rst, options: str = "", extra: str = "") -> str:
-    """A figure's or table's caption is its report caption (workflow/report/*.rst), the same text in both, as
-    one line of plain text (no rst literals): the config options fill the template's placeholder, `extra`
-    (what the tables say) goes after."""
+    """A figure's or table's report caption (workflow/report/*.rst) as one line of plain text (no rst
+    literals): the config options fill the template's placeholder, `extra` (the tables' words) goes after."""
     text = re.sub(r"\{\{\s*snakemake\.params\.caption\s*\}\}", options, Path(rst).read_text())
     return " ".join(f"{text.replace('``', '')} {extra}".split())
 

@@ -1,7 +1,6 @@
 """The Section 3.2-5 experiments from cached states (docs/method.md A12-A17): token patching, answer-only,
 knowledge boundary, saliency and pathway-awareness summaries per Q-/A-Anchored group at the layer K, new
-states scored by the ΔP stage's cross-fitted probes (probes.crossfit at K).
-"""
+states scored by the ΔP stage's cross-fitted probes (probes.crossfit at K)."""
 
 from __future__ import annotations
 
@@ -104,14 +103,13 @@ def boundary_rows(deltap: pl.DataFrame, correct: dict, refusal: dict, popularity
     for (lay,), grp in target.group_by(["layer"], maintain_order=True):
         ids, at_lay = grp["id"].to_list(), {**at, "layer": int(lay)}
         groups = np.array([a == Q_ANCHORED for a in grp["anchor"].to_list()])
-        keep = np.ones(len(ids), dtype=bool)
         for cond, by_id in (("accuracy", correct), ("refusal", refusal)):
             rate = 100.0 * np.array([bool(by_id[i]) for i in ids], dtype=float)
-            rows += _group_rows("boundary", cond, rate, groups, keep, at_lay, rate=True)
+            rows += _group_rows("boundary", cond, rate, groups, np.ones(len(ids), bool), at_lay, rate=True)
         if popularity is not None and int(lay) == at["layer"]:
             pop = np.array([popularity.get(i, np.nan) for i in ids], dtype=float)
             ok = np.isfinite(pop) & (pop > 0)
-            logpop = np.where(ok, np.log10(np.where(ok, pop, 1.0)), np.nan)
+            logpop = np.log10(np.where(ok, pop, 1.0))  # the others are left out (keep=ok)
             rows += _group_rows("boundary", "log10 popularity", logpop, groups, ok, at_lay)
     return rows
 
@@ -126,9 +124,8 @@ def run(samples, scores, deltap, data, clean, states, probe: dict, boot: dict, f
     if samples.height == 0 or deltap.height == 0:
         print("experiments skipped:", "no samples" if samples.height == 0 else "probe undefined", flush=True)
         return [pl.DataFrame(schema=s).select(*front, pl.all()) for s in schemas]
-    ids, layer = samples["id"].to_list(), k_layer
+    ids, labels, layer = samples["id"].to_list(), samples["correct"].to_numpy().astype(int), k_layer
     at = {"layer": layer, "n_boot": boot["n"], "seed": boot["seed"]}
-    labels = samples["correct"].to_numpy().astype(int)
     groups = groups_at(deltap, ids, layer)
     n_q = int(groups.sum())
     print(f"{name}: layer {layer}: {n_q} Q-Anchored, {len(ids) - n_q} A-Anchored", flush=True)
@@ -158,9 +155,6 @@ def run(samples, scores, deltap, data, clean, states, probe: dict, boot: dict, f
     det = detection_table(x, labels, groups, pr_pairs(pr, factors), baselines, factors, probe, probing=prob)
     rows = pl.DataFrame(rows, schema=ROW_SCHEMA)
     for r in rows.filter(pl.col("experiment") != "boundary").iter_rows(named=True):
-        print(
-            f"{name}: {r['experiment']} {r['condition']} {r['group']}: {r['value']:.3g} "
-            f"[{r['ci_low']:.3g}, {r['ci_high']:.3g}] n={r['n']}",
-            flush=True,
-        )
+        ci = f"[{r['ci_low']:.3g}, {r['ci_high']:.3g}] n={r['n']}"
+        print(f"{name}: {r['experiment']} {r['condition']} {r['group']}: {r['value']:.3g} {ci}", flush=True)
     return [t.select(*front, pl.all()) for t in (rows, aware, det, per_sample)]
