@@ -179,9 +179,8 @@ def judge_model_input():
 
 
 def gpu_jobs():
-    """(rule, wildcards) of every model job in the DAG, in the benchmark table's row order. The model rules
-    are the rules with a benchmark, each over the runs of its file's analysis; a DepthQA model's jobs adjoin.
-    """
+    """(rule, wildcards) of every model job in the DAG, in the benchmark table's row order: the model rules
+    (those with a benchmark) over the runs of their file's analysis, a DepthQA model's jobs side by side."""
     model_rules = [r for r in workflow.rules if r.benchmark]
     runs = {"generate": qa_runs(), "pathways": pw_runs()}
     jobs = [
