@@ -109,8 +109,7 @@ def claim_devices(
 def assign_devices(
     n_gpus: int, env: Mapping[str, str] | None = None, count: int | None = None, poll_s: float = 2.0
 ) -> DeviceAssignment:
-    """The devices of a job that asked for n_gpus GPUs (one at least, when any is visible); count: the CUDA
-    devices torch sees (default: asks torch)."""
+    """The devices of a job asking for n_gpus GPUs (at least one); count: CUDA devices (default: torch's)."""
     env = os.environ if env is None else env
     if count is None:
         import torch

@@ -115,12 +115,8 @@ def dims_for(name: str, source: dict) -> tuple[Dims, bool] | None:
 
 def _largest(fits, low: int, high: int) -> int:
     """The largest power of two in [low, high] that fits (low where none does)."""
-    best, x = low, low
-    while x <= high:
-        if fits(x):
-            best = x
-        x *= 2
-    return best
+    powers = (low << i for i in range(high.bit_length()))
+    return max((x for x in powers if x <= high and fits(x)), default=low)
 
 
 def plan_model(name: str, spec: dict, dims: Dims, jobs: set[str], saliency_batch: int) -> dict:

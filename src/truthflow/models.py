@@ -41,8 +41,7 @@ def _gguf_from_embedded(package: str, workdir: Path) -> Path:
 
 @contextmanager
 def gguf_read_once():
-    """Within the block, one read-only `gguf.GGUFReader` per file serves every read: transformers would parse
-    the file for the tokenizer, config and weights, about 8 s each for Gemma-3's 262k-token vocabulary."""
+    """One `gguf.GGUFReader` per file in the block: transformers parses it thrice (8 s each for Gemma-3)."""
     import gguf
 
     real = gguf.GGUFReader
@@ -122,14 +121,12 @@ STORE = ".prepared"  # resources/models/<name> links to resources/models/.prepar
 
 
 def weights_key(spec: dict) -> dict:
-    """What a prepared snapshot depends on: its source, the dtype of a GGUF conversion, PREPARE_VERSION (never
-    run settings such as display_name, chat, batch_size, gpus)."""
+    """What a prepared snapshot depends on: its source, a GGUF conversion's dtype and PREPARE_VERSION."""
     key = {"source": dict(spec["source"]), "prepare_version": PREPARE_VERSION}
     if "twin" in spec["source"]:  # a twin's weights are what twins.py builds: keyed on its text, not imported
         key["twins_py"] = hashlib.sha256(Path(__file__).with_name("twins.py").read_bytes()).hexdigest()[:12]
     if "embedded" in spec["source"] or spec["source"].get("gguf_file"):  # a GGUF conversion
-        dtype = spec.get("dtype") or "auto"
-        key["dtype"] = "float32" if dtype == "auto" else dtype
+        key["dtype"] = "float32" if (spec.get("dtype") or "auto") == "auto" else spec["dtype"]
     return key
 
 
@@ -200,9 +197,7 @@ def _from_local(name: str, source: dict, tmp: Path, dtype: str) -> None:
         )
     # link the files (a relative source stays valid when the checkout moves); our own info file and
     # snakemake's marker are left out, so nothing is ever written into the source directory
-    for item in sorted(local.iterdir()):
-        if item.name in (INFO_FILE, ".snakemake_timestamp"):
-            continue
+    for item in sorted(p for p in local.iterdir() if p.name not in (INFO_FILE, ".snakemake_timestamp")):
         target = item.absolute() if local.is_absolute() else Path(os.path.relpath(item.absolute(), tmp))
         (tmp / item.name).symlink_to(target)
 
@@ -232,8 +227,7 @@ def _link(out_dir: Path, store: Path) -> None:
 def _drop_other_stores(name: str, keep: Path) -> None:
     """After a successful switch: older snapshots of this model and leftovers of killed builds."""
     for path in keep.parent.iterdir():
-        stem = path.name.split(".partial-")[0]
-        head, _, digest = stem.rpartition("-")
+        head, _, digest = path.name.split(".partial-")[0].rpartition("-")
         if head == name and len(digest) == 12 and path != keep:
             shutil.rmtree(path, ignore_errors=True)
 

@@ -27,6 +27,5 @@ def torch_threads(threads: int, cores: int | None, cpus: int) -> int:
 
 
 def gpu_machine() -> bool:
-    """Whether this machine has an NVIDIA GPU: a device node /dev/nvidia<N>, read without importing torch
-    (the Snakefile asks at parse time)."""
+    """Whether this machine has an NVIDIA GPU (a /dev/nvidia<N> node: no torch import at parse time)."""
     return any(Path("/dev").glob("nvidia[0-9]*"))

@@ -41,8 +41,6 @@ TEMPLATES = {
     "{% if enable_thinking is defined and enable_thinking is false %}"
     "<think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endif %}",
 }
-CLASSES = {"llama": "LlamaForCausalLM", "gemma3": "Gemma3ForCausalLM", "mistral": "MistralForCausalLM",
-           "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM"}  # fmt: skip
 TURN_END = {"llama": "<|eot_id|>", "gemma3": "<end_of_turn>", "mistral": None, "qwen3": "<|im_end|>",
             "mixtral": None}  # fmt: skip
 # a real tokenizer in a family's layout: the turn tokens its template writes (added where the tokenizer lacks
@@ -98,9 +96,7 @@ def adapt_tokenizer(arch: str, tok):
     if "bos" in fam:  # the family's own BOS on a plain encoding (base prompts), or none
         bos = fam["bos"]
         single, special = (f"{bos} $A", [(bos, tok.convert_tokens_to_ids(bos))]) if bos else ("$A", [])
-        tok.backend_tokenizer.post_processor = processors.TemplateProcessing(
-            single=single, special_tokens=special
-        )
+        tok.backend_tokenizer.post_processor = processors.TemplateProcessing(single, special_tokens=special)
     tok.chat_template = TEMPLATES[arch]
     return tok
 
@@ -130,7 +126,6 @@ def build_config(arch: str, vocab_size: int, ids: dict, **overrides):
         intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
         tie_word_embeddings=arch in ("qwen3", "gemma3"), **ids, **own,
     )  # fmt: skip
-    cfg.architectures = [CLASSES[arch]]
     for key, value in overrides.items():
         setattr(cfg, key, value)
     return cfg
@@ -150,6 +145,7 @@ def build_twin(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn_implementation)
+    cfg.architectures = [type(model).__name__]
     if tokenizer is not None and arch == "qwen3":
         with torch.no_grad():
             model.get_output_embeddings().weight[tok.convert_tokens_to_ids(THINK[1])] *= THINK_SCALE
@@ -166,8 +162,7 @@ def build_twin(
 
 
 def save_twin(arch: str, out_dir: str | Path, *, tokenizer=None, seed: int = 0, **overrides) -> Path:
-    """Write a twin as a prepared model directory (config, safetensors, tokenizer, info file): load_model
-    reads it as it reads a real snapshot, and `local:` sources link it."""
+    """Write a twin as a prepared model directory (config, safetensors, tokenizer, info file)."""
     out = Path(out_dir)
     lm = build_twin(arch, tokenizer=tokenizer, seed=seed, **overrides)
     lm.model.save_pretrained(out)
