@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import sys
-from itertools import accumulate, pairwise
+from itertools import accumulate, chain, pairwise
 
 import numpy as np
 import polars as pl
@@ -46,8 +46,7 @@ _LEADING_ANY = re.compile(
     re.IGNORECASE,
 )
 _CLAUSE_BREAK = re.compile(
-    r"\s*(?:[,;:(]|\s-\s|\s(?:that|which|who|whom|whose|where|when|because|while|but|although)\s)",
-    re.IGNORECASE,
+    r"(?i)\s*(?:[,;:(]|\s-\s|\s(?:that|which|who|whom|whose|where|when|because|while|but|although)\s)"
 )
 _QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”")
 _INITIAL = re.compile(r"[A-Z]|[A-Za-z]\.[A-Za-z.]*")
@@ -62,10 +61,8 @@ def _norm(word: str) -> str:
 
 
 def _stem(word: str) -> str:
-    """A crude stem for matching answer words with question words: lowercase, possessive and one common
-    suffix (-ing, -ed, -es, -er, -s) dropped ("composed" ~ "composer", "seasons" ~ "season")."""
+    """A crude stem to match answer with question words: -ing, -ed, -es, -er or -s dropped ("composed")."""
     w = _norm(word)
-    w = w[:-1] if w.endswith("s") and w[-2:-1] in "'’" else w
     for suf in ("ing", "ed", "es", "er", "s"):
         if len(w) > len(suf) + 3 and w.endswith(suf):
             return w[: -len(suf)]
@@ -102,8 +99,7 @@ def _has_letter(text: str) -> bool:
 
 
 def _sentence_end(text: str) -> int:
-    """End of the first sentence: the first . ! ? ; followed by a space or the end, not after an initial
-    ("John F. Kennedy") or a common abbreviation ("Dr.")."""
+    """End of the first sentence: the first . ! ? ; before a space or the end, not after "F." or "Dr."."""
     for m in re.finditer(r"[.!?;](?=\s|$)", text):
         if m.group(0) == ".":
             prev = re.search(r"([\w']+)$", text[: m.start()])
@@ -114,14 +110,15 @@ def _sentence_end(text: str) -> int:
 
 
 def _runs(words: list[Word], keep, text: str | None, bridges=NAME_CONNECTORS, alone=()) -> list[list[Word]]:
-    """Maximal runs of words where keep(i), bridged by `bridges` words between two kept ones ("Leonardo da
-    Vinci"). With `text`, only spaces join words ('-', '&' too, '. ' after an initial); without it,
-    punctuation does not split a run. A kept word in `alone` (a relation verb) is a run of its own."""
+    """Maximal runs of words whose text passes keep(word), bridged by `bridges` words between two kept ones
+    ("Leonardo da Vinci"). With `text`, only spaces join words ('-', '&' too, '. ' after an initial); without
+    it, punctuation does not split a run. A kept word in `alone` (a relation verb) is a run of its own."""
+    kept = [keep(w) for w, _, _ in words]
     runs: list[list[Word]] = [[]]
     i = 0
     while i < len(words):
         cur = runs[-1]
-        if keep(i):
+        if kept[i]:
             gap = text[cur[-1][2] : words[i][1]].strip() if cur and text is not None else ""
             if _norm(words[i][0]) in alone:
                 runs += [[words[i]], []]
@@ -132,9 +129,9 @@ def _runs(words: list[Word], keep, text: str | None, bridges=NAME_CONNECTORS, al
             i += 1
             continue
         j = i
-        while j < len(words) and words[j][0].lower() in bridges and not keep(j):
+        while j < len(words) and words[j][0].lower() in bridges and not kept[j]:
             j += 1
-        if cur and i < j < len(words) and keep(j):
+        if cur and i < j < len(words) and kept[j]:
             pairs = zip(words[i - 1 : j], words[i : j + 1], strict=True)
             if text is None or all(not text[a[2] : b[1]].strip() for a, b in pairs):
                 cur.extend(words[i:j])
@@ -176,11 +173,11 @@ def short_answer_span(answer: str, question: str) -> tuple[int, int] | None:
         kept = [k for k, (w, _, _) in enumerate(run) if not (_is_stop(w) or w.lower() in NAME_CONNECTORS)]
         return run[kept[0] : kept[-1] + 1] if kept else []
 
-    def named(i: int) -> bool:
-        return _is_cap(words[i][0]) and not _is_stop(words[i][0])
+    def named(w: str) -> bool:
+        return _is_cap(w) and not _is_stop(w)
 
-    def entity(i: int) -> bool:
-        return named(i) and _norm(words[i][0]) not in FRAME_WORDS
+    def phrase_word(w: str) -> bool:  # of a lowercase answer phrase (step 3)
+        return _is_content(w) and not is_q(w) and len(_norm(w)) > 1
 
     candidates: list[tuple[int, int]] = []
     for m in _QUOTED.finditer(line, start, end):
@@ -188,7 +185,7 @@ def short_answer_span(answer: str, question: str) -> tuple[int, int] | None:
         if inner and not all(is_q(w) or _is_stop(w) for w, _, _ in inner):
             candidates.append(span_of(inner))
     anchored: list[tuple[int, int]] = []
-    for run in map(trimmed, _runs(words, entity, line)):
+    for run in map(trimmed, _runs(words, lambda w: named(w) and _norm(w) not in FRAME_WORDS, line)):
         # "King Louis XF" -> "Louis XF" ("Queen of England" keeps its title): gold aliases omit titles
         last = max((k for k, (w, _, _) in enumerate(run) if _norm(w) in TITLE_WORDS), default=-1)
         after = run[last + 1][0] if 0 <= last < len(run) - 1 else ""
@@ -209,12 +206,7 @@ def short_answer_span(answer: str, question: str) -> tuple[int, int] | None:
     # 3. a lowercase phrase in the first clause, else in the sentence
     cb = _CLAUSE_BREAK.search(line, words[0][2], end)
     for hi in (cb.start() if cb else end, end):
-        cw = _words(line, start, hi)
-
-        def content(i: int, cw=cw) -> bool:
-            return _is_content(cw[i][0]) and not is_q(cw[i][0]) and len(_norm(cw[i][0])) > 1
-
-        runs = [r for r in map(trimmed, _runs(cw, content, line)) if r]
+        runs = [r for r in map(trimmed, _runs(_words(line, start, hi), phrase_word, line)) if r]
         if runs:
             # the head: English noun phrases end in it ("a professional skier" -> "skier"), so the probe's
             # position stays; one with a connector ("god of war") has its head before it and is kept whole
@@ -242,19 +234,14 @@ def question_spans(
     spans = _named_spans(question) if mixed else []
     if any(_has_letter(question[s:e]) for s, e in spans):
         return sorted(spans)
-    content = {w for w in words if _is_content(w[0])}
-    runs = _runs(words, lambda i: words[i] in content, None, CHUNK_BRIDGES, RELATION_VERBS)
-    chunks = [[w for w in r if w in content] for r in runs]
-    picked: set[Word] = set()
-    if chunks:
-        subject = max(reversed(chunks), key=lambda c: (len(c), sum(_has_letter(w) for w, _, _ in c)))
-        lettered = [w for c in chunks for w in c if _has_letter(w[0])]
-        picked = set(subject[-MAX_SUBJECT_WORDS:]) | set(lettered[:1])  # the property: first content word
-        picked |= {w for c in chunks for w in c if not _has_letter(w[0])}  # every number
-    return sorted(
-        {(s, e) for _, s, e in picked}
-        | {sp for sp in spans if not any(a < sp[1] and sp[0] < b for _, a, b in picked)}
-    )
+    runs = _runs(words, _is_content, None, CHUNK_BRIDGES, RELATION_VERBS)
+    chunks = [[w for w in r if _is_content(w[0])] for r in runs]
+    subject = max(reversed(chunks), key=lambda c: (len(c), sum(_has_letter(w) for w, _, _ in c)), default=[])
+    lettered = [w for c in chunks for w in c if _has_letter(w[0])]
+    picked = set(subject[-MAX_SUBJECT_WORDS:]) | set(lettered[:1])  # the property: first content word
+    picked |= {w for c in chunks for w in c if not _has_letter(w[0])}  # every number
+    apart = {sp for sp in spans if not any(a < sp[1] and sp[0] < b for _, a, b in picked)}
+    return sorted({(s, e) for _, s, e in picked} | apart)
 
 
 def _named_spans(question: str) -> list[tuple[int, int]]:
@@ -264,7 +251,8 @@ def _named_spans(question: str) -> list[tuple[int, int]]:
     # text.NAME_CONNECTORS, which would change E_Q on real questions
     connector = r"(?:of(?:\s+the)?|de|la|le|von|van|der|du|da|del|di)"
     cap = r"[A-Z][\w'\-\.]*"
-    for m in re.finditer(rf"\b{cap}(?:\s+(?:{connector}\s+)?{cap})*", question):
+    runs = re.finditer(rf"\b{cap}(?:\s+(?:{connector}\s+)?{cap})*", question)
+    for m in chain(runs, re.finditer(r"\b\d[\d,]*(?:\.\d+)?\b", question)):  # then numbers
         s, e = m.start(), m.end()
         words = m.group(0).split()
         if not question[:s].strip() and words[0].lower() in STOPWORDS:  # a sentence-initial "What", "The"
@@ -273,9 +261,6 @@ def _named_spans(question: str) -> list[tuple[int, int]]:
             s = re.compile(" *").match(question, s + len(words[0]) + 1).end()
         if not any(a <= s < b for a, b in spans):
             spans.append((s, e))
-    for m in re.finditer(r"\b\d[\d,]*(?:\.\d+)?\b", question):
-        if not any(a <= m.start() < b for a, b in spans):
-            spans.append((m.start(), m.end()))
     return spans
 
 
