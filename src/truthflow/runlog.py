@@ -131,10 +131,8 @@ def run(snakemake, main: Callable[[object], None]) -> None:
         if handle:  # every rule log ends with what the job made, so no log is empty
             sys.stdout.flush()
             sys.stderr.flush()
-            outputs = ", ".join(map(str, getattr(snakemake, "output", None) or [])) or "nothing"
-            handle.write(
-                f"rule {snakemake.rule}: done in {time.perf_counter() - t0:.1f} s; wrote {outputs}\n"
-            )
+            made = ", ".join(map(str, getattr(snakemake, "output", None) or [])) or "nothing"
+            handle.write(f"rule {snakemake.rule}: done in {time.perf_counter() - t0:.1f} s; wrote {made}\n")
 
 
 def _is_snakemake(proc: psutil.Process) -> bool:
