@@ -2,8 +2,7 @@
 METHOD A16-A17). Per sample: a label y (1 = correct), a group g (True = Q-Anchored) and hidden states x [N, D]
 at one layer; every estimate is cross-fitted (probes.crossfit). Data that cannot give an estimate gives rows
 whose status says why and a null auc; ValueError is for caller bugs. A seed is an int or a sequence of ints;
-random draws use numpy streams of it: 0 the RandomGate draws, 1 the VanillaExperts split, 2 PR's inner split.
-"""
+random draws use numpy streams of it: 0 for the RandomGate, 1 the VanillaExperts split, 2 PR's inner split."""
 
 from __future__ import annotations
 
@@ -36,8 +35,7 @@ def _rng(seed: Seed, stream: int) -> np.random.Generator:
 
 
 def _probe_or_rate(x_tr, y_tr, x_te, C: float, max_iter: int) -> tuple[np.ndarray, str | None]:
-    """Probe probabilities of class 1 for x_te; a training set with one class only predicts its rate (0 or
-    1) for every row instead, and says so."""
+    """Probe P(class 1) for x_te; a one-class training set predicts its rate (0 or 1) instead, and says so."""
     if y_tr.min() == y_tr.max():
         rate = float(y_tr.mean())
         return np.full(len(x_te), rate), f"one class only, constant {rate:g}"
@@ -49,11 +47,10 @@ def awareness_auc(resid: np.ndarray, groups, layers: Sequence[int], probe: Mappi
     """Pathway awareness (§4, A16) from hidden states [N, L, D]: per seed and 1-based layer, the AUC of the
     cross-fitted P(Q-Anchored); a split that cannot be made or a layer outside 1..L gives a null auc."""
     g = np.asarray(groups, dtype=bool)
-    n, n_layers = resid.shape[0], resid.shape[1]
+    n, n_layers = resid.shape[:2]
     if len(g) != n:
         raise ValueError(f"groups has {len(g)} entries, resid {n} samples")
-    n_q = int(g.sum())
-    k = n_folds(probe["test_size"])
+    n_q, k = int(g.sum()), n_folds(probe["test_size"])
     reason = split_reason(g, k, Q_ANCHORED, A_ANCHORED)
     if reason is None and min(n_q, n - n_q) < k:
         # a test fold without a sample of the smaller group makes its scores incomparable with the others'
@@ -168,14 +165,12 @@ def _pr_candidates(states, factors) -> dict[float, tuple | None]:
 def _inner_split(y, train, seed: Seed) -> tuple[np.ndarray, np.ndarray] | str:
     """Stratified inner split of train: per class, round(PR_VAL_SIZE · count) samples (at least 1, at most
     count − 1) go to validation, so both parts hold both classes. Or the reason it cannot be made."""
-    y_tr = y[train]
-    reason = split_reason(y_tr, 2)
-    if reason:
+    if reason := split_reason(y[train], 2):
         return f"inner validation split impossible: {reason}"
     rng = _rng(seed, 2)
     val = []
     for c in (0, 1):
-        idx = train[y_tr == c]
+        idx = train[y[train] == c]
         m = min(max(1, round(PR_VAL_SIZE * len(idx))), len(idx) - 1)
         val.append(rng.choice(idx, size=m, replace=False))
     val = np.sort(np.concatenate(val))
@@ -187,20 +182,13 @@ def pr_select_and_predict(
 ) -> tuple[np.ndarray, float, list[str]]:
     """Pathway Reweighting (§5, METHOD A16): (P(y = 1) for the test samples, the chosen factor, notes).
     states[f] = (up, down) [N, D], the E_Q -> answer attention ×f and ×1/f. The factor is chosen on
-    `_inner_split` only (1.0, plain probing, when it cannot be made), gate included; ties go to the smallest.
-    Test samples give only their states, never label or group."""
-    cands = _pr_candidates(states, factors)
-    inner = _inner_split(y, train, seed)
-    notes = []
-    chosen, best = 1.0, -np.inf
+    `_inner_split` (1.0, plain probing, without one), gate included; test samples give only their states."""
+    cands, inner = _pr_candidates(states, factors), _inner_split(y, train, seed)
     if isinstance(inner, str):
-        notes.append(f"{inner}; factor 1 (plain probing)")
-    else:
-        for f, pair in cands.items():  # ascending: strict '>' keeps the smallest factor on ties
-            p, _ = _pr_fit(pair, x_clean, y, g, *inner, C, max_iter)
-            auc = roc_auc(y[inner[1]], p)
-            if auc > best:
-                chosen, best = f, auc
+        chosen, notes = 1.0, [f"{inner}; factor 1 (plain probing)"]
+    else:  # cands ascend, and max keeps the first of equal AUCs: ties go to the smallest factor
+        val = {f: _pr_fit(pair, x_clean, y, g, *inner, C, max_iter)[0] for f, pair in cands.items()}
+        chosen, notes = max(val, key=lambda f: roc_auc(y[inner[1]], val[f])), []
     p, fit_notes = _pr_fit(cands[chosen], x_clean, y, g, train, test, C, max_iter)
     return p, chosen, notes + fit_notes
 
@@ -208,13 +196,12 @@ def pr_select_and_predict(
 # ------------------------------------------------------------------------------------------ 4. Table 3
 def _baseline_row(name: str, seed: int, score, y: np.ndarray) -> dict:
     score = np.asarray(score, dtype=float)
-    row = {"method": name, "seed": seed, "auc": None, "n": 0, "factor": None}
+    row = {"method": name, "seed": seed, "n": 0}
     if score.shape != y.shape:
         return {**row, "status": f"undefined: {len(score)} scores for {len(y)} samples"}
     ok = np.isfinite(score)
-    row["n"] = int(ok.sum())
-    n_pos = int(y[ok].sum())
-    if n_pos == 0 or n_pos == row["n"]:  # an AUC needs one sample of each class, no more
+    row["n"], n_pos = int(ok.sum()), int(y[ok].sum())
+    if n_pos in (0, row["n"]):  # an AUC needs one sample of each class, no more
         counts = f"{n_pos} correct, {row['n'] - n_pos} wrong"
         return {**row, "status": f"undefined: one class only among the finite scores ({counts})"}
     dropped = len(y) - row["n"]

@@ -1,8 +1,6 @@
-"""Per-layer cross-fitted correctness probes (METHOD A6), ΔP under knockout (A8), the Q-/A-Anchored split
-(A9) and the seeded bootstrap summary (A10). Per sample and layer the seeds are averaged (ΔP: mean; flip: the
-share of seeds whose prediction flips), so every table counts n as distinct samples, not (seed, sample) rows.
-`crossfit` is the package's one cross-fitted probe: the ΔP stage, experiments, awareness and Table 3 use it.
-"""
+"""Per-layer cross-fitted correctness probes (METHOD A6; `crossfit` is the package's one), ΔP under knockout
+(A8), the Q-/A-Anchored split (A9) and the seeded bootstrap summary (A10). Per sample and layer the seeds are
+averaged (ΔP: mean; flip: the share of seeds whose prediction flips), so n counts distinct samples."""
 
 from __future__ import annotations
 
@@ -55,8 +53,7 @@ def fit_predict(x_train, y_train, tests: list[np.ndarray], C: float, max_iter: i
     from sklearn.preprocessing import StandardScaler
 
     scaler = StandardScaler().fit(x_train)
-    clf = LogisticRegression(C=C, max_iter=max_iter)
-    clf.fit(scaler.transform(x_train), y_train)
+    clf = LogisticRegression(C=C, max_iter=max_iter).fit(scaler.transform(x_train), y_train)
     return [clf.predict_proba(scaler.transform(x))[:, 1] for x in tests]
 
 
@@ -70,12 +67,10 @@ def folds(y, k: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
 def crossfit(x, y, seed: int, k: int, C: float, max_iter: int, extra=()) -> list[np.ndarray]:
     """Out-of-fold P(y = 1) for every row of x, and for the same rows of each array in `extra` (other
     states of the same samples), from the seeded stratified K-fold split over y."""
-    outs = [np.zeros(len(y)) for _ in range(1 + len(extra))]
+    outs = np.zeros((1 + len(extra), len(y)))
     for train, test in folds(y, k, seed):
-        preds = fit_predict(x[train], y[train], [x[test], *(e[test] for e in extra)], C, max_iter)
-        for out, p in zip(outs, preds, strict=True):
-            out[test] = p
-    return outs
+        outs[:, test] = fit_predict(x[train], y[train], [x[test], *(e[test] for e in extra)], C, max_iter)
+    return list(outs)
 
 
 def crossfit_seeds(x, extra: list, y, seeds, k: int, C: float, max_iter: int) -> np.ndarray:
@@ -111,19 +106,15 @@ def run_probes(
     DELTAP_SCHEMA table per sample × layer × knockout, seeds and control draws averaged per sample)."""
     n, n_layers, _ = resid_clean.shape
     seeds, k = probe["seeds"], n_folds(probe["test_size"])
-    reason = split_reason(labels, k)
-    if reason:
-        status = f"probe undefined: {reason}"
-        auc = pl.DataFrame([{"n_train": 0, "n_test": 0, "n_folds": 0, "status": status}], schema=AUC_SCHEMA)
-        return auc, pl.DataFrame(schema=DELTAP_SCHEMA)
+    if reason := split_reason(labels, k):
+        row = {"n_train": 0, "n_test": 0, "n_folds": 0, "status": f"probe undefined: {reason}"}
+        return pl.DataFrame([row], schema=AUC_SCHEMA), pl.DataFrame(schema=DELTAP_SCHEMA)
     matched = np.ones(n, dtype=bool) if matched is None else np.asarray(matched, dtype=bool)
     prob = np.zeros((len(resid_kos) + 1, len(seeds), n, n_layers))  # clean, then each knockout
-    auc = np.zeros((len(seeds), n_layers))
     for layer in range(n_layers):
         # one layer of each (memory-mapped) array at a time: memory stays bounded in n and L
         x, *x_ko = (np.asarray(r[:, layer], dtype=np.float32) for r in [resid_clean, *resid_kos])
         prob[..., layer] = crossfit_seeds(x, x_ko, labels, seeds, k, probe["C"], probe["max_iter"])
-        auc[:, layer] = [roc_auc(labels, prob[0, s, :, layer]) for s in range(len(seeds))]
     frames = []
     groups = [(TARGET, prob[1:2])] + ([(CONTROL, prob[2:])] if len(resid_kos) > 1 else [])
     for name, pk in groups:
@@ -143,7 +134,7 @@ def run_probes(
         }
         frames.append(pl.DataFrame(frame, schema=DELTAP_SCHEMA))
     auc_rows = [
-        [seed, lay + 1, float(auc[s, lay]), n - n // k, n, k, "ok"]
+        [seed, lay + 1, roc_auc(labels, prob[0, s, :, lay]), n - n // k, n, k, "ok"]
         for s, seed in enumerate(seeds)
         for lay in range(n_layers)
     ]
@@ -156,23 +147,17 @@ def summarize(samples: pl.DataFrame, n_boot: int = 1000, seed: int = 0) -> pl.Da
     split = samples.filter((pl.col("knockout") == TARGET) | pl.col("matched"))
     unsplit = samples.filter(pl.col("matched")).with_columns(pl.lit(ALL).alias("anchor"))
     rows = []
-    for frame in (split, unsplit):
-        for (knockout, anchor, layer), grp in frame.group_by(["knockout", "anchor", "layer"]):
-            vals = grp["delta_p"].to_numpy()
-            lo, hi = bootstrap_ci(vals, n_boot, seed + int(layer))
-            n, flip = grp["id"].n_unique(), grp["flip_rate"].mean()
-            rows.append([knockout, anchor, int(layer), n, float(vals.mean()), lo, hi, flip])
+    for (knockout, anchor, layer), grp in pl.concat([split, unsplit]).group_by("knockout", "anchor", "layer"):
+        vals = grp["delta_p"].to_numpy()
+        lo, hi = bootstrap_ci(vals, n_boot, seed + int(layer))
+        n, flip = grp["id"].n_unique(), grp["flip_rate"].mean()
+        rows.append([knockout, anchor, int(layer), n, float(vals.mean()), lo, hi, flip])
     return pl.DataFrame(rows, schema=SUMMARY_SCHEMA, orient="row").sort(["knockout", "anchor", "layer"])
 
 
 def auc_by_layer(auc: pl.DataFrame) -> pl.DataFrame:
     """The probe AUC per (model, dataset, layer, status) over the seeds: mean, min, max (3 decimals)."""
-    return (
-        auc.group_by(["model", "dataset", "layer", "status"], maintain_order=True)
-        .agg(
-            *(getattr(pl.col("auc"), f)().round(3).alias(f"{f}_auc") for f in ("mean", "min", "max")),
-            pl.col("seed").n_unique().alias("n_seeds"),
-            pl.col("n_test").first(),
-        )
-        .sort(["model", "dataset", "layer"], nulls_last=True)
-    )
+    stats = (getattr(pl.col("auc"), f)().round(3).alias(f"{f}_auc") for f in ("mean", "min", "max"))
+    by_layer = auc.group_by(["model", "dataset", "layer", "status"], maintain_order=True)
+    table = by_layer.agg(*stats, pl.col("seed").n_unique().alias("n_seeds"), pl.col("n_test").first())
+    return table.sort(["model", "dataset", "layer"], nulls_last=True)
