@@ -1,8 +1,7 @@
 """The falsification test of the two-pathway finding (METHOD A7, A9, docs/method.md): per matched sample
 diff = E_Q − control knockout, a one-sided paired t-test, Holm over the run's cells and a ±SESOI equivalence
 test. `check` keeps each cell's (range, measure) sufficient statistics (n, mean and sd of diff); `family`
-gathers the cells and decides, vectorised (`verdicts`) so that the same code decides 1,000 simulated runs.
-"""
+gathers the cells and decides, vectorised (`verdicts`) so that the same code decides 1,000 simulated runs."""
 
 from __future__ import annotations
 
@@ -26,12 +25,10 @@ POWER = 0.8
 # status: why no test can be made in this cell (no probe, no control), null otherwise
 CELL_SCHEMA = dict.fromkeys(["range", "layers"], pl.String) | {"layer_from": pl.Int64, "layer_to": pl.Int64}
 CELL_SCHEMA |= {"measure": pl.String} | dict.fromkeys(["n_samples", "n_unmatched", "n_minority"], pl.Int64)
-CELL_SCHEMA |= dict.fromkeys(["probe_auc", "target", "control", "diff", "sd"], pl.Float64)
-CELL_SCHEMA |= {"status": pl.String}
+CELL_SCHEMA |= dict.fromkeys("probe_auc target control diff sd".split(), pl.Float64) | {"status": pl.String}
 TEST_COLUMNS = dict.fromkeys("diff diff_low diff_high p_value p_holm sesoi mde".split(), pl.Float64)
 TEST_COLUMNS |= {"n_needed": pl.Int64, "verdict": pl.String}
-# verdict_cell: the same cell without the family-wise correction; level: the one-sided level of the
-# corrected bounds (Holm's, at the cell's step)
+# verdict_cell: the cell without the family-wise correction; level: the corrected bounds' one-sided level
 CHECK_SCHEMA = dict.fromkeys(["model", "dataset", "measure", "layers"], pl.String) | {"n_samples": pl.Int64}
 CHECK_SCHEMA |= TEST_COLUMNS | {"reason": pl.String, "verdict_cell": pl.String, "level": pl.Float64}
 CHECK_SCHEMA |= {"secondary_measure": pl.String}
@@ -49,12 +46,11 @@ LAYERS_SCHEMA |= {c: CHECK_SCHEMA[c] for c in ("n_samples", *TEST_COLUMNS, "reas
 def layer_ranges(n_layers: int, layers) -> list[tuple[str, int, int]]:
     """The sensitivity table's three ranges (name, from, to; 1-based, inclusive): every layer, the second
     half, and the configured [from, to] (cut to the model's layers), else the middle third as stand-in."""
-    half = n_layers // 2 + 1
     if isinstance(layers, list | tuple):
         third = ("explicit", max(1, int(layers[0])), min(n_layers, int(layers[1])))
     else:
         third = ("middle_third", n_layers // 3 + 1, max(n_layers // 3 + 1, 2 * n_layers // 3))
-    return [("all", 1, n_layers), ("second_half", min(half, n_layers), n_layers), third]
+    return [("all", 1, n_layers), ("second_half", min(n_layers // 2 + 1, n_layers), n_layers), third]
 
 
 def per_sample_means(samples: pl.DataFrame, knockout: str, lo: int = 1, hi=None) -> pl.DataFrame:
@@ -71,9 +67,8 @@ def check(samples: pl.DataFrame, auc=None, layers="second_half", probe_status=No
     values, and the mean and sd of the per-sample diff = E_Q − control. `samples` is run_probes' per-sample
     table, `auc` (or None) its AUC table (the probe's signal over the range)."""
     unmatched = samples.filter(~pl.col("matched"))["id"].n_unique() if samples.height else 0
-    status = probe_status
-    if status is None and not samples.filter(pl.col("knockout") == CONTROL).height:
-        status = "no random-control draws (knockout.control_draws = 0)"
+    no_control = not samples.filter(pl.col("knockout") == CONTROL).height
+    status = probe_status or ("no random-control draws (knockout.control_draws = 0)" if no_control else None)
     n_layers = 0 if status or not samples.height else int(samples["layer"].max())
     ranges = layer_ranges(max(n_layers, 1), layers)
     if not n_layers:  # no test: the ranges' names only
@@ -87,9 +82,8 @@ def check(samples: pl.DataFrame, auc=None, layers="second_half", probe_status=No
             rows += [{**base, "measure": m, "n_samples": 0, "status": why} for m in MEASURES]
             continue
         base["layers"] = f"{name} ({lo}-{hi})"
-        both = per_sample_means(samples, TARGET, lo, hi).join(
-            per_sample_means(samples, CONTROL, lo, hi).drop("label"), on="id", suffix="_c"
-        )
+        target, control = (per_sample_means(samples, ko, lo, hi) for ko in (TARGET, CONTROL))
+        both = target.join(control.drop("label"), on="id", suffix="_c")
         n, n_correct = both.height, int(both["label"].sum())
         probe_auc = ok.filter(pl.col("layer").is_between(lo, hi))["auc"].mean() if ok is not None else None
         base |= {"n_samples": n, "n_minority": min(n_correct, n - n_correct), "probe_auc": probe_auc}
@@ -116,9 +110,7 @@ def holm(p, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     stop = np.minimum(passed.sum(axis=-1, keepdims=True), p.shape[-1] - 1)
     level = np.where(passed, step, np.take_along_axis(step, stop, -1))
     inverse = np.argsort(order, axis=-1)
-    adjusted, level = (np.take_along_axis(a, inverse, -1) for a in (adjusted, level))
-    nan = np.isnan(p)
-    return np.where(nan, np.nan, adjusted), np.where(nan, np.nan, level)
+    return tuple(np.where(np.isnan(p), np.nan, np.take_along_axis(a, inverse, -1)) for a in (adjusted, level))
 
 
 def decide(low, high, sign: int, sesoi: float) -> np.ndarray:
@@ -126,8 +118,7 @@ def decide(low, high, sign: int, sesoi: float) -> np.ndarray:
     low, high = np.asarray(low, dtype=float), np.asarray(high, dtype=float)
     lo, hi = (low, high) if sign > 0 else (-high, -low)  # in the predicted direction
     out = np.full(lo.shape, INCONCLUSIVE, dtype=object)
-    out[(lo > -sesoi) & (hi < sesoi)] = NOT_HOLD  # TOST: the interval within ±SESOI
-    out[hi < 0] = NOT_HOLD  # the wrong way, 0 excluded
+    out[(lo > -sesoi) & (hi < sesoi) | (hi < 0)] = NOT_HOLD  # TOST: within ±SESOI; or the wrong way
     out[lo > 0] = HOLDS
     return out
 
@@ -242,28 +233,25 @@ def family(cells: pl.DataFrame, cfg: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
     under each layer range, Holm within each range)."""
     primary, chosen = cfg["measure"], "explicit" if isinstance(cfg["layers"], list | tuple) else cfg["layers"]
     secondary = next(m for m in MEASURES if m != primary)
-    cells = cells.sort(["model", "dataset"], maintain_order=True)
+    keys = ["model", "dataset"]
+    cells = cells.sort(keys, maintain_order=True)
     if chosen not in set(cells["range"]):
         raise ValueError(f"pathways.check.layers = {cfg['layers']}: the cells hold {set(cells['range'])}")
-    tested = {
-        name: _family(cells.filter((pl.col("range") == name) & (pl.col("measure") == primary)), cfg)
-        for name in cells["range"].unique(maintain_order=True).to_list()
-    }
+    parts = cells.filter(measure=primary).partition_by("range", maintain_order=True, as_dict=True)
+    tested = {name: _family(rows, cfg) for (name,), rows in parts.items()}
     sens = pl.concat(tested.values()).select(list(LAYERS_SCHEMA))
     # the secondary measure, per cell and uncorrected: p and the interval at α each side
-    sec = cells.filter((pl.col("range") == chosen) & (pl.col("measure") == secondary))
+    sec = cells.filter(range=chosen, measure=secondary)
     n, sd, mean = (sec[c].fill_null(np.nan).to_numpy().astype(float) for c in ("n_samples", "sd", "diff"))
     s = verdicts(mean, sd, n, MEASURES[secondary], float(cfg["sesoi"]), cfg["alpha"], correct=False)
     secondary_cols = [pl.lit(secondary).alias("secondary_measure"), pl.col("diff").alias("secondary_diff")]
     secondary_cols += [pl.Series(f"secondary_{k}", s[k]).fill_nan(None) for k in ("low", "high", "p")]
-    sec = sec.select("model", "dataset", *secondary_cols)
+    sec = sec.select(*keys, *secondary_cols)
     # the mean E_Q and control values per measure: flip_target, ..., delta_p_control
-    means = cells.filter(pl.col("range") == chosen).pivot(
-        on="measure", index=["model", "dataset"], values=["target", "control"]
-    )
+    means = cells.filter(range=chosen).pivot(on="measure", index=keys, values=["target", "control"])
     short = {"flip_rate": "flip", "delta_p": "delta_p"}
     means = means.rename({f"{v}_{m}": f"{short[m]}_{v}" for m in MEASURES for v in ("target", "control")})
-    table = tested[chosen].join(sec, on=["model", "dataset"]).join(means, on=["model", "dataset"])
+    table = tested[chosen].join(sec, on=keys).join(means, on=keys)
     return table.select([pl.col(k).cast(t) for k, t in CHECK_SCHEMA.items()]), sens
 
 
@@ -292,9 +280,8 @@ def rounded(table: pl.DataFrame) -> pl.DataFrame:
 
 
 def dropped_table(kept: list[tuple], dropped: pl.DataFrame, data_dropped: pl.DataFrame) -> pl.DataFrame:
-    """Where the samples went: one row per (model, dataset, reason) with its count, the kept count as
-    reason 'kept'. kept: (model, dataset, n) per pair; dropped: the extraction drops (model, dataset,
-    reason); data_dropped: the drops at loading (dataset, reason, detail), which hold for every model."""
+    """Where the samples went: a count per (model, dataset, reason), 'kept' for kept: (model, dataset, n) per
+    pair; dropped: the extraction drops; data_dropped: the drops at loading, which hold for every model."""
     load = data_dropped.group_by("dataset", "reason").agg(pl.col("detail").drop_nulls().first(), n=pl.len())
     kept = pl.DataFrame([(*k, "kept") for k in kept], ["model", "dataset", "n", "reason"], orient="row")
     parts = [kept, dropped.group_by("model", "dataset", "reason").len("n")]

@@ -91,11 +91,10 @@ def choice_options(question: str, alias: str) -> list[list[str]]:
     qw, target = normalized_words(question), normalize_text(alias).split()
     tokens, n = [w for w, _, _ in qw], len(target)
     for i in _find_all(tokens, target):
-        options: list[list[str]] = []
-        coord = False
+        options, coord = [], False
         for step in (1, -1):
-            j = i + n if step > 0 else i - 1  # first word outside the alias in this direction
-            edge = i + n - 1 if step > 0 else i  # last word of the item already taken
+            # j: the first word outside the alias in this direction; edge: the last word of the items taken
+            j, edge = (i + n, i + n - 1) if step > 0 else (i - 1, i)
             while 0 <= j < len(qw):
                 by_comma = _gap(question, qw, edge, j, r"[,;]")
                 if tokens[j] in COORDINATORS:
@@ -131,13 +130,11 @@ def _echo_by_copy(ans: list[str], a: int, n: int, q: list[str]) -> bool:
 
 def _match_choice(ans: list[str], target: list[str], options: list[list[str]]) -> int:
     """Word index of the gold occurrence the answer commits to (rule 3 of match_answer), or -1."""
-    gold_words = set(target)
     mentions = [(i, i + len(target), 0) for i in _find_all(ans, target)]  # (start, end, option id: 0 = gold)
+    in_gold = {k for s, e, _ in mentions for k in range(s, e)}
     for oid, opt in enumerate(options, start=1):
-        distinct = [w for w in opt if _is_content(w) and w not in gold_words]
-        for k, w in enumerate(ans):
-            if w in distinct and not any(s <= k < e for s, e, o in mentions if o == 0):
-                mentions.append((k, k + 1, oid))
+        distinct = {w for w in opt if _is_content(w) and w not in target}
+        mentions += [(k, k + 1, oid) for k, w in enumerate(ans) if w in distinct and k not in in_gold]
     mentions.sort()
     merged: list[tuple[int, int, int]] = []  # contiguous words of another option are one mention
     for s, e, o in mentions:
