@@ -196,8 +196,7 @@ def short_answer_span(answer: str, question: str) -> tuple[int, int] | None:
             run = run[-1:]
         if run and not all(is_q(w) for w, _, _ in run):
             candidates.append(span_of(run))
-            # anchored: the nearest non-stop word before the run restates a relation word of the question
-            # ("... was born in India" for "In what city was ... born?")
+            # anchored: the nearest non-stop word before it restates the question's relation ("born in India")
             prev = next((w for w, _, _ in reversed(words[: words.index(run[0])]) if not _is_stop(w)), "")
             if prev[:1].islower() and is_q(prev) and _has_letter(run[0][0]):
                 anchored.append(candidates[-1])
@@ -220,11 +219,9 @@ def short_answer_span(answer: str, question: str) -> tuple[int, int] | None:
     return rest[-1][1], rest[-1][2]
 
 
-def question_spans(
-    question: str, dataset: str, subj: str | None = None, prop: str | None = None, row: dict | None = None
-) -> list[tuple[int, int]]:
+def question_spans(question: str, dataset: str, subj=None, prop=None, row=None) -> list[tuple[int, int]]:
     """Deterministic E_Q (METHOD A4): the question's subject and property words as sorted [start, end) spans
-    in `question`; a set's own rule in registry.py first (`row`: the sample's other columns)."""
+    in `question`; a set's own rule in registry.py first (subj, prop, `row`: the sample's other columns)."""
     own_rule = registry.get(dataset).question_spans if registry.is_qa(dataset) else None
     own = own_rule(question, {**(row or {}), "subj": subj, "prop": prop}) if own_rule else None
     if own is not None:  # None where the set's own rule does not apply
