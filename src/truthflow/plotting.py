@@ -38,9 +38,8 @@ def label(ds: str) -> str:
 
 
 def colour(ds: str) -> str:
-    if ds not in COLOURS:
-        extra = sns.color_palette("tab10", 10).as_hex()
-        COLOURS[ds] = extra[len(COLOURS) % 10]
+    if ds not in COLOURS:  # an unregistered dataset: the next tab10 hue
+        COLOURS[ds] = sns.color_palette("tab10", 10).as_hex()[len(COLOURS) % 10]
     return COLOURS[ds]
 
 
@@ -122,10 +121,9 @@ def note(ax, lines: list[tuple[str, str]] | list[str], loc: str = "lower left") 
         for text, col in ((x, NOTE_COLOUR) if isinstance(x, str) else x for x in lines)
     ]
     if rows:
-        align = "right" if loc.endswith("right") else "left"
-        box = AnchoredOffsetbox(loc, child=VPacker(children=rows, align=align, pad=0, sep=2), borderpad=0.4)
+        child = VPacker(children=rows, align="right" if loc.endswith("right") else "left", pad=0, sep=2)
+        box = AnchoredOffsetbox(loc, child=child, borderpad=0.4, zorder=6)
         box.patch.set(facecolor="white", alpha=0.75, lw=0)
-        box.set_zorder(6)
         ax.add_artist(box)
 
 

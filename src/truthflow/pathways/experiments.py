@@ -25,9 +25,7 @@ SCORES_SCHEMA |= dict.fromkeys(["donor_length_matched", "patch_control_matched"]
 SCORES_SCHEMA |= dict.fromkeys(["p_true", "logit_mean", "logit_min"], pl.Float64)
 SCORES_SCHEMA |= dict.fromkeys(["s_eq_ea", "s_eq_all"], pl.List(pl.Float64))
 # saliency.parquet: extract_pathways' saliency pass (A15) and the Logits baselines read off it (A17)
-SALIENCY_SCHEMA = {"id": pl.String} | {
-    c: SCORES_SCHEMA[c] for c in ("logit_mean", "logit_min", "s_eq_ea", "s_eq_all")
-}
+SALIENCY_SCHEMA = {c: SCORES_SCHEMA[c] for c in ("id", "logit_mean", "logit_min", "s_eq_ea", "s_eq_all")}
 PER_SAMPLE_SCHEMA = {"id": pl.String, "group": pl.String, "correct": pl.Boolean}
 
 
@@ -45,8 +43,7 @@ def experiment_layer(setting, auc: pl.DataFrame, n_layers: int, model: str = "th
     if ok.height == 0:
         return max(1, n_layers // 2), "probe undefined: middle layer"
     best = ok.group_by("layer").agg(pl.col("auc").mean()).sort(["auc", "layer"], descending=[True, False])
-    layer, value = int(best["layer"][0]), float(best["auc"][0])
-    return layer, f"auto: best mean probe AUC {value:.3f}"
+    return int(best["layer"][0]), f"auto: best mean probe AUC {best['auc'][0]:.3f}"
 
 
 def groups_at(deltap: pl.DataFrame, ids: list[str], layer: int) -> np.ndarray:
@@ -127,8 +124,7 @@ def run(samples, scores, deltap, data, clean, states, probe: dict, boot: dict, f
     ids, labels, layer = samples["id"].to_list(), samples["correct"].to_numpy().astype(int), k_layer
     at = {"layer": layer, "n_boot": boot["n"], "seed": boot["seed"]}
     groups = groups_at(deltap, ids, layer)
-    n_q = int(groups.sum())
-    print(f"{name}: layer {layer}: {n_q} Q-Anchored, {len(ids) - n_q} A-Anchored", flush=True)
+    print(f"{name}: layer {layer}: {groups.sum()} Q-Anchored, {(~groups).sum()} A-Anchored", flush=True)
     patch, answer_only, pr = states
     # out-of-fold P(correct) at K on the clean and the new states, from the ΔP stage's cross-fitted probes
     x_new = [np.asarray(s, dtype=np.float32) for s in (patch[0], patch[1], answer_only)]

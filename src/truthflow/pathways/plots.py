@@ -55,9 +55,7 @@ def _close(ax, notes: list[str], empty: str = "no ΔP rows") -> None:
     plotting.note(ax, notes)
 
 
-def plot_anchored(
-    summary, auc, models, titles, out_png, out_pdf, caption: str = "", knockout: str = "target"
-):
+def plot_anchored(summary, auc, models, titles, out_png, out_pdf, caption: str = "", knockout="target"):
     """Per-layer mean ΔP with its 95% CI, split Q-/A-Anchored: colour = dataset, solid = Q-Anchored, dashed
     = A-Anchored (the seeds' layout). knockout='control' draws the same for the matched random control."""
     summary = summary.filter(pl.col("knockout") == knockout)
@@ -77,15 +75,6 @@ def plot_anchored(
 plot_pathways = partial(plot_anchored, knockout="target")  # the seeds' figure: E_Q knockout, Q-/A-Anchored
 
 
-def _verdict(r: dict, ds: str) -> str:
-    ci = (
-        ""
-        if r["diff_low"] is None
-        else f"; E_Q − control {r['diff']:+.2f} [{r['diff_low']:.2f}, {r['diff_high']:.2f}]"
-    )
-    return f"{label(ds)}: {r['verdict']} (n={r['n_samples']}{ci})"
-
-
 def plot_check(
     summary, check, auc, models, titles, out_png, out_pdf, caption: str = "", target: str = "exact_question"
 ) -> None:
@@ -100,7 +89,9 @@ def plot_check(
             plotting.draw_styles(top, sub, "knockout", KNOCKOUT_STYLES, ds, n_layers, drawn)
             plotting.draw_styles(bottom, sub, "knockout", KNOCKOUT_STYLES, ds, n_layers, set(), y="flip_rate")
             for r in check.filter(model=model, dataset=ds).head(1).iter_rows(named=True):
-                verdicts.append((_verdict(r, ds), "0.15"))
+                d = r["diff_low"] is not None and (r["diff"], r["diff_low"], r["diff_high"])
+                ci = "; E_Q − control {:+.2f} [{:.2f}, {:.2f}]".format(*d) if d else ""
+                verdicts.append((f"{label(ds)}: {r['verdict']} (n={r['n_samples']}{ci})", "0.15"))
                 span = span or (r["layer_from"] is not None and (r["layer_from"], r["layer_to"]))
         for ax in (top, bottom) if span else ():
             ax.axvspan(span[0] - 0.5, span[1] + 0.5, color="0.92", lw=0, zorder=0)

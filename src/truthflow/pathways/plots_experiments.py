@@ -73,12 +73,9 @@ def _samples(per_sample) -> pl.DataFrame:
 
 def experiment_layers(rows: pl.DataFrame, awareness: pl.DataFrame) -> dict[tuple[str, str], int]:
     """Layer K per (model, dataset), from the tables' k_layer column (one value per model and dataset)."""
-    keys = [
-        t.select("model", "dataset", "k_layer")
-        for t in (_rows(rows), plotting.table(awareness, AWARENESS_TABLE_SCHEMA))
-    ]
-    found = pl.concat(keys).drop_nulls("k_layer").unique(["model", "dataset"])
-    return {(m, ds): int(k) for m, ds, k in found.iter_rows()}
+    tables = (_rows(rows), plotting.table(awareness, AWARENESS_TABLE_SCHEMA))
+    found = pl.concat(t.select("model", "dataset", "k_layer") for t in tables).drop_nulls("k_layer")
+    return {(m, ds): int(k) for m, ds, k in found.unique(["model", "dataset"]).iter_rows()}
 
 
 def k_caption(rows, awareness, models: list[str], titles: dict[str, str]) -> str:
@@ -149,16 +146,15 @@ def plot_bars(experiment, rows, models, titles, out_png, out_pdf, caption: str =
     experiment and a panel's model are diamonds."""
     names, ylabel = BARS[experiment]
     rows = _rows(rows).filter((pl.col("experiment") == experiment) & pl.col("condition").is_in(list(names)))
-    pub = plotting.table(published, PUBLISHED_SCHEMA)
+    pub = plotting.table(published, PUBLISHED_SCHEMA).filter(kind=experiment).rename({"anchor": "group"})
+    pub = pub.select("model", "dataset", "group", pl.col("published").cast(pl.Float64))
     fig, axes = plotting.panels(models, titles)
     drawn, used = set(), []
     why = f"no {experiment.replace('_', '-')} rows"
     for ax, model, sub in plotting.per_model(axes[0], rows, models, why):
         noted = sub.filter(pl.col("note") != "").select("dataset", "note").unique(maintain_order=True)
         notes = [f"{label(d)}: {n}" for d, n in noted.rows()]  # a null note is not kept
-        mine = pub.filter((pl.col("kind") == experiment) & (pl.col("model") == model))
-        mine = mine.select("dataset", pl.col("anchor").alias("group"), pl.col("published").cast(pl.Float64))
-        _bar_panel(ax, sub, list(names), mine, drawn)
+        _bar_panel(ax, sub, list(names), pub.filter(pl.col("model") == model).drop("model"), drawn)
         missing = [c for c in list(names)[1:] if not (sub["condition"] == c).any()]
         used.append((ax, notes + [f"no {CONDITION_NOTES.get(c, c)} rows" for c in missing]))
     if used:  # one scale for the pair; headroom for the n labels and the notes
@@ -348,10 +344,8 @@ def plot_awareness(awareness, rows, models, titles, out_png, out_pdf, caption: s
         if ax.get_xticks().size:
             ax.set_ylim(low, 1.02)
     plotting.ylabel(axes[0], "Pathway-awareness AUC")
-    handles, labels = plotting.dataset_legend(
-        drawn,
-        "band" in extras and (Patch(facecolor="0.5", alpha=0.3, lw=0), "min..max over probe seeds"),
-        bool(drawn) and (plotting.line("0.45", "--", lw=0.9), "chance (AUC 0.5)"),
-        "k" in extras and (plotting.line("0.3", ":", lw=1.2), "layer K (defines the groups, not probed)"),
-    )
+    band = "band" in extras and (Patch(facecolor="0.5", alpha=0.3, lw=0), "min..max over probe seeds")
+    chance = bool(drawn) and (plotting.line("0.45", "--", lw=0.9), "chance (AUC 0.5)")
+    at_k = "k" in extras and (plotting.line("0.3", ":", lw=1.2), "layer K (defines the groups, not probed)")
+    handles, labels = plotting.dataset_legend(drawn, band, chance, at_k)
     _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=4 if len(models) > 1 else 2)
