@@ -131,8 +131,7 @@ def blank(ax, why: str = "") -> None:
     """A panel with nothing drawn: no ticks (an empty scale would suggest values), only the reason."""
     ax.set(xticks=[], yticks=[], xlabel="")
     ax.grid(False)
-    if why:
-        note(ax, [why])
+    note(ax, [why] * bool(why))
 
 
 def per_model(axes_row, table: pl.DataFrame, models: list[str], why: str):

@@ -39,11 +39,12 @@ def _legend(drawn, styles: dict[str, str], names: dict[str, str], *extras) -> tu
     return plotting.legend(entries, *extras)
 
 
-def _panels(models, titles, n_rows: int = 1, height: float = 3.2):
+def _panels(models, titles, n_rows: int = 1, height: float = 3.2, y: float = 0, ls: str = "-"):
+    """Panels over layers with a reference line at `y` (zero ΔP, chance AUC)."""
     fig, axes = plotting.panels(models, titles, n_rows=n_rows, height=height)
     for ax in axes.flat[: len(models) * n_rows]:
         plotting.layer_axis(ax)
-        ax.axhline(0, color="0.6", lw=0.8, zorder=0)
+        ax.axhline(y, color="0.6", lw=0.8, ls=ls, zorder=0)
     return fig, axes
 
 
@@ -109,11 +110,9 @@ def plot_check(
 
 def plot_probe_auc(auc, models, titles, out_png, out_pdf, caption: str = "") -> None:
     """Cross-fitted test AUC of the correctness probe by layer: mean over seeds, band = min..max."""
-    fig, axes = plotting.panels(models, titles)
+    fig, axes = _panels(models, titles, y=0.5, ls=":")
     drawn = set()
     for ax, model in zip(axes[0], models, strict=False):
-        plotting.layer_axis(ax)
-        ax.axhline(0.5, color="0.6", lw=0.8, ls=":", zorder=0)
         ax.set_ylim(0.3, 1.02)
         notes = []
         for ds, sub, _ in _panel_datasets(auc, auc, model, notes):

@@ -24,7 +24,7 @@ GROUP_COLOURS = {"Q-Anchored": "#542788", "A-Anchored": "#b35806"}
 ROWS_TABLE_SCHEMA = {**TABLE_KEYS, **ROW_SCHEMA}
 AWARENESS_TABLE_SCHEMA = {**TABLE_KEYS, **AWARENESS_SCHEMA}
 PER_SAMPLE_TABLE_SCHEMA = dict.fromkeys(["model", "dataset", "id", "group"], pl.String)
-VALUES = ("s_pop", "s_eq_ea")  # per-sample values a samples table may lack (added as null)
+VALUES = dict.fromkeys(["s_pop", "s_eq_ea"], pl.Float64)  # per-sample values a table may lack (null)
 # the columns a table may lack (plotting.table adds them, and k_layer, as null); the others are required
 OPTIONAL = {"rows": ("note",), "awareness": ("n", "n_q", "n_a"), "per_sample": ()}
 SCHEMAS = (ROWS_TABLE_SCHEMA, AWARENESS_TABLE_SCHEMA, PER_SAMPLE_TABLE_SCHEMA)
@@ -66,9 +66,7 @@ def _rows(rows) -> pl.DataFrame:
 
 
 def _samples(per_sample) -> pl.DataFrame:
-    return plotting.table(
-        per_sample, PER_SAMPLE_TABLE_SCHEMA | dict.fromkeys(VALUES, pl.Float64), optional=VALUES
-    )
+    return plotting.table(per_sample, PER_SAMPLE_TABLE_SCHEMA | VALUES, optional=VALUES)
 
 
 def experiment_layers(rows: pl.DataFrame, awareness: pl.DataFrame) -> dict[tuple[str, str], int]:
@@ -90,7 +88,6 @@ def k_caption(rows, awareness, models: list[str], titles: dict[str, str]) -> str
     return f"Experiment layer K: {k or 'none in the tables'}."
 
 
-# -------------------------------------------------------------------------------------------- bar figures
 def _bar_panel(ax, sub: pl.DataFrame, conditions: list[str], published: pl.DataFrame, drawn: set) -> None:
     """Bars per dataset, group-major, one per condition inside a group, with the 95% CI and n above; a group
     below MIN_LINE_N is a point; the paper's value (`published`) a diamond on the first condition's bar."""
@@ -174,7 +171,6 @@ plot_patching = partial(plot_bars, "patching")
 plot_answer_only = partial(plot_bars, "answer_only")
 
 
-# --------------------------------------------------------------------------------------- knowledge boundary
 def _popularity_panel(ax, samples: pl.DataFrame) -> bool:
     """Box plot of log10 popularity per group (and dataset, where more than one has it); a group with
     n < MIN_LINE_N is drawn as its points. Returns whether any group was that small."""
@@ -246,56 +242,48 @@ def plot_boundary(rows, per_sample, models, titles, out_png, out_pdf, caption: s
     _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=8)
 
 
-# ------------------------------------------------------------------------------------------------ saliency
-def _saliency_panel(ax, sub: pl.DataFrame, drawn: set) -> tuple[list, bool]:
-    """Per dataset: a Gaussian KDE of log10 of the positive values (seaborn, on a log x axis; each curve
-    integrates to 1 in log10 units) with a rug below zero; fewer than MIN_LINE_N values, or no spread: the
-    rug of points only. Returns the panel's text lines and whether a dataset was points only."""
-    info, notes, rugs = [], [], []
-    for ds in datasets_in(sub):
-        v = sub.filter(pl.col("dataset") == ds)["s_eq_ea"].cast(pl.Float64).to_numpy()
-        pos = v[v > 0]
-        if not len(pos):
-            notes.append(f"{label(ds)}: all {len(v)} values ≤ 0, nothing to draw on a log scale")
-            continue
-        curve = len(pos) >= MIN_LINE_N and len(np.unique(pos)) > 1
-        if curve:
-            sns.kdeplot(x=pos, ax=ax, log_scale=True, cut=2, color=colour(ds), lw=1.6)
-        elif len(pos) >= MIN_LINE_N:
-            notes.append(f"{label(ds)}: all values equal, no density")
-        rugs.append((ds, pos, curve))
-        out = f" ({len(v) - len(pos)} values ≤ 0 left out)" if len(v) > len(pos) else ""
-        info.append((f"{label(ds)}: n = {len(pos)}{out}", colour(ds)))
-        drawn.add(ds)
-    if not rugs:
-        plotting.blank(ax)
-        return notes, False
-    ax.set_xscale("log")
-    top = max([ln.get_ydata().max() for ln in ax.lines] or [1.0])
-    h = 0.055 * top
-    for i, (ds, pos, curve) in enumerate(rugs):
-        m, ms, alpha = ("|", 5, 0.45) if curve else ("o", 3.5, 1.0)
-        ax.plot(pos, np.full(len(pos), -(i + 0.7) * h), m, color=colour(ds), ms=ms, alpha=alpha)
-    # headroom: the highest density stays below the text block in the top right
-    bottom, block = -(len(rugs) + 0.3) * h, 0.075 * (len(info) + len(notes)) + 0.06
-    ax.set_ylim(bottom, bottom + (top * 1.04 - bottom) / (1 - block))
-    ax.set_yticks([t for t in ax.get_yticks() if 0 <= t <= ax.get_ylim()[1]])
-    ax.axhline(0, color="0.5", lw=0.6)
-    ax.grid(alpha=0.3)
-    return info + notes, not all(c for _, _, c in rugs)
-
-
 def plot_saliency(per_sample, models, titles, out_png, out_pdf, caption: str = "") -> None:
-    """Saliency (A15): the density of per-sample S(E_Q→E_A) on a log10 x axis, one curve per dataset, with a
-    rug below; non-positive values cannot be drawn on a log scale and are counted in a note."""
+    """Saliency (A15): per dataset a Gaussian KDE of log10 of the positive per-sample S(E_Q→E_A) (seaborn, on
+    a log x axis; each curve integrates to 1 in log10 units) with a rug below zero; fewer than MIN_LINE_N
+    values, or no spread: the rug of points only. Non-positive values are counted in a note."""
     samples = _samples(per_sample).filter(pl.col("s_eq_ea").is_not_nan())  # null: not kept
     fig, axes = plotting.panels(models, titles)
     drawn, small = set(), False
     for ax, _, sub in plotting.per_model(axes[0], samples, models, f"no {SALIENCY} values"):
-        lines, few = _saliency_panel(ax, sub, drawn)
-        small |= few
+        info, notes, rugs = [], [], []
+        for ds in datasets_in(sub):
+            v = sub.filter(pl.col("dataset") == ds)["s_eq_ea"].cast(pl.Float64).to_numpy()
+            pos = v[v > 0]
+            if not len(pos):
+                notes.append(f"{label(ds)}: all {len(v)} values ≤ 0, nothing to draw on a log scale")
+                continue
+            curve = len(pos) >= MIN_LINE_N and len(np.unique(pos)) > 1
+            if curve:
+                sns.kdeplot(x=pos, ax=ax, log_scale=True, cut=2, color=colour(ds), lw=1.6)
+            elif len(pos) >= MIN_LINE_N:
+                notes.append(f"{label(ds)}: all values equal, no density")
+            rugs.append((ds, pos, curve))
+            out = f" ({len(v) - len(pos)} values ≤ 0 left out)" if len(v) > len(pos) else ""
+            info.append((f"{label(ds)}: n = {len(pos)}{out}", colour(ds)))
+            drawn.add(ds)
+        small |= not all(c for _, _, c in rugs)
+        if not rugs:
+            plotting.blank(ax)
+        else:
+            ax.set_xscale("log")
+            top = max([ln.get_ydata().max() for ln in ax.lines] or [1.0])
+            h = 0.055 * top
+            for i, (ds, pos, curve) in enumerate(rugs):
+                m, ms, alpha = ("|", 5, 0.45) if curve else ("o", 3.5, 1.0)
+                ax.plot(pos, np.full(len(pos), -(i + 0.7) * h), m, color=colour(ds), ms=ms, alpha=alpha)
+            # headroom: the highest density stays below the text block in the top right
+            bottom, block = -(len(rugs) + 0.3) * h, 0.075 * (len(info) + len(notes)) + 0.06
+            ax.set_ylim(bottom, bottom + (top * 1.04 - bottom) / (1 - block))
+            ax.set_yticks([t for t in ax.get_yticks() if 0 <= t <= ax.get_ylim()[1]])
+            ax.axhline(0, color="0.5", lw=0.6)
+            ax.grid(alpha=0.3)
         ax.set(xlabel=f"{SALIENCY} per sample (log scale)", ylabel="")
-        plotting.note(ax, lines, loc="upper right")
+        plotting.note(ax, info + notes, loc="upper right")
     plotting.ylabel(axes[0], f"Density of log10 {SALIENCY}")
     rug = plotting.marker("one sample (rug)", "|", ms=6)
     point = plotting.marker(f"point: fewer than {MIN_LINE_N} samples, no density")
@@ -303,14 +291,13 @@ def plot_saliency(per_sample, models, titles, out_png, out_pdf, caption: str = "
     _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=6 if len(models) > 1 else 3)
 
 
-# ----------------------------------------------------------------------------------------------- awareness
 def plot_awareness(awareness, rows, models, titles, out_png, out_pdf, caption: str = "") -> None:
     """Pathway awareness (A16): the probe AUC per layer (`band_by_layer`), one line per dataset, dashed at
     chance; a dotted vertical line at layer K, which defined the groups and is not probed."""
     aw = plotting.table(awareness, AWARENESS_TABLE_SCHEMA, optional=OPTIONAL["awareness"])
     ks = experiment_layers(rows, aw)
     fig, axes = plotting.panels(models, titles)
-    drawn, extras, low = set(), set(), 0.3
+    drawn, band, at_k, low = set(), False, False, 0.3
     for ax, model, sub in plotting.per_model(axes[0], aw, models, "no awareness rows"):
         info, notes = [], []
         plotting.layer_axis(ax)
@@ -322,12 +309,11 @@ def plot_awareness(awareness, rows, models, titles, out_png, out_pdf, caption: s
                 notes.append(f"{label(ds)}: {status[0] if len(status) else 'no AUC'}")
                 continue
             full = plotting.band_by_layer(ax, ok, colour(ds), k or 0)
-            if (full["seeds"].fill_null(0) > 1).any():
-                extras.add("band")
+            band |= bool((full["seeds"].fill_null(0) > 1).any())
             low = min(low, float(full["lo"].min()) - 0.03)
             if k is not None:
                 ax.axvline(k, color=colour(ds), ls=":", lw=1.2, zorder=1)
-                extras.add("k")
+                at_k = True
             drawn.add(ds)
             first = d.row(0, named=True)
             n = f"n = {first['n']}" * (first["n"] is not None)
@@ -344,8 +330,8 @@ def plot_awareness(awareness, rows, models, titles, out_png, out_pdf, caption: s
         if ax.get_xticks().size:
             ax.set_ylim(low, 1.02)
     plotting.ylabel(axes[0], "Pathway-awareness AUC")
-    band = "band" in extras and (Patch(facecolor="0.5", alpha=0.3, lw=0), "min..max over probe seeds")
+    band = band and (Patch(facecolor="0.5", alpha=0.3, lw=0), "min..max over probe seeds")
     chance = bool(drawn) and (plotting.line("0.45", "--", lw=0.9), "chance (AUC 0.5)")
-    at_k = "k" in extras and (plotting.line("0.3", ":", lw=1.2), "layer K (defines the groups, not probed)")
+    at_k = at_k and (plotting.line("0.3", ":", lw=1.2), "layer K (defines the groups, not probed)")
     handles, labels = plotting.dataset_legend(drawn, band, chance, at_k)
     _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=4 if len(models) > 1 else 2)
