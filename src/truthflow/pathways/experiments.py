@@ -96,8 +96,7 @@ def boundary_rows(deltap: pl.DataFrame, correct: dict, refusal: dict, popularity
     """Knowledge boundary (A14) per group: answer accuracy and refusal rate (%) at every layer (the groups of
     that layer's knockout), and at K the entity popularity (log10 s_pop) where `popularity` has it."""
     rows = []
-    target = deltap.filter(pl.col("knockout") == TARGET)
-    for (lay,), grp in target.group_by(["layer"], maintain_order=True):
+    for (lay,), grp in deltap.filter(knockout=TARGET).group_by(["layer"], maintain_order=True):
         ids, at_lay = grp["id"].to_list(), {**at, "layer": int(lay)}
         groups = np.array([a == Q_ANCHORED for a in grp["anchor"].to_list()])
         for cond, by_id in (("accuracy", correct), ("refusal", refusal)):

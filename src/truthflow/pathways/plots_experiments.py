@@ -35,8 +35,7 @@ REQUIRED = {
 PUBLISHED_SCHEMA = dict.fromkeys(["kind", "model", "dataset", "anchor"], pl.String)
 PUBLISHED_SCHEMA["published"] = pl.Float64
 SALIENCY = r"$S(E_Q \rightarrow E_A)$"
-# the bar figures: experiment -> (conditions with their legend suffixes, y label); the first condition is
-# solid, a second (the control) light and hatched
+# the bar figures: experiment -> (conditions with their legend suffixes, y label)
 BARS = {
     "patching": (
         {"E_Q": r", $E_Q$ patched", "random": ", random tokens (control)"},
