@@ -63,9 +63,8 @@ def per_sample_means(samples: pl.DataFrame, knockout: str, lo: int = 1, hi=None)
 
 
 def check(samples: pl.DataFrame, auc=None, layers="second_half", probe_status=None) -> pl.DataFrame:
-    """Per (layer range, measure) of one (model, dataset): n matched samples, the mean E_Q and control
-    values, and the mean and sd of the per-sample diff = E_Q − control. `samples` is run_probes' per-sample
-    table, `auc` (or None) its AUC table (the probe's signal over the range)."""
+    """Per (layer range, measure) of one (model, dataset): n matched samples, mean E_Q and control values,
+    mean and sd of the per-sample diff E_Q − control, from run_probes' two tables (`auc` may be None)."""
     unmatched = samples.filter(~pl.col("matched"))["id"].n_unique() if samples.height else 0
     no_control = not samples.filter(pl.col("knockout") == CONTROL).height
     status = probe_status or ("no random-control draws (knockout.control_draws = 0)" if no_control else None)
@@ -228,9 +227,8 @@ def _family(rows: pl.DataFrame, cfg: dict) -> pl.DataFrame:
 
 
 def family(cells: pl.DataFrame, cfg: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """From every cell's `check` rows (with model, dataset) and the config's pathways.check (its defaults
-    filled): (the check table, Holm over the cells; the sensitivity table: the primary measure's verdict
-    under each layer range, Holm within each range)."""
+    """From every cell's `check` rows (with model, dataset) and the filled pathways.check config: the check
+    table (Holm over the cells) and the sensitivity table (the primary measure per range, Holm in each)."""
     primary, chosen = cfg["measure"], "explicit" if isinstance(cfg["layers"], list | tuple) else cfg["layers"]
     secondary = next(m for m in MEASURES if m != primary)
     keys = ["model", "dataset"]
@@ -257,8 +255,7 @@ def family(cells: pl.DataFrame, cfg: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def caption(table: pl.DataFrame, cfg: dict) -> str:
     """The falsification figure's statement of the test: measure, layer range, correction, SESOI."""
-    measure = table["measure"][0]
-    secondary = next(m for m in MEASURES if m != measure)
+    measure, secondary = table["measure"][0], table["secondary_measure"][0]
     tested = table["p_holm"].drop_nulls().len()
     sesoi = f"±{table['sesoi'][0]:g} {UNITS[measure]}"
     layers = " / ".join(table["layers"].unique(maintain_order=True))

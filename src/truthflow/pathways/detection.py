@@ -92,8 +92,8 @@ def random_gate(n: int, seed: Seed) -> np.ndarray:
 
 
 def vanilla_split(train, n_q: int, seed: Seed) -> tuple[np.ndarray, np.ndarray]:
-    """The VanillaExperts ablation: a random split of the train indices (stream 1 of the seed) into two
-    halves of the sizes of the Q- and A-Anchored groups, n_q and len(train) - n_q. Returns sorted indices."""
+    """The VanillaExperts ablation: the train indices split at random (stream 1 of the seed) into sorted
+    halves of the groups' sizes, n_q and len(train) - n_q."""
     perm = _rng(seed, 1).permutation(np.asarray(train))
     return np.sort(perm[:n_q]), np.sort(perm[n_q:])
 
@@ -151,14 +151,12 @@ def _pr_fit(pair, x_clean, y, g, train, test, C, max_iter) -> tuple[np.ndarray, 
 
 def _pr_candidates(states, factors) -> dict[float, tuple | None]:
     """Factor -> (up, down) as float32, factor 1.0 -> None (x_clean itself), in ascending order."""
-    by_value = {float(f): pair for f, pair in (states or {}).items()}
+    by_value = {float(f): pair for f, pair in (states or {}).items()} | {1.0: None}
     cands = {1.0: None}
     for f in map(float, factors):  # the schema keeps them >= 1: down uses 1/f
-        if f == 1.0:
-            continue
         if f not in by_value:
             raise ValueError(f"no reweighted states for factor {f:g}")
-        cands[f] = tuple(np.asarray(s, dtype=np.float32) for s in by_value[f])
+        cands[f] = None if f == 1.0 else tuple(np.asarray(s, dtype=np.float32) for s in by_value[f])
     return dict(sorted(cands.items()))
 
 
@@ -237,10 +235,8 @@ def detection_table(
         if reason:
             rows += [{"method": m, "seed": seed, "n": n, "status": f"undefined: {reason}"} for m in LEARNED]
             continue
-        oof = {m: np.zeros(n) for m in LEARNED}
+        oof, notes, chosen = {m: np.zeros(n) for m in LEARNED}, {m: [] for m in LEARNED}, []
         oof["Probing"] = probing[s] if probing is not None else crossfit(x, y, seed, k, C, max_iter)[0]
-        notes: dict[str, list[str]] = {m: [] for m in LEARNED}
-        chosen = []
         for i, (train, test) in enumerate(folds(y, k, seed)):
             for m, (gate, experts) in MOP_VARIANTS.items():
                 oof[m][test], nts = mop_predict(x, y, g, train, test, gate, experts, (seed, i), C, max_iter)

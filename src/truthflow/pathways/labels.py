@@ -11,10 +11,9 @@ import polars as pl
 from ..text import NAME_CONNECTORS, STOPWORDS, Word, normalize_text, normalized_words
 
 _REFUSAL = re.compile(
-    r"\bi (?:do not|don't|dont) know\b|\bunknown\b|\bnot sure\b|\bi(?: am|'m) sorry\b|"
+    r"(?i)\bi (?:do not|don't|dont) know\b|\bunknown\b|\bnot sure\b|\bi(?: am|'m) sorry\b|"
     r"\bcan(?: ?not|'t) (?:answer|be determined|provide)\b|\bno (?:information|answer)\b|\bas an ai\b|"
-    r"\bi (?:have no|lack) (?:idea|information)\b|\bunable to (?:answer|determine|provide)\b",
-    re.IGNORECASE,
+    r"\bi (?:have no|lack) (?:idea|information)\b|\bunable to (?:answer|determine|provide)\b"
 )
 
 COORDINATORS = {"or", "and", "nor", "vs", "versus", "&"}
@@ -56,28 +55,22 @@ def _option_words(qw: list[Word], question: str, j: int, step: int) -> list[str]
     """The option name that starts at question word j and extends in direction `step` (+1 right, -1 left):
     to the right, content or capitalized words (name connectors inside) up to MAX_OPTION_WORDS, stopping at
     punctuation, a coordinator or a stop word; to the left, a capitalized name when word j is one, else j."""
-
-    def cap(k: int) -> bool:
-        ch = question[qw[k][1]]
-        return (ch.isupper() and qw[k][1] > 0) or ch.isdigit()
-
-    def usable(k: int) -> bool:
-        return _is_content(qw[k][0]) or cap(k)
-
+    cap = [(question[s].isupper() and s > 0) or question[s].isdigit() for _, s, _ in qw]
+    usable = [_is_content(w) or c for (w, _, _), c in zip(qw, cap, strict=True)]
     out: list[str] = []
-    if not (0 <= j < len(qw)) or not usable(j) or qw[j][0] in COORDINATORS:
+    if not (0 <= j < len(qw)) or not usable[j] or qw[j][0] in COORDINATORS:
         return out
-    capitalized, k = cap(j), j
+    capitalized, k = cap[j], j
     while 0 <= k < len(qw) and len(out) < MAX_OPTION_WORDS:
         w = qw[k][0]
         if out:
             if _gap(question, qw, k - step, k, _BOUNDARY) or w in COORDINATORS:
                 break
             nxt = k + step
-            connector = w in NAME_CONNECTORS and 0 <= nxt < len(qw) and usable(nxt)
-            if step < 0 and (not capitalized or not cap(k) and not (connector and cap(nxt))):
+            connector = w in NAME_CONNECTORS and 0 <= nxt < len(qw) and usable[nxt]
+            if step < 0 and (not capitalized or not cap[k] and not (connector and cap[nxt])):
                 break
-            if step > 0 and not usable(k) and not connector:
+            if step > 0 and not usable[k] and not connector:
                 break
         out.append(w)
         k += step
@@ -135,9 +128,8 @@ def _match_choice(ans: list[str], target: list[str], options: list[list[str]]) -
     for oid, opt in enumerate(options, start=1):
         distinct = {w for w in opt if _is_content(w) and w not in target}
         mentions += [(k, k + 1, oid) for k, w in enumerate(ans) if w in distinct and k not in in_gold]
-    mentions.sort()
     merged: list[tuple[int, int, int]] = []  # contiguous words of another option are one mention
-    for s, e, o in mentions:
+    for s, e, o in sorted(mentions):
         if merged and o != 0 and merged[-1][2] == o and merged[-1][1] >= s:
             merged[-1] = (merged[-1][0], max(e, merged[-1][1]), o)
         else:

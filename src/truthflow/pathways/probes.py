@@ -4,6 +4,8 @@ averaged (ΔP: mean; flip: the share of seeds whose prediction flips), so n coun
 
 from __future__ import annotations
 
+from itertools import product
+
 import numpy as np
 import polars as pl
 
@@ -133,12 +135,9 @@ def run_probes(
             "anchor": anchors(flip_rate, **split).ravel(),
         }
         frames.append(pl.DataFrame(frame, schema=DELTAP_SCHEMA))
-    auc_rows = [
-        [seed, lay + 1, roc_auc(labels, prob[0, s, :, lay]), n - n // k, n, k, "ok"]
-        for s, seed in enumerate(seeds)
-        for lay in range(n_layers)
-    ]
-    return pl.DataFrame(auc_rows, schema=AUC_SCHEMA, orient="row"), pl.concat(frames)
+    grid = product(enumerate(seeds), range(n_layers))
+    rows = [[seed, i + 1, roc_auc(labels, prob[0, s, :, i]), n - n // k, n, k, "ok"] for (s, seed), i in grid]
+    return pl.DataFrame(rows, schema=AUC_SCHEMA, orient="row"), pl.concat(frames)
 
 
 def summarize(samples: pl.DataFrame, n_boot: int = 1000, seed: int = 0) -> pl.DataFrame:

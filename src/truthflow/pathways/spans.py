@@ -38,12 +38,11 @@ led owned coined introduced""".split()
 _WORD = re.compile(r"(?<![\w-])-?\d+(?:,\d{3})*(?:\.\d+)?(?:st|nd|rd|th|s)?|[^\W_](?:[\w'’\-]|\.(?=[^\W_]))*")
 # leading phrases that carry no answer; stripped repeatedly ("The answer to this question is: The answer is:")
 _LEADING_ANY = re.compile(
-    r"^(?:(?:[\w'’]+\s+)?(?:final\s+|correct\s+|short\s+|right\s+)?answer(?:\s+to\s+(?:this|the|your)\s+question)?"
-    r"\s*(?:is|was|would\s+be|:)\s*:?|(?:q|a|answer|response)\s*:|[A-Za-z]+\s*:(?=\s)|"
-    r"i\s+(?:think|believe|guess)(?:\s+that)?(?:\s+(?:it\s+is|it's|it\s+was))?|it\s+(?:is|was)|it's|"
-    r"that\s+(?:is|was)|that's|(?:he|she)\s+(?:is|was)|they\s+(?:are|were)|this\s+is|"
-    r"(?:sure|well|okay|ok|so)\s*,)\s*",
-    re.IGNORECASE,
+    r"(?i)^(?:(?:[\w'’]+\s+)?(?:final\s+|correct\s+|short\s+|right\s+)?answer"
+    r"(?:\s+to\s+(?:this|the|your)\s+question)?\s*(?:is|was|would\s+be|:)\s*:?|(?:q|a|answer|response)\s*:|"
+    r"[A-Za-z]+\s*:(?=\s)|i\s+(?:think|believe|guess)(?:\s+that)?(?:\s+(?:it\s+is|it's|it\s+was))?|"
+    r"it\s+(?:is|was)|it's|that\s+(?:is|was)|that's|(?:he|she)\s+(?:is|was)|they\s+(?:are|were)|this\s+is|"
+    r"(?:sure|well|okay|ok|so)\s*,)\s*"
 )
 _CLAUSE_BREAK = re.compile(
     r"(?i)\s*(?:[,;:(]|\s-\s|\s(?:that|which|who|whom|whose|where|when|because|while|but|although)\s)"
@@ -101,10 +100,9 @@ def _has_letter(text: str) -> bool:
 def _sentence_end(text: str) -> int:
     """End of the first sentence: the first . ! ? ; before a space or the end, not after "F." or "Dr."."""
     for m in re.finditer(r"[.!?;](?=\s|$)", text):
-        if m.group(0) == ".":
-            prev = re.search(r"([\w']+)$", text[: m.start()])
-            if prev and (re.fullmatch(r"[A-Z]", prev.group(1)) or prev.group(1).lower() in ABBREVIATIONS):
-                continue
+        prev = re.search(r"([\w']+)$", text[: m.start()]) if m.group(0) == "." else None
+        if prev and (re.fullmatch(r"[A-Z]", prev.group(1)) or prev.group(1).lower() in ABBREVIATIONS):
+            continue
         return m.start()
     return len(text)
 
@@ -308,8 +306,7 @@ def class_table(samples: pl.DataFrame, model: str, dataset: str) -> pl.DataFrame
     """Per answer class of one (model, dataset): n, mean |E_A| and |E_Q| in tokens, the median E_Q share of
     the question tokens, the samples without a matched random control, and the position confound check (A3):
     the AUC of |E_A| alone and of the probe position alone (the same on both rows)."""
-    correct = samples["correct"].to_numpy()
-    auc_len, auc_pos = (position_only_auc(correct, samples[c].to_numpy()) for c in ("n_ea", "probe_position"))
+    auc_len, auc_pos = (position_only_auc(samples["correct"], samples[c]) for c in ("n_ea", "probe_position"))
     cls = pl.when(pl.col("correct")).then(pl.lit("correct")).otherwise(pl.lit("wrong"))
     table = samples.group_by(cls.alias("class")).agg(
         model=pl.lit(model),
