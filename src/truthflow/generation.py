@@ -1,6 +1,5 @@
 """Answer generation (METHOD A1): base models get `Q: ...\\nA:` and stop at the first newline, chat models
-their chat template; the stop tokens and the reasoning blocks a chat model writes. The decoding itself runs in
-the engine (`engine.decoding`)."""
+their chat template; stop tokens, reasoning blocks. The decoding runs in the engine (`engine.decoding`)."""
 
 from __future__ import annotations
 
@@ -28,15 +27,12 @@ def build_prompt(
     chat_template_kwargs: dict | None = None,
 ) -> str:
     """A1 prompt. chat_template_kwargs go to the chat template (Qwen3: {"enable_thinking": False})."""
-    if chat and getattr(tokenizer, "chat_template", None):
-        content = f"{instruction}\nQuestion: {question}" if instruction else question
-        return tokenizer.apply_chat_template(
-            [{"role": "user", "content": content}],
-            add_generation_prompt=True,
-            tokenize=False,
-            **(chat_template_kwargs or {}),
-        )
-    return BASE_TEMPLATE.format(question=question)
+    if not (chat and getattr(tokenizer, "chat_template", None)):
+        return BASE_TEMPLATE.format(question=question)
+    content = f"{instruction}\nQuestion: {question}" if instruction else question
+    messages = [{"role": "user", "content": content}]
+    kwargs = chat_template_kwargs or {}
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kwargs)
 
 
 def encode_prompt(tokenizer, prompt: str, chat: bool) -> list[int]:
@@ -54,41 +50,29 @@ def fit_prompt(
     render: Callable | None = None,
 ) -> tuple[str, list[int], bool]:
     """(prompt, prompt ids, truncated): a prompt over max_prompt_tokens keeps the longest prefix of the
-    question that fits (an 18,000-character question otherwise slows its whole batch 20x). render(tokenizer,
-    question) -> prompt text replaces `build_prompt` (a prompt file's layout)."""
+    question that fits (a long one slows its batch). render(tokenizer, question) replaces `build_prompt`."""
+    render = render or (lambda tok, q: build_prompt(tok, q, chat, instruction, chat_template_kwargs))
 
     def make(q: str) -> tuple[str, list[int]]:
-        if render is not None:
-            prompt = render(tokenizer, q)
-        else:
-            prompt = build_prompt(tokenizer, q, chat, instruction, chat_template_kwargs)
+        prompt = render(tokenizer, q)
         return prompt, encode_prompt(tokenizer, prompt, chat)
 
     prompt, ids = make(question)
     if not max_prompt_tokens or len(ids) <= max_prompt_tokens:
         return prompt, ids, False
-    lo, hi = 0, len(question)  # the longest character prefix whose prompt fits: lo fits, hi does not
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if len(make(question[:mid].rstrip())[1]) <= max_prompt_tokens:
-            lo = mid
-        else:
-            hi = mid
-    if lo == 0 and len(make("")[1]) > max_prompt_tokens:
+    # the longest character prefix whose prompt fits
+    lo = _bisect(0, len(question), lambda m: len(make(question[:m].rstrip())[1]) > max_prompt_tokens) - 1
+    prompt, ids = make(question[:lo].rstrip())
+    if len(ids) > max_prompt_tokens:  # lo = 0: not even the empty question fits
         raise TruthflowError(
             f"the prompt template alone is longer than generation.max_prompt_tokens={max_prompt_tokens}"
         )
-    prompt, ids = make(question[:lo].rstrip())
     return prompt, ids, True
-
-
-# ---------------------------------------------------------------- stop tokens
 
 
 @cache
 def newline_token_ids(tokenizer) -> list[int]:
-    """Ids of every token whose decoded text holds a newline (the base-model stop of A1): each token decoded
-    alone, in one `tokenizers` decode_batch call (Gemma's 262k vocabulary: 0.6 s). Cached per tokenizer."""
+    """Ids of every token whose text, decoded alone, holds a newline (A1's base-model stop), in one batch."""
     ids = sorted(tokenizer.get_vocab().values())
     texts = tokenizer.backend_tokenizer.decode_batch([[i] for i in ids], skip_special_tokens=False)
     return [i for i, text in zip(ids, texts, strict=True) if "\n" in text]
@@ -100,18 +84,11 @@ def eos_token_ids(tokenizer, model) -> set[int]:
     return ({tokenizer.eos_token_id} | set([extra] if isinstance(extra, int) else extra or [])) - {None}
 
 
-# ---------------------------------------------------------------- reasoning blocks
-
-
-def _first_prefix(tokenizer, ids: list[int], pred: Callable[[str], bool]) -> int:
-    """Smallest k with pred(decode(ids[:k])) (binary search: a longer prefix decodes to a longer text)."""
-    lo, hi = 0, len(ids)
+def _bisect(lo: int, hi: int, pred: Callable[[int], bool]) -> int:
+    """Smallest k in (lo, hi] with pred(k), for a pred that is monotone and true at hi."""
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if pred(tokenizer.decode(ids[:mid], skip_special_tokens=False)):
-            hi = mid
-        else:
-            lo = mid
+        lo, hi = (lo, mid) if pred(mid) else (mid, hi)
     return hi
 
 
@@ -119,28 +96,26 @@ def strip_think(tokenizer, answer_ids: list[int]) -> tuple[list[int], bool]:
     """Drop a reasoning block from a generated answer, on token boundaries, so that E_A character spans map
     onto the kept ids. A leading block (or a lone </think> whose opening tag the prompt wrote) keeps the ids
     after it; an unclosed leading <think> keeps nothing; a block later in the answer cuts the answer there."""
-    text = tokenizer.decode(answer_ids, skip_special_tokens=False)
+
+    def upto(k: int) -> str:
+        return tokenizer.decode(answer_ids[:k], skip_special_tokens=False)
+
+    def first_with(tag: str) -> int:  # the length of the shortest prefix holding tag
+        return _bisect(0, len(answer_ids), lambda k: tag in upto(k))
+
+    text = upto(len(answer_ids))
     open_at, close_at = text.find(THINK_OPEN), text.find(THINK_CLOSE)
     if open_at < 0 and close_at < 0:
         return answer_ids, False
-    leading = open_at < 0 or not text[:open_at].strip() or (0 <= close_at < open_at)
-    if leading and close_at >= 0:
-        k = _first_prefix(tokenizer, answer_ids, lambda s: THINK_CLOSE in s)
-        rest, _ = strip_think(tokenizer, answer_ids[k:])
-        return rest, True
-    if leading:
-        return [], True
-    keep = _first_prefix(tokenizer, answer_ids, lambda s: THINK_OPEN in s) - 1
+    if open_at < 0 or not text[:open_at].strip() or (0 <= close_at < open_at):  # a leading block
+        if close_at < 0:  # unclosed
+            return [], True
+        return strip_think(tokenizer, answer_ids[first_with(THINK_CLOSE) :])[0], True
+    keep = first_with(THINK_OPEN) - 1
     # a tag spread over several tokens leaves its first characters ("<th") in the kept prefix
-    while keep > 0:
-        kept = tokenizer.decode(answer_ids[:keep], skip_special_tokens=False)
-        if not any(kept.endswith(THINK_OPEN[:j]) for j in range(1, len(THINK_OPEN))):
-            break
+    while keep > 0 and any(upto(keep).endswith(THINK_OPEN[:j]) for j in range(1, len(THINK_OPEN))):
         keep -= 1
     return answer_ids[:keep], True
-
-
-# ---------------------------------------------------------------- generation
 
 
 def generate_answers(
@@ -156,22 +131,17 @@ def generate_answers(
     decoding: Decoding | None = None,
     keys: list[str] | None = None,
 ) -> list[dict]:
-    """Decode every prompt (prompt_ids: already encoded; `engine.decode`: greedy unless `decoding` samples,
-    keys then fix each prompt's draws) in batches of at most batch_size rows and token_budget tokens; with
-    stop_at_newline every newline token is an EOS id. Returns, in input order, prompt/answer token ids and
-    the answer text."""
+    """Decode every prompt (prompt_ids: already encoded) with `engine.decode`; with stop_at_newline every
+    newline token is an EOS id. Returns, in input order, a dict of ANSWER_KEYS per prompt."""
     tok = lm.tokenizer
     encoded = prompt_ids if prompt_ids is not None else [encode_prompt(tok, p, chat) for p in prompts]
-    stop_ids = eos_token_ids(tok, lm.model)
-    if stop_at_newline:
-        stop_ids.update(newline_token_ids(tok))
+    stop_ids = eos_token_ids(tok, lm.model) | set(newline_token_ids(tok) if stop_at_newline else ())
     new = decode(lm, encoded, batch_size, max_new_tokens, stop_ids, token_budget, desc, decoding, keys)
     results = []
     for prompt, tokens in zip(encoded, new, strict=True):
-        answer_ids, think = strip_think(tok, list(itertools.takewhile(lambda t: t not in stop_ids, tokens)))
-        answer = tok.decode(answer_ids, skip_special_tokens=True).strip()
-        row = (list(prompt), answer_ids, answer, len(answer_ids), think)
-        results.append(dict(zip(ANSWER_KEYS, row, strict=True)))
+        ids, think = strip_think(tok, list(itertools.takewhile(lambda t: t not in stop_ids, tokens)))
+        text = tok.decode(ids, skip_special_tokens=True).strip()
+        results.append(dict(zip(ANSWER_KEYS, (list(prompt), ids, text, len(ids), think), strict=True)))
     return results
 
 
@@ -190,17 +160,16 @@ def answer_questions(
     keys: list[str] | None = None,
     render: Callable | None = None,
 ) -> tuple[list[str], list[dict]]:
-    """Prompt (A1: chat template or `Q:/A:` with a newline stop), decode (greedy unless `decoding` samples,
-    each question's draws fixed by its key), report new tokens/s. A question whose prompt exceeds
-    max_prompt_tokens is truncated (its answer's `prompt_truncated`). render: as in `fit_prompt`."""
+    """Prompt (A1, or `render` as in `fit_prompt`), decode (`generate_answers`), report new tokens/s. A
+    question whose prompt exceeds max_prompt_tokens is truncated (its answer's `prompt_truncated`)."""
     fitted = [
         fit_prompt(lm.tokenizer, q, chat, instruction, max_prompt_tokens, chat_template_kwargs, render)
         for q in questions
     ]
-    prompts = [f[0] for f in fitted]
-    n_trunc = sum(f[2] for f in fitted)
+    prompts, ids, truncated = ([f[k] for f in fitted] for k in range(3))
+    n_trunc = sum(truncated)
     if n_trunc:
-        longest = max(len(q) for q, f in zip(questions, fitted, strict=True) if f[2])
+        longest = max(len(q) for q, t in zip(questions, truncated, strict=True) if t)
         print(
             f"{desc}: {n_trunc} of {len(questions)} questions truncated to fit "
             f"generation.max_prompt_tokens={max_prompt_tokens} (longest: {longest:,} characters)",
@@ -208,13 +177,12 @@ def answer_questions(
             flush=True,
         )
     t0 = time.perf_counter()
-    ids = [f[1] for f in fitted]
     out = generate_answers(
         lm, prompts, batch_size, max_new_tokens, not chat, chat, desc, token_budget, ids, decoding, keys
     )
     dt = time.perf_counter() - t0
-    for o, f in zip(out, fitted, strict=True):
-        o["prompt_truncated"] = f[2]
+    for o, t in zip(out, truncated, strict=True):
+        o["prompt_truncated"] = t
     n_tok = sum(o["n_new_tokens"] for o in out)
     print(
         f"{desc}: {len(out)} answers, {n_tok} new tokens in {dt:.1f} s ({n_tok / max(dt, 1e-9):.1f} "

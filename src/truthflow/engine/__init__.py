@@ -1,15 +1,11 @@
-"""The forward-pass engine: every pass of a model in truthflow runs here, below both papers' packages.
+"""The forward-pass engine: every pass of a model in truthflow runs here (a test holds it so).
 
 - `batches`: length-sorted batches by rows and tokens, the out-of-memory back-off, the shared-prefix rule.
 - `masks`: additive 4D masks (knockout, reweighting) with each layer type's sliding window folded in.
-- `hooks`: capture of the residual stream at (layer, position), the early stop, per-layer masks.
-- `passes`: a `Condition` is a value (clean, knockout, window knockout, patched tokens, reweighted edges);
-  `resid_states` runs conditions over samples with the shared-prefix KV cache; `attention_pass` (saliency).
-- `logits`: float32 logits and log-probabilities where they are read.
-- `decoding`: greedy or sampled decoding (`Decoding`), each sample's draws fixed by its key.
-- `backend`: which attention kernel runs (`models.<name>.attention`), and eager attention for gradients.
-Nothing outside this package calls a model's forward or `generate`; a test walks the sources to hold it so.
-"""
+- `hooks`: residual-stream capture at (layer, position), the early stop, per-layer masks.
+- `passes`: `Condition`s (clean, knockout, patched, reweighted) run over samples by `resid_states`, with the
+  shared-prefix KV cache; `attention_pass` (saliency). `logits`: float32 logits and log-probabilities.
+- `decoding`: greedy or sampled decoding. `backend`: the attention kernels, eager attention for gradients."""
 
 from .backend import describe as describe_attention
 from .batches import FAKE_OOM_ENV, run_batched

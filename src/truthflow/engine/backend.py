@@ -1,20 +1,16 @@
-"""Which attention kernel runs, decided here for every forward pass of the engine.
-
-Models load with transformers' `sdpa` attention, and PyTorch's scaled_dot_product_attention picks a kernel per
-call. Since PyTorch 2.9 its first choice on Hopper and Blackwell GPUs is cuDNN attention, which builds an
-execution plan for every new shape: a job meets a new shape at every batch, and every decoding step has a new
-key length, so first calls ran 4-10x slower than repeats on an H200 (benchmarks/README.md). The default here,
-`auto`, leaves cuDNN out: flash attention where no 4D mask is given (generation, MIN-K%), memory-efficient
-attention where one is (knockout, patching, reweighting), math as the fallback. `models.<name>.attention`
-overrides it per model. Saliency reads the attention weights, so it runs under eager attention
-(`gradient_mode`).
-"""
+"""Which attention kernel runs, decided here for every forward pass of the engine. Models load with `sdpa`.
+Since PyTorch 2.9, SDPA's first choice on Hopper and Blackwell GPUs is cuDNN attention, which plans every new
+shape anew (each batch, each decoding step): first calls ran 4-10x slower than repeats on an H200
+(benchmarks/README.md). The default, `auto`, leaves cuDNN out: flash attention where no 4D mask is given,
+memory-efficient attention where one is, math as the fallback; `models.<name>.attention` overrides it.
+Saliency reads attention weights: eager attention (`gradient_mode`)."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import torch
+import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..errors import TruthflowError
@@ -36,39 +32,29 @@ def kernels(choice: str) -> list[SDPBackend]:
     return KERNELS[choice]
 
 
-@contextmanager
 def attention(choice: str = "auto"):
-    """Within the block, SDPA runs the kernels `choice` allows, in its order."""
-    with sdpa_kernel(kernels(choice), set_priority=True):
-        yield
+    """A context in which SDPA runs the kernels `choice` allows, in its order."""
+    return sdpa_kernel(kernels(choice), set_priority=True)
 
 
 def kernel_that_runs(model, choice: str, masked: bool) -> str:
-    """The kernel SDPA takes under `choice` for a pass of this model's head shape, dtype and device, with an
-    additive 4D mask or without one: each allowed kernel is tried alone, in priority order, on a tiny
-    input."""
+    """The kernel SDPA takes under `choice` for this model's head shape, dtype and device, with an additive 4D
+    mask or without one: each allowed kernel is tried alone, in priority order, on a tiny input."""
     text = model.config.get_text_config()
-    heads = text.num_attention_heads
-    dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
     param = next(model.parameters())
-    q = torch.zeros(1, heads, 8, dim, dtype=param.dtype, device=param.device)
-    mask = torch.zeros(1, 1, 8, 8, dtype=param.dtype, device=param.device) if masked else None
+    q = torch.zeros(1, text.num_attention_heads, 8, dim, dtype=param.dtype, device=param.device)
+    mask = q.new_zeros(1, 1, 8, 8) if masked else None
     for kernel in kernels(choice):
-        try:
-            with sdpa_kernel([kernel]), torch.no_grad():
-                torch.nn.functional.scaled_dot_product_attention(
-                    q, q, q, attn_mask=mask, is_causal=not masked
-                )
-        except RuntimeError:
-            continue
-        return KERNEL_NAME[kernel]
+        with suppress(RuntimeError), sdpa_kernel([kernel]), torch.no_grad():
+            F.scaled_dot_product_attention(q, q, q, attn_mask=mask, is_causal=not masked)
+            return KERNEL_NAME[kernel]
     return "none"
 
 
 def describe(model, choice: str) -> str:
     """The log line of a model job: the implementation, the kernels allowed and those that run."""
-    impl = getattr(model.config, "_attn_implementation", None)
-    if impl != "sdpa":
+    if (impl := getattr(model.config, "_attn_implementation", None)) != "sdpa":
         return f"attention: {impl} (transformers' own implementation)"
     allowed = " > ".join(KERNEL_NAME[k] for k in kernels(choice))
     return (
@@ -90,8 +76,7 @@ def gradient_mode(model):
                 f"saliency needs eager attention; {type(model).__name__} could not be switched from "
                 f"'{before}' to 'eager': load the model with attn_implementation='eager'"
             )
-        for p, _ in flags:
-            p.requires_grad_(False)
+        model.requires_grad_(False)
         yield
     finally:
         model.set_attn_implementation(before)

@@ -1,18 +1,14 @@
-"""Batched decoding: greedy, or sampled with temperature, top-p and a repetition penalty.
-
-Prompts are length-sorted and batched by a token budget, left-padded. The KV cache is dynamic, so no batch
-shape triggers a torch.compile (a static cache recompiles for every batch width). The head every prompt of a
-batch shares (a chat template's system prompt) is prefilled once for one row and repeated for the batch.
-
-A sampled token depends only on the decoding seed, the row's key (a question id) and the step: it is the
-exponential race (as vLLM samples) argmax p_i / q_i over the tokens top-p keeps, with q ~ Exp(1) drawn from a
-generator seeded by the three. A rerun, a different batch size or an out-of-memory split gives the same
-answers: float rounding of the logits changes a token only where two tokens' races tie within it.
-"""
+"""Batched decoding: greedy, or sampled with temperature, top-p and a repetition penalty. Prompts are
+length-sorted, batched by a token budget and left-padded, with a dynamic KV cache (a static one recompiles for
+every batch width); the head a batch's prompts share (a chat template's system prompt) is prefilled once.
+A sampled token depends only on the seed, the row's key (a question id) and the step: the exponential race
+argmax p_i / q_i over the tokens top-p keeps (as vLLM samples), q ~ Exp(1) seeded by the three. A rerun,
+another batch size or an OOM split gives the same answers, but where two races tie within float rounding."""
 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -45,20 +41,16 @@ class Decoding:
     def from_config(cls, cfg: dict | None) -> Decoding:
         """A decoding section of the config: {mode: greedy} or {mode: sampled, temperature, top_p, ...}."""
         cfg = cfg or {}
-        sampled = cfg.get("mode", "greedy") == "sampled"
-        return cls(
-            float(cfg["temperature"]) if sampled else 0.0,
-            float(cfg.get("top_p", 1.0)) if sampled else 1.0,
-            float(cfg.get("repetition_penalty", 1.0)),
-            int(cfg.get("seed", 0)) if sampled else 0,
-        )
+        penalty = float(cfg.get("repetition_penalty", 1.0))
+        if cfg.get("mode", "greedy") != "sampled":
+            return cls(repetition_penalty=penalty)
+        return cls(float(cfg["temperature"]), float(cfg.get("top_p", 1.0)), penalty, int(cfg.get("seed", 0)))
 
 
 def race_noise(seed: int, key: str, step: int, n: int, device) -> torch.Tensor:
     """q ~ Exp(1) for n tokens, fixed by (seed, key, step) alone (on `device`'s own generator)."""
     digest = hashlib.blake2b(f"{seed}\0{key}\0{step}".encode(), digest_size=8).digest()
-    gen = torch.Generator(device=device)
-    gen.manual_seed(int.from_bytes(digest, "big"))
+    gen = torch.Generator(device=device).manual_seed(int.from_bytes(digest, "big"))
     return torch.empty(n, device=device).exponential_(generator=gen)
 
 
@@ -76,12 +68,11 @@ class RowDecoding(LogitsProcessor):
         width = self.prompt_valid.shape[1]
         if d.repetition_penalty != 1.0:
             # every real token of the row so far (left padding goes to a spare column, dropped after)
-            real = torch.cat(
-                [self.prompt_valid.to(input_ids.device), torch.ones_like(input_ids[:, width:])], 1
-            )
+            real = torch.ones_like(input_ids, dtype=torch.bool)
+            real[:, :width] = self.prompt_valid
             spare = scores.shape[1]
             seen = torch.zeros(len(scores), spare + 1, dtype=torch.bool, device=scores.device)
-            seen = seen.scatter_(1, input_ids.masked_fill(~real.bool(), spare), True)[:, :spare]
+            seen = seen.scatter_(1, input_ids.masked_fill(~real, spare), True)[:, :spare]
             penalized = torch.where(scores < 0, scores * d.repetition_penalty, scores / d.repetition_penalty)
             scores = torch.where(seen, penalized, scores)
         if not d.sampled:
@@ -113,48 +104,38 @@ def decode(
     decoding = decoding or Decoding()
     if decoding.sampled and (keys is None or len(keys) != len(encoded)):
         raise ValueError("sampled decoding needs one key per prompt")
-    model, tok = lm.model, lm.tokenizer
-    stop_list = sorted(set(stop_ids))
-    pad = tok.pad_token_id if tok.pad_token_id is not None else stop_list[0]
+    model, stop_list = lm.model, sorted(set(stop_ids))
+    pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else stop_list[0]
     base, device, _ = model_parts(model)
-    windows = [w for w in layer_windows(model.config) if w]
+    window = min(filter(None, layer_windows(model.config)), default=math.inf)  # the narrowest sliding window
     results: list[list[int] | None] = [None] * len(encoded)
+    settings = dict(
+        GREEDY, max_new_tokens=max_new_tokens, pad_token_id=pad, eos_token_id=stop_list, disable_compile=True
+    )
 
     def step(idx: list[int]) -> None:
         rows = [encoded[i] for i in idx]
-        # each row's rest is left-padded after the shared head: positions and attention mask are the row's own
-        head = shared_head(rows, min(len(r) for r in rows) - 1)
-        # the rows' padding sits between the head and the rest: a sliding window counts those slots, so
-        # with a window the answers could reach past, the head is not shared
-        if head and min(windows, default=10**9) < max(map(len, rows)) + max_new_tokens:
-            head = 0
+        # each row's rest is left-padded after the shared head (positions and attention mask are the row's
+        # own); a sliding window counts that padding too: with a window the answers could reach past, no head
+        fits = max(map(len, rows)) + max_new_tokens <= window
+        head = shared_head(rows, min(len(r) for r in rows) - 1) if fits else 0
         rest, valid = pad_batch([r[head:] for r in rows], pad, side="left")
         input_ids = torch.cat([torch.tensor([rows[0][:head]] * len(rows), dtype=rest.dtype), rest], 1)
         valid = torch.cat([torch.ones(len(rows), head, dtype=torch.bool), valid], 1)
-        kwargs: dict = {"cache_implementation": "dynamic"}  # overrides a model default of "static"/"hybrid"
+        # overrides a model default ("static", "hybrid": it refuses a given cache) as a generate argument:
+        # transformers warns on, and will refuse, a copied generation_config mixed with generate arguments
+        kwargs = dict(settings, cache_implementation="dynamic")
         if head:
             cache = DynamicCache(config=model.config)
             base(input_ids=input_ids[:1, :head].to(device), cache=cache, use_cache=True)
             cache.batch_repeat_interleave(len(rows))
-            # a model default ("static", "hybrid") would refuse a given cache; set as a generate argument,
-            # not through a copied generation_config (transformers warns on that mix and will refuse it)
-            kwargs = {"cache": cache, "cache_implementation": None}
+            kwargs.update(cache=cache, cache_implementation=None)
         if decoding.sampled or decoding.repetition_penalty != 1.0:
             row_keys = [keys[i] for i in idx] if keys is not None else [""] * len(idx)
             kwargs["logits_processor"] = LogitsProcessorList([RowDecoding(decoding, row_keys, valid)])
-        out = model.generate(
-            input_ids=input_ids.to(device),
-            attention_mask=valid.long().to(device),
-            max_new_tokens=max_new_tokens,
-            **GREEDY,
-            pad_token_id=pad,
-            eos_token_id=stop_list,
-            disable_compile=True,
-            **kwargs,
-        )
-        new = out[:, input_ids.shape[1] :].tolist()
-        for row, i in enumerate(idx):
-            results[i] = new[row]
+        out = model.generate(input_ids=input_ids.to(device), attention_mask=valid.long().to(device), **kwargs)
+        for i, answer in zip(idx, out[:, input_ids.shape[1] :].tolist(), strict=True):
+            results[i] = answer
 
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
     cost = [len(e) + max_new_tokens for e in encoded]

@@ -1,9 +1,9 @@
-"""Forward hooks on the decoder layers: capture of the residual stream at one position per row, an early stop
-after the last layer needed, and per-layer attention masks."""
+"""Forward hooks on the decoder layers: residual capture at one position per row, early stop, layer masks."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import torch
 
@@ -19,9 +19,8 @@ def decoder_layers(model) -> Sequence[torch.nn.Module]:
 
 
 class ResidCapture:
-    """Keeps the residual stream after each decoder layer at one position per row, on the device: `stacked()`
-    copies them to the host once per pass (a per-layer `.cpu()` syncs every layer). With stop_after = k, a
-    pass stops after layer k (0-based), the pass over a shared prefix too (no cache above k is read)."""
+    """Keeps the residual stream after each decoder layer at one position per row, on the device; `stacked()`
+    copies it to the host once per pass (a per-layer `.cpu()` syncs). stop_after = k: stop after layer k."""
 
     def __init__(self, layers: Sequence[torch.nn.Module], stop_after: int | None = None):
         self.positions: torch.Tensor | None = None
@@ -29,20 +28,17 @@ class ResidCapture:
         self.resid_post: list[torch.Tensor | None] = [None] * len(layers)
         self.stop_after = stop_after
         self.active = True
-        self.handles = [layer.register_forward_hook(self._hook(i)) for i, layer in enumerate(layers)]
+        self.handles = [layer.register_forward_hook(partial(self._hook, i)) for i, layer in enumerate(layers)]
 
-    def _hook(self, i: int):
-        def hook(_mod, _args, output):
-            if self.active and self.positions is not None:
-                hidden = (output[0] if isinstance(output, tuple) else output).detach()  # [B, T, D]
-                if self._rows is None or self._rows.device != hidden.device:
-                    self._rows = torch.arange(hidden.shape[0], device=hidden.device)
-                    self.positions = self.positions.to(hidden.device)
-                self.resid_post[i] = hidden[self._rows, self.positions]  # [B, D], on the device
-            if self.stop_after is not None and i == self.stop_after:
-                raise Stop
-
-        return hook
+    def _hook(self, i: int, _mod, _args, output) -> None:
+        if self.active and self.positions is not None:
+            hidden = (output[0] if isinstance(output, tuple) else output).detach()  # [B, T, D]
+            if self._rows is None or self._rows.device != hidden.device:
+                self._rows = torch.arange(hidden.shape[0], device=hidden.device)
+                self.positions = self.positions.to(hidden.device)
+            self.resid_post[i] = hidden[self._rows, self.positions]  # [B, D], on the device
+        if self.stop_after is not None and i == self.stop_after:
+            raise Stop
 
     def set_positions(self, positions: list[int]) -> None:
         self.positions = torch.tensor(positions)
@@ -50,8 +46,7 @@ class ResidCapture:
 
     def stacked(self) -> torch.Tensor:  # [B, L, D] float32 on the host: one device-to-host copy
         rows = [r for r in self.resid_post if r is not None]
-        dev = rows[0].device
-        return torch.stack([r.to(dev) for r in rows], dim=1).float().cpu()
+        return torch.stack([r.to(rows[0].device) for r in rows], dim=1).float().cpu()
 
     def remove(self) -> None:
         for h in self.handles:
@@ -65,16 +60,14 @@ class LayerMasks:
         self.masks: dict[int, torch.Tensor] = {}
         self.windows = windows
         self.handles = [
-            layer.register_forward_pre_hook(self._hook(i), with_kwargs=True) for i, layer in enumerate(layers)
+            layer.register_forward_pre_hook(partial(self._hook, i), with_kwargs=True)
+            for i, layer in enumerate(layers)
         ]
 
-    def _hook(self, i: int):
-        def hook(_mod, args, kwargs):
-            if i in self.masks:
-                kwargs["attention_mask"] = fold_window(self.masks[i], self.windows[i])
-            return args, kwargs
-
-        return hook
+    def _hook(self, i: int, _mod, args, kwargs):
+        if i in self.masks:
+            kwargs["attention_mask"] = fold_window(self.masks[i], self.windows[i])
+        return args, kwargs
 
     def remove(self) -> None:
         for h in self.handles:

@@ -1,15 +1,15 @@
-"""Float32 logits of a bf16 (or fp16) model: the final norm, the LM head and Gemma's final soft-cap run in
-float32 on the last residual stream, so log-probabilities are not rounded to the model's dtype first (bf16
-keeps 8 significant bits: a logit of 20 lands on a grid of 0.125). Used where log-probabilities are the
-result (MIN-K%, Logits-mean/min, P(True)); the saliency loss keeps the model's own head (`head_logits`)."""
+"""Float32 logits of a bf16 (or fp16) model: final norm, LM head and final soft-cap run in float32 on the
+last residual stream, so log-probabilities are not first rounded to bf16 (a logit of 20 on a grid of 0.125).
+Used where log-probabilities are the result; the saliency loss keeps the model's own head (`head_logits`)."""
 
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from .batches import shared_head
 from .passes import resid_final
@@ -24,22 +24,18 @@ def final_norm(model):
 @contextmanager
 def unnormed(model):
     """Within the block, the base model's last_hidden_state is the residual stream before the final norm."""
-    norm = final_norm(model)
-    handle = None if norm is None else norm.register_forward_hook(lambda _m, args, _out: args[0])
-    try:
+    with ExitStack() as undo:
+        if (norm := final_norm(model)) is not None:
+            undo.callback(norm.register_forward_hook(lambda _m, args, _out: args[0]).remove)
         yield
-    finally:
-        if handle is not None:
-            handle.remove()
 
 
 def float_logits(model, resid: torch.Tensor) -> torch.Tensor:
     """Logits [..., V] in float32 (float64 for a float64 model) of residual-stream rows [..., D] taken under
     `unnormed`, on the head's device: final norm, LM head, final soft-cap, as the model applies them."""
     dtype = torch.promote_types(resid.dtype, torch.float32)
-    norm = final_norm(model)
     x = resid.to(dtype)
-    if norm is not None:
+    if (norm := final_norm(model)) is not None:
         x = norm(x)  # the norms of these models compute in float32 and keep a float32 input's dtype
     head = model.get_output_embeddings()
     w, b = head.weight, head.bias
@@ -47,22 +43,18 @@ def float_logits(model, resid: torch.Tensor) -> torch.Tensor:
     # a head already in this dtype runs as one matmul; a bf16 head is converted a chunk of rows at a time
     step = w.shape[0] if w.dtype == dtype else max(1, HEAD_CHUNK_ELEMENTS // w.shape[1])
     parts = [
-        torch.nn.functional.linear(
-            x, w[i : i + step].to(dtype), None if b is None else b[i : i + step].to(dtype)
-        )
+        F.linear(x, w[i : i + step].to(dtype), None if b is None else b[i : i + step].to(dtype))
         for i in range(0, w.shape[0], step)
     ]
     logits = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)  # one chunk: no [N, V] copy
-    softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
-    if softcap:
+    if softcap := getattr(model.config.get_text_config(), "final_logit_softcapping", None):
         logits = logits.div_(softcap).tanh_().mul_(softcap)
     return logits
 
 
 def head_logits(model, hidden: torch.Tensor) -> torch.Tensor:
-    """Logits of final-normed hidden rows [..., D] through the model's own head, in its dtype, then float32
-    (float64 for a float64 model) and Gemma's final soft-cap: what a loss differentiated through the model
-    reads (a float32 copy of the head would be held for the backward pass)."""
+    """Logits of final-normed hidden rows [..., D] through the model's own head in its dtype, then float32
+    and the final soft-cap: for a loss differentiated through the model (a float32 head would be kept)."""
     logits = model.get_output_embeddings()(hidden)
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
@@ -71,9 +63,7 @@ def head_logits(model, hidden: torch.Tensor) -> torch.Tensor:
 
 def logits_at(model, resid: torch.Tensor, at: list[list[int]], offset: int = 0) -> torch.Tensor:
     """Float32 logits [sum of len(at[r]), V] predicting the token after each position at[r] of row r, from a
-    residual stream [B, T, D] (positions offset..) taken under `unnormed`; the final norm and the LM head run
-    on those positions only (a [B, T, V] tensor of a 262k vocabulary would not fit), in one call per batch.
-    Index tensors follow the tensor they index (on the last GPU)."""
+    residual stream [B, T, D] (positions offset..) under `unnormed`; only those rows meet the LM head."""
     row_of = torch.tensor([r for r, pos in enumerate(at) for _ in pos], device=resid.device)
     cols = torch.tensor([p - offset for pos in at for p in pos], device=resid.device)
     return float_logits(model, resid[row_of, cols])

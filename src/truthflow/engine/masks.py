@@ -15,16 +15,14 @@ def attention_mask(valid: torch.Tensor, block: torch.Tensor | None, dtype: torch
     """valid, block: [B, T] bool (real tokens; tokens to knock out, None: none). Returns the causal padding
     mask [B, 1, T, T] whose cell (b, i, j) is 0 when query i may attend key j: a later query never attends a
     blocked key unless it is blocked itself."""
-    _, t = valid.shape
-    idx = torch.arange(t, device=valid.device)
-    causal = idx[None, :] <= idx[:, None]  # [T(query), T(key)]
+    t = valid.shape[1]
+    causal = torch.ones(t, t, dtype=torch.bool, device=valid.device).tril()  # [T(query), T(key)]
     allowed = causal[None] & valid[:, None, :]
     if block is not None:
-        later = idx[:, None] > idx[None, :]
-        allowed = allowed & ~(block[:, None, :] & ~block[:, :, None] & later[None])
+        # an unblocked query attends no blocked key (causal: only earlier ones, its own key is unblocked)
+        allowed = allowed & ~(block[:, None, :] & ~block[:, :, None])
     allowed = allowed | torch.eye(t, dtype=torch.bool, device=valid.device)[None]  # padding rows stay finite
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=valid.device)
-    return mask.masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
+    return torch.zeros_like(allowed, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
 
 
 def reweight_mask(
@@ -54,11 +52,9 @@ def positions_tensor(rows: list[list[int]], lengths: list[int], shape, device) -
 def layer_windows(config) -> list[int | None]:
     """Each decoder layer's sliding window in tokens (None: full attention), from the (text) config."""
     text = config.get_text_config()
-    window = getattr(text, "sliding_window", None)
-    types = getattr(text, "layer_types", None)
-    if types is None:  # Mistral: one window for every layer
-        return [window] * text.num_hidden_layers
-    return [window if t == "sliding_attention" else None for t in types]
+    # Mistral has no layer_types: one window for every layer
+    types = getattr(text, "layer_types", None) or ["sliding_attention"] * text.num_hidden_layers
+    return [getattr(text, "sliding_window", None) if t == "sliding_attention" else None for t in types]
 
 
 def fold_window(mask: torch.Tensor, window: int | None, q_start: int = 0) -> torch.Tensor:
