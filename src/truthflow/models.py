@@ -3,6 +3,7 @@ architecture with a real tokenizer) and loading."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import importlib
@@ -40,16 +41,25 @@ def _gguf_from_embedded(package: str, workdir: Path) -> Path:
 
 @contextmanager
 def gguf_read_once():
-    """One `gguf.GGUFReader` per file in the block: transformers parses it thrice (8 s each for Gemma-3)."""
+    """One `gguf.GGUFReader` per file in the block, and one parse of its metadata: transformers reads the file
+    thrice (tokenizer, config, weights) and parses every field each time (Gemma-3's 262k-token vocabulary)."""
     import gguf
+    from transformers import modeling_gguf_pytorch_utils as hf_gguf
 
-    real = gguf.GGUFReader
-    parse = functools.cache(real)
+    real, real_load = gguf.GGUFReader, hf_gguf.load_gguf_checkpoint
+    parse, metadata = functools.cache(real), functools.cache(lambda path: real_load(path))
+
+    def load(path, return_tensors=False, **kwargs):  # a copy: callers pop keys off the result
+        if return_tensors or kwargs:
+            return real_load(path, return_tensors, **kwargs)
+        return copy.deepcopy(metadata(str(Path(path).resolve())))
+
     gguf.GGUFReader = lambda path, *args, **kwargs: parse(str(Path(path).resolve()), *args, **kwargs)
+    hf_gguf.load_gguf_checkpoint = load
     try:
         yield
     finally:
-        gguf.GGUFReader = real
+        gguf.GGUFReader, hf_gguf.load_gguf_checkpoint = real, real_load
 
 
 def _convert_gguf(gguf_path: Path, out_dir: Path, dtype: str) -> None:
