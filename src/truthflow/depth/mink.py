@@ -8,6 +8,7 @@ from functools import partial
 
 import numpy as np
 import polars as pl
+import torch
 
 from ..engine import float_logits, run_batched, unnormed
 from ..engine.passes import resid_final
@@ -46,9 +47,7 @@ def min_k_percent(token_logprobs: np.ndarray, k: float) -> float:
 
 def min_k_plus_plus(token_logprobs: np.ndarray, mu: np.ndarray, sigma: np.ndarray, k: float) -> float:
     """Mean of the lowest ⌈k%·n⌉ z = (log p − mu) / sigma, not negated (higher = more likely seen)."""
-    logp = np.asarray(token_logprobs, dtype=np.float64)
-    mu = np.asarray(mu, dtype=np.float64)
-    sigma = np.asarray(sigma, dtype=np.float64)
+    logp, mu, sigma = (np.asarray(x, dtype=np.float64) for x in (token_logprobs, mu, sigma))
     # a one-hot next-token distribution has sigma 0; its token is then exactly as expected (z = 0)
     safe = np.where(sigma > 0, sigma, 1.0)
     z = np.where(sigma > 0, (logp - mu) / safe, 0.0)
@@ -73,8 +72,6 @@ CHUNK_ELEMENTS = 2**25  # float32 logits per chunk of batch_token_statistics
 def _moments(logits, targets):
     """(log p of each target, mu, sigma of log p over the vocabulary) of logits [n, V] predicting targets
     [n]. Works in place on `logits` (the caller's own float copy): two [n, V] temporaries besides it."""
-    import torch
-
     logp = logits.sub_(torch.logsumexp(logits, dim=-1, keepdim=True)).clamp_(min=LOGP_FLOOR)
     token_logp = logp.gather(-1, targets[:, None]).squeeze(-1)
     p = logp.exp()
@@ -92,8 +89,6 @@ def batch_token_statistics(
     lengths[r] positions real. With logits_of (e.g. `float_logits`), `logits` holds what it turns into float32
     logits (the residual stream [B, T, D]) and vocab is their width. Only the real positions are scored, in
     chunks of at most CHUNK_ELEMENTS float32 logits, and reach the host in one copy (no per-row sync)."""
-    import torch
-
     b, t = logits.shape[:2]
     v = vocab or logits.shape[-1]
     real = torch.arange(t)[None, :] < torch.tensor(lengths)[:, None]  # [B, T], row-major: rows stay in order
@@ -116,8 +111,6 @@ def score_texts(
 ) -> pl.DataFrame:
     """One teacher-forced pass per batch; per text, in input order, n_tokens (the scored tokens: all after
     the first) and MIN-K% and Min-K%++ for every k of the grid (mink_{k}, minkpp_{k})."""
-    import torch
-
     tok, model = lm.tokenizer, lm.model
     encoded = [encode_for_scoring(tok, t) for t in texts]
     for i, ids in enumerate(encoded):
@@ -128,16 +121,14 @@ def score_texts(
     order = sorted(range(len(texts)), key=lambda i: -len(encoded[i]))
     vocab = model.get_output_embeddings().weight.shape[0]
 
+    @torch.inference_mode()
     def step(idx: list[int]) -> None:
-        with torch.inference_mode():
-            with unnormed(
-                model
-            ):  # the residual stream [B, T, D]; float32 logits (final norm, head) per chunk
-                resid, ids = resid_final(lm, [encoded[i] for i in idx])
-            lengths = [len(encoded[i]) - 1 for i in idx]
-            per_text = batch_token_statistics(
-                resid[:, :-1], ids[:, 1:], lengths, logits_of=partial(float_logits, model), vocab=vocab
-            )
+        with unnormed(model):  # the residual stream [B, T, D]; float32 logits (final norm, head) per chunk
+            resid, ids = resid_final(lm, [encoded[i] for i in idx])
+        lengths = [len(encoded[i]) - 1 for i in idx]
+        per_text = batch_token_statistics(
+            resid[:, :-1], ids[:, 1:], lengths, logits_of=partial(float_logits, model), vocab=vocab
+        )
         for i, st in zip(idx, per_text, strict=True):
             stats[i] = st
 

@@ -1,18 +1,17 @@
 """Teacher-forced passes over right-padded batches (positions 0..n-1 stay each row's own).
 
-A `Condition` says how a pass differs from the clean one: keys knocked out (in every layer, or in a window of
-layers around the one read), tokens replaced, or attention edges reweighted. `resid_states` runs a list of
-conditions over the same samples and keeps the residual stream at one position per sample, after every layer
-or after one layer (the pass stops there). The tokens every condition shares with the clean pass run once per
-batch on a KV cache (`first_change`; the head every row shares runs once for one row, `head_cache`). Caches
-hold every position (`DynamicCache()`): a sliding-window cache keeps only the window, which a full-width mask
-cannot address.
+A `Condition` says how a pass differs from the clean one (keys knocked out, tokens replaced, attention edges
+reweighted); `resid_states` runs conditions over the same samples, keeping the residual stream at one position
+per sample. The tokens every condition shares with the clean pass run once per batch on a KV cache
+(`first_change`, `head_cache`). Caches hold every position (`DynamicCache()`): a sliding-window cache keeps
+only the window, which a full-width mask cannot address.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,7 +43,7 @@ class Condition:
     tokens: Positions | None = None
     edges: tuple[Positions, Positions] | None = None
     factor: float = 1.0
-    name: str = ""  # what a message calls its states
+    name: str = ""
 
     def __post_init__(self):
         if self.window is not None and self.block is None:
@@ -91,8 +90,7 @@ def model_parts(model):
 
 
 def pad_id(lm) -> int:
-    pad = lm.tokenizer.pad_token_id
-    return 0 if pad is None else pad
+    return lm.tokenizer.pad_token_id or 0
 
 
 def batch_tensors(seqs: list[list[int]], pad: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -119,10 +117,8 @@ def head_cache(base, ids: torch.Tensor, head: int):
     repeated for the batch (equal to a batched pass up to float rounding: a matmul over 1 row vs B)."""
     one = ids[:1, :head]
     cache = DynamicCache()
-    try:
+    with suppress(Stop):  # passes that stop at layer K read no cache above it
         run_from(base, one, attention_mask(torch.ones_like(one, dtype=torch.bool), None, base.dtype), cache)
-    except Stop:  # passes that stop at layer K read no cache above it
-        pass
     cache.batch_repeat_interleave(ids.shape[0])
     return cache
 
@@ -135,9 +131,8 @@ def prefix_cache(base, cap: ResidCapture, ids, valid, prefix: int):
     try:
         cache = head_cache(base, ids, head) if head else DynamicCache()
         if prefix > head:
-            run_from(base, ids, attention_mask(valid, None, base.dtype), cache, head, prefix)
-    except Stop:
-        pass
+            with suppress(Stop):
+                run_from(base, ids, attention_mask(valid, None, base.dtype), cache, head, prefix)
     finally:
         cap.active = True
     return cache
@@ -149,9 +144,7 @@ def clean_pass(base, ids: torch.Tensor, valid: torch.Tensor, head: int, cache=No
     kwargs go to the base model (inputs_embeds replaces the ids)."""
     if head:
         kwargs["cache"] = head_cache(base, ids, head) if cache is None else cache
-        kwargs["position_ids"] = torch.arange(head, ids.shape[1], device=ids.device)[None].expand(
-            len(ids), -1
-        )
+        kwargs["position_ids"] = torch.arange(head, ids.shape[1], device=ids.device).expand(len(ids), -1)
     if "inputs_embeds" not in kwargs:
         kwargs["input_ids"] = ids[:, head:]
     return base(attention_mask=valid.long(), use_cache=bool(head), **kwargs)
@@ -235,19 +228,14 @@ def resid_states(
                 if c.window is not None:  # one truncated pass per layer, from position 0
                     cap.set_positions(probes)
                     values = _window_passes(base, layers, cap, ids, clean, mask, c.window)
-                    store(out[n], idx, values, names[n])
-                    continue
-                cap.set_positions([p - prefix for p in probes])
-                rows = (
-                    ids
-                    if c.tokens is None
-                    else batch_tensors([c.tokens[i][: len(cut[i])] for i in idx], pad, device)[0]
-                )
-                try:
-                    run_from(base, rows, mask, None if cache is None else copy.deepcopy(cache), prefix)
-                except Stop:
-                    pass
-                values = cap.stacked() if layer is None else cap.resid_post[layer - 1].float().cpu()
+                else:
+                    cap.set_positions([p - prefix for p in probes])
+                    rows = ids
+                    if c.tokens is not None:
+                        rows = batch_tensors([c.tokens[i][: len(cut[i])] for i in idx], pad, device)[0]
+                    with suppress(Stop):
+                        run_from(base, rows, mask, None if cache is None else copy.deepcopy(cache), prefix)
+                    values = cap.stacked() if layer is None else cap.resid_post[layer - 1].float().cpu()
                 store(out[n], idx, values.numpy(), names[n])
         finally:
             cap.remove()
@@ -258,7 +246,7 @@ def resid_states(
     return list(out)
 
 
-def _window_passes(base, layers, cap: ResidCapture, ids, clean_mask, ko_mask, window: int) -> np.ndarray:
+def _window_passes(base, layers, cap: ResidCapture, ids, clean_mask, ko_mask, window: int) -> torch.Tensor:
     n_layers = len(layers)
     values = []
     per_layer = LayerMasks(layers, layer_windows(base.config))
@@ -267,40 +255,37 @@ def _window_passes(base, layers, cap: ResidCapture, ids, clean_mask, ko_mask, wi
             knocked = window_layers(k, window, n_layers)
             per_layer.masks = {j: (ko_mask if j in knocked else clean_mask) for j in range(n_layers)}
             cap.stop_after = k  # layers above k do not change layer k: stop the pass there
-            try:
+            with suppress(Stop):
                 run_from(base, ids, clean_mask)
-            except Stop:
-                pass
             values.append(cap.resid_post[k].float())  # on the device: one copy to the host for all k
     finally:
         cap.stop_after = None
         per_layer.remove()
     dev = values[0].device
-    return torch.stack([v.to(dev) for v in values], dim=1).cpu().numpy()
+    return torch.stack([v.to(dev) for v in values], dim=1).cpu()
 
 
 def attention_pass(lm, rows: list[list[int]], head: int, capture_at: list[int] | None):
     """One clean right-padded pass with the attention weights in the autograd graph, rooted at the (detached)
     input embeddings; call under `backend.gradient_mode` and `logits.unnormed`. Returns (ids [B, T], valid [B,
-    T], [A^l [B, H, T - head, T]], the residual stream [B, T - head, D] of positions head..; states after
-    every layer at capture_at (positions relative to the head) [B, L, D] on the host, or None). The shared
-    head runs once, without a graph: dL/dA at a later query flows back from later positions only."""
+    T], [A^l [B, H, T - head, T]], the residual stream [B, T - head, D] of positions head.., the states after
+    every layer at capture_at (relative to the head) [B, L, D] on the host or None). The shared head runs
+    once, without a graph: dL/dA at a later query flows back from later positions only."""
     model = lm.model
     base, device, _ = model_parts(model)
     ids, valid = batch_tensors(rows, pad_id(lm), device)
     with torch.no_grad():
         cache = head_cache(base, ids, head) if head else None
-    cap = ResidCapture(decoder_layers(model)) if capture_at is not None else None
+    cap = ResidCapture(decoder_layers(model))  # captures nothing without positions
     try:
-        if cap is not None:
+        if capture_at is not None:
             cap.set_positions(capture_at)
         with torch.enable_grad():
             embeds = model.get_input_embeddings()(ids[:, head:]).detach().requires_grad_(True)
             out = clean_pass(base, ids, valid, head, cache, inputs_embeds=embeds, output_attentions=True)
-        states = cap.stacked() if cap is not None else None
+        states = None if capture_at is None else cap.stacked()
     finally:
-        if cap is not None:
-            cap.remove()
+        cap.remove()
     attns = list(out.attentions or ())
     n_layers = model.config.get_text_config().num_hidden_layers
     if len(attns) != n_layers or any(a is None for a in attns):

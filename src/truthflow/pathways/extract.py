@@ -42,13 +42,8 @@ EQ_PROMPT = (
 
 
 def _find_spans(text: str, parts: list[str]) -> list[tuple[int, int]]:
-    spans = []
-    for part in parts:
-        part = part.strip(" .\"'")
-        i = text.find(part) if part else -1
-        if i >= 0:
-            spans.append((i, i + len(part)))
-    return spans
+    stripped = [part.strip(" .\"'") for part in parts]
+    return [(i, i + len(part)) for part in stripped if part and (i := text.find(part)) >= 0]
 
 
 def llm_spans(
@@ -102,10 +97,9 @@ def locate_spans(
         else:
             ea_span = ea_llm or short_answer_span(r["answer"], question=q)
         eq_spans = eq_llm or question_spans(q, dataset, r.get("subj"), r.get("prop"))
-        located = locate(
+        eq, ea, qpos, reason = locate(
             lm.tokenizer, r["prompt"], r["prompt_ids"], chat, q, eq_spans, r["answer_ids"], ea_span
         )
-        eq, ea, qpos, reason = located
         if reason:
             dropped.append({"id": r["id"], "reason": reason})
             continue
@@ -139,20 +133,14 @@ def knockout_blocks(
     """Blocked positions per sample: the target condition (E_Q, or one random draw for the negative
     control run `target: random`) and `control_draws` matched random-control draws. An unmatched sample
     (`control_positions` None) has control rows that block nothing."""
-    ids = kept["id"].to_list()
-    eqs = kept["eq_positions"].to_list()
-    qs = kept["question_positions"].to_list()
+    ids, eqs, qs = (kept[c].to_list() for c in ("id", "eq_positions", "question_positions"))
     matched = [True] * len(ids)
 
     def draw(d: int) -> list[list[int]]:
-        out = []
-        for i, (sid, eq, q) in enumerate(zip(ids, eqs, qs, strict=True)):
-            pos = control_positions(sid, eq, q, control_seed, d)
-            if pos is None:
-                matched[i] = False
-                pos = []
-            out.append(pos)
-        return out
+        out = [control_positions(s, eq, q, control_seed, d) for s, eq, q in zip(ids, eqs, qs, strict=True)]
+        for i, pos in enumerate(out):
+            matched[i] = matched[i] and pos is not None
+        return [pos or [] for pos in out]
 
     # target: exact_question or random (the schema's enum)
     target_blocks = draw(TARGET_RANDOM_DRAW) if target == "random" else [list(e) for e in eqs]
@@ -169,12 +157,10 @@ def knockout_states(
     desc: str,
     out=None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The clean states, the target knockout and each control draw (knockout: pathways.knockout), written
-    into out = (resid_clean, [resid_ko target, resid_ko control draw 0, ...]) (None: float16 arrays, thrown
-    away), and the attention saliency and Logits-mean/min of every kept sample (A15, A17). The clean states
-    come off the saliency pass, a clean pass over the whole sequence; the knockout (METHOD A7: one pass with
-    the block in every layer gives every layer's cumulative knockout; window mode, one truncated pass per
-    layer) runs no clean pass of its own. Returns (SAMPLES_SCHEMA's table, SALIENCY_SCHEMA's table)."""
+    """The clean states (off the saliency pass), the target knockout and each control draw (knockout:
+    pathways.knockout; METHOD A7), written into out = `activations.knockout_out`'s layout (None: float16
+    arrays, thrown away), and the attention saliency and Logits-mean/min of every kept sample (A15, A17).
+    Returns (SAMPLES_SCHEMA's table, SALIENCY_SCHEMA's table)."""
     draws = knockout["control_draws"]
     target_blocks, controls, matched = knockout_blocks(
         kept, knockout["target"], draws, knockout["control_seed"]
@@ -193,12 +179,7 @@ def knockout_states(
         sal = saliency(lm, seqs, start, eq, ea, saliency_batch, f"saliency {desc}", (probe, out[0]))
         resid_states(lm, seqs, probe, conditions, batch_size, out=out[1], desc=desc)
         s_eq_ea, s_eq_all = sal.scores[:, :, 0].tolist(), sal.scores[:, :, 1].tolist()
-        values = {
-            "logit_mean": sal.logit_mean,
-            "logit_min": sal.logit_min,
-            "s_eq_ea": s_eq_ea,
-            "s_eq_all": s_eq_all,
-        }
+        values = dict(logit_mean=sal.logit_mean, logit_min=sal.logit_min, s_eq_ea=s_eq_ea, s_eq_all=s_eq_all)
     scores = pl.DataFrame({"id": ids, **values}, schema=SALIENCY_SCHEMA)
     n_unmatched = len(matched) - sum(matched)
     if n_unmatched:
@@ -258,10 +239,8 @@ def experiment_states(
     conds = reweighting(answer_pos, eq, cfg["pr_factors"])
     resid_states(lm, seqs, probe, conds, batch_size, layer, list(pr), f"PR {name}")
     kw = {"instruction": "", "chat_template_kwargs": chat_template_kwargs}
-    texts = [
-        P_TRUE_TEMPLATE.format(question=q, answer=a.strip())
-        for q, a in zip(table["question"], table["answer"], strict=True)
-    ]
+    pairs = zip(table["question"], table["answer"], strict=True)
+    texts = [P_TRUE_TEMPLATE.format(question=q, answer=a.strip()) for q, a in pairs]
     prompts = [encode_prompt(lm.tokenizer, build_prompt(lm.tokenizer, t, chat, **kw), chat) for t in texts]
     scores.update(
         donor=inputs["donor"],

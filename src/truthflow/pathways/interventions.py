@@ -15,10 +15,6 @@ from ..models import LoadedModel
 
 
 # ------------------------------------------------------------------ token patching (A12)
-def _rng(seed: int, key: str) -> random.Random:
-    return random.Random(f"{seed}:{zlib.crc32(key.encode())}")
-
-
 def choose_donors(ids: list[str], eq_lengths: list[int], seed: int) -> list[tuple[int, bool]]:
     """Donor of each sample (METHOD A12): (donor index, length_matched) per sample; (-1, False) for a dataset
     of one sample."""
@@ -27,13 +23,10 @@ def choose_donors(ids: list[str], eq_lengths: list[int], seed: int) -> list[tupl
         by_len.setdefault(n, []).append(i)
     out = []
     for i, sid in enumerate(ids):
-        rng = _rng(seed, sid)
-        same = [j for j in by_len.get(eq_lengths[i], []) if j != i]
-        if same:
-            out.append((rng.choice(same), True))
-            continue
-        others = [j for j in range(len(ids)) if j != i]
-        out.append((rng.choice(others), False) if others else (-1, False))
+        rng = random.Random(f"{seed}:{zlib.crc32(sid.encode())}")
+        same = [j for j in by_len[eq_lengths[i]] if j != i]
+        pool = same or [j for j in range(len(ids)) if j != i]
+        out.append((rng.choice(pool), bool(same)) if pool else (-1, False))
     return out
 
 
@@ -60,11 +53,10 @@ def patched_inputs(
     eq_ids = [[s[p] for p in e] for s, e in zip(seqs, eq_positions, strict=True)]
     donors = choose_donors(ids, [len(e) for e in eq_positions], seed)
     target, control, donor_ids, matched = [], [], [], []
-    for i, (j, same) in enumerate(donors):
+    for i, ((j, same), ctrl) in enumerate(zip(donors, control_positions, strict=True)):
         toks = donor_tokens(eq_ids[j], len(eq_positions[i])) if j >= 0 else []
         ok = j >= 0 and len(toks) == len(eq_positions[i])
         target.append(patch(seqs[i], eq_positions[i], toks) if ok else list(seqs[i]))
-        ctrl = control_positions[i]
         control.append(patch(seqs[i], ctrl, toks) if ok and ctrl else list(seqs[i]))
         donor_ids.append(ids[j] if j >= 0 else "")
         matched.append(same)
@@ -103,12 +95,9 @@ def answer_logprobs(
     batch_size: int,
     desc: str = "logits",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Logits-mean / Logits-min of the E_A tokens, teacher-forced (token at position p scored from position
-    p-1), from their own clean pass. The workflow takes them from the saliency pass instead (`saliency`,
-    the same `logits_at` and `logprob_stats` on its residual stream); this is the separate computation its
-    tests compare with."""
-    mean = np.full(len(seqs), np.nan)
-    low = np.full(len(seqs), np.nan)
+    """Logits-mean / Logits-min of the E_A tokens (token p scored from position p-1) from a clean pass of
+    their own: what the tests compare the saliency pass's values (which the workflow uses) with."""
+    mean, low = np.full(len(seqs), np.nan), np.full(len(seqs), np.nan)
     ends = [max(e) + 1 if e else 0 for e in ea_positions]
     order = sorted(range(len(seqs)), key=lambda i: -ends[i])
 
@@ -134,7 +123,7 @@ P_TRUE_TEMPLATE = (
 def verdict_token_ids(tokenizer) -> tuple[list[int], list[int]]:
     """First token ids of 'True' and 'False', with and without a leading space (deduplicated)."""
 
-    def first(words):  # each word's first token id, deduplicated in order
+    def first(words):
         encoded = [tokenizer(w, add_special_tokens=False)["input_ids"] for w in words]
         return list(dict.fromkeys(ids[0] for ids in encoded if ids))
 

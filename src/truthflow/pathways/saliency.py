@@ -1,16 +1,11 @@
 """Attention saliency ("Two Pathways to Truthfulness", Fig. 1; METHOD A15 defines L, S^l and the two
-means): how much the loss on the model's own answer flows through attention edges leaving E_Q. A sequence is
-the prompt ids then the answer ids, the answer starting at s. An empty cell set gives NaN; duplicate
-positions count once. Cells the loss cannot see have S = 0 exactly (the last query row; in the last layer,
-query rows before s - 1).
+means): how much the loss on the model's own answer (the answer ids after the prompt ids, from position s)
+flows through attention edges leaving E_Q. An empty cell set gives NaN; duplicate positions count once.
 
-dL/dA needs the probabilities in the autograd graph, so the stage runs under `eager` attention (a model
-loaded otherwise is switched for the call and back), with `output_attentions=True`; the graph is rooted at
-the (detached) input embeddings and the parameters are frozen, so no parameter gradient is ever computed.
-Batches are right-padded and the batch loss is the SUM of per-sample mean losses, so batched equals one at
-a time. The head every row shares before its first E_Q token and first scored position runs once, without a
-graph (`engine.attention_pass`): dL/dA at a later query flows back from later positions only (tested against
-full passes).
+dL/dA needs the probabilities in the autograd graph: the stage runs under `eager` attention (switched for the
+call and back), rooted at the (detached) input embeddings with frozen parameters. The batch loss is the SUM of
+per-sample mean losses, so batched equals one at a time. The head every row shares before its first E_Q token
+and first scored position runs once, without a graph (`engine.attention_pass`).
 """
 
 from __future__ import annotations
@@ -29,14 +24,10 @@ from ..models import LoadedModel
 
 
 # ------------------------------------------------------------------------------------------- reduction
-def pair_masks(
-    n: int, eq: Sequence[int], ea: Sequence[int], width: int | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
+def pair_masks(n: int, eq: Sequence[int], ea: Sequence[int], width: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The two cell sets of one sample as bool [width, width] masks (query i, key j), width >= n:
     (i in E_A, j in E_Q) and (j in E_Q, j < i < n)."""
-    width = n if width is None else width
-    key_q = torch.zeros(width, dtype=torch.bool)
-    query_a = torch.zeros(width, dtype=torch.bool)
+    key_q, query_a = torch.zeros(width, dtype=torch.bool), torch.zeros(width, dtype=torch.bool)
     for name, pos, flags in (("E_Q", eq, key_q), ("E_A", ea, query_a)):
         bad = [p for p in pos if not 0 <= int(p) < n]
         if bad:
@@ -44,9 +35,7 @@ def pair_masks(
         flags[torch.as_tensor(list(pos), dtype=torch.long)] = True
     idx = torch.arange(width)
     later = (idx[:, None] > idx[None, :]) & (idx[:, None] < n)
-    to_answer = query_a[:, None] & key_q[None, :]
-    to_all = later & key_q[None, :]
-    return to_answer, to_all
+    return query_a[:, None] & key_q[None, :], later & key_q[None, :]
 
 
 def pooled(s: torch.Tensor, to_answer: torch.Tensor, to_all: torch.Tensor) -> torch.Tensor:
@@ -61,14 +50,7 @@ def pooled(s: torch.Tensor, to_answer: torch.Tensor, to_all: torch.Tensor) -> to
 
 
 # ------------------------------------------------------------------------------------- loss and dL/dA
-def answer_loss(
-    model,
-    hidden: torch.Tensor,
-    ids: torch.Tensor,
-    lengths: Sequence[int],
-    answer_start: Sequence[int],
-    offset: int,
-) -> torch.Tensor:
+def answer_loss(model, hidden: torch.Tensor, ids: torch.Tensor, lengths, answer_start, offset: int):
     """Sum over rows of the mean NLL of the answer tokens; hidden [B, K, D] (final-normed) holds positions
     offset.. The LM head runs on the predicting positions only, in one call (with a 262k vocabulary its
     matmuls are most of the stage's cost otherwise)."""
@@ -122,12 +104,11 @@ def saliency(
     desc: str = "saliency",
     states: tuple[list[int], np.ndarray] | None = None,
 ) -> Saliency:
-    """Attention saliency of every sample at every layer (module docstring), and the E_A tokens'
-    Logits-mean / Logits-min read off the same clean pass: its residual stream through the float32 head
-    (`engine.logits_at`), as `interventions.answer_logprobs` computes them in a pass of its own.
+    """Attention saliency of every sample at every layer, and the E_A tokens' Logits-mean / Logits-min read
+    off the same pass's residual stream (`engine.logits_at`, as `interventions.answer_logprobs`).
     states = (positions, out [N, L, D]): the same pass's residual stream after every layer at one position
-    per sample (at or after its first E_Q token and answer_start - 1), written into out: the clean states of
-    the knockout (`extract.knockout_states`), which then needs no clean pass of its own."""
+    per sample (at or after its first E_Q token and answer_start - 1) written into out (the knockout's
+    clean states)."""
     n = len(seqs)
     model = lm.model
     n_layers = model.config.get_text_config().num_hidden_layers
@@ -136,7 +117,7 @@ def saliency(
     for s, a, eq, ea in zip(seqs, answer_start, eq_positions, ea_positions, strict=True):  # same lengths
         if not 1 <= a < len(s):  # bad inputs fail before any model work
             raise ValueError(f"answer_start {a} must lie in [1, {len(s) - 1}] for {len(s)} tokens")
-        pair_masks(len(s), eq, ea)
+        pair_masks(len(s), eq, ea, len(s))
     states_at, out = states if states is not None else (None, None)
     if states_at is not None:
         cases = zip(states_at, seqs, answer_start, eq_positions, strict=True)
@@ -167,12 +148,11 @@ def saliency(
         del resid
         width = valid.shape[1]
         masks = [pair_masks(len(seqs[i]), eq_positions[i], ea_positions[i], width) for i in idx]
-        to_answer = torch.stack([m[0][head:] for m in masks]).to(valid.device)  # [B, T - head, T]
-        to_all = torch.stack([m[1][head:] for m in masks]).to(valid.device)
+        # [B, T - head, T] each
+        to_answer, to_all = (torch.stack([m[k][head:] for m in masks]).to(valid.device) for k in (0, 1))
         per_layer = []
         for layer in range(len(attns)):
-            a, g = attns[layer], grads[layer]
-            s = (a.float() * g.float()).abs().sum(dim=1)  # [B, T - head, T]
+            s = (attns[layer].float() * grads[layer].float()).abs().sum(dim=1)  # [B, T - head, T]
             attns[layer] = grads[layer] = None  # free this layer as soon as it is reduced
             per_layer.append(pooled(s.to(valid.device), to_answer, to_all))
         result[idx] = torch.stack(per_layer, dim=1).cpu().numpy()
