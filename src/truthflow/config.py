@@ -178,23 +178,20 @@ def check_names(config: dict) -> None:
     figure_lists = {f"figures.{k}": figures[k] for k in ("depth", "pathways")}
     for key, names in (listed | figure_lists).items():
         seen = [tuple(n) if isinstance(n, list) else n for n in names]
-        for i, name in enumerate(names):
-            if seen[i] in seen[:i]:
-                raise TruthflowError(
-                    f"config key '{key}' lists {name!r} twice; list each once "
-                    "(a repeat would duplicate its rows in the summary tables)"
-                )
+        if twice := [name for i, name in enumerate(names) if seen[i] in seen[:i]]:
+            raise TruthflowError(
+                f"config key '{key}' lists {twice[0]!r} twice; list each once "
+                "(a repeat would duplicate its rows in the summary tables)"
+            )
     for i, pair in enumerate(figures["pathways"]):
         if len(pair) == 2 and pair[0] == pair[1]:
             raise TruthflowError(
                 f"config key 'figures.pathways[{i}]' pairs model '{pair[0]}' with itself; "
                 "give two different models, or one model alone"
             )
-    drawn = [  # (key, models drawn, the stage whose results the figure reads)
-        *((f"figures.pathways[{i}]", pair, "pathways") for i, pair in enumerate(figures["pathways"])),
-        ("figures.depth", figures["depth"], "depth"),
-    ]
-    for key, names, stage in [*((key, names, None) for key, names in listed.items()), *drawn]:
+    named = [(key, names, None) for key, names in listed.items()]  # (key, names, the stage a figure reads)
+    named += [(f"figures.pathways[{i}]", pair, "pathways") for i, pair in enumerate(figures["pathways"])]
+    for key, names, stage in [*named, ("figures.depth", figures["depth"], "depth")]:
         kind, known = ("dataset", datasets) if key == "pathways.datasets" else ("model", models)
         for name in names:
             if name not in known:

@@ -98,13 +98,11 @@ def _read_delimited(path: Path, delimiter: str) -> list[dict]:
     return records
 
 
-def _check_file(path: Path, directory_ok: bool = False) -> None:
+def _check_file(path: Path) -> None:
     """It exists, and is not empty (a small text file of whitespace only is empty too)."""
     if not path.exists():
         raise TruthflowError(f"'{path}' does not exist")
     if path.is_dir():
-        if directory_ok:
-            return
         raise TruthflowError(f"'{path}' is a directory, not a data file")
     size = path.stat().st_size
     if size == 0 or (size <= 4096 and path.suffix.lower() != ".parquet" and not path.read_bytes().strip()):
@@ -359,9 +357,10 @@ def check_local_sources(config: dict) -> None:
         if "local" not in src:
             continue
         try:
-            _check_file(Path(str(src["local"])), directory_ok=name == registry.DEPTHQA)
             if name == registry.DEPTHQA:  # a broken graph is refused before hours of model jobs
                 load_depthqa({"source": src})
+            else:
+                _check_file(Path(str(src["local"])))
         except TruthflowError as exc:
             raise TruthflowError(
                 f"dataset '{name}' (config key 'datasets.{name}.source.local'): {exc}"

@@ -1,12 +1,9 @@
 """Judges that score an answer 1–5 against a reference answer (METHOD B3), with an append-only verdict cache.
 Backends: `reference` (token-F1, offline), `openai` (any OpenAI-compatible chat endpoint) and `hf` (a local
 transformers model); the LLM backends send the rubric prompt of `depth.judge.prompt` (shipped:
-prompts/depthqa_judge.yaml, DepthQA / Prometheus style: feedback, then `[RESULT] <1-5>`).
-
-Decoding is greedy or sampled (`depth.judge.decoding`), `depth.judge.judgments` verdicts per answer. A sampled
-verdict's draw is seeded by the seed, its key and its index alone, never by its batch: a verdict made again is
-the same draw where the backend honours a seed (reference: always; openai: best effort).
-"""
+prompts/depthqa_judge.yaml: feedback, then `[RESULT] <1-5>`). Decoding is greedy or sampled, with
+`depth.judge.judgments` verdicts per answer; a sampled verdict's draw is seeded by the seed, its key and its
+index alone, never its batch, so it repeats where the backend honours a seed (reference: always)."""
 
 from __future__ import annotations
 
@@ -189,7 +186,6 @@ class OpenAIJudge:
         decoding = settings["decoding"]
         sampling = {"temperature": float(decoding["temperature"]), "top_p": float(decoding["top_p"])}
         self.sampling = sampling if sampled(settings) else {"temperature": 0}
-        self.tries = int(settings["retries"]) + 1
         self.openai, self.failed = openai, None
         for name in ("httpx", "httpx2", "httpcore"):  # no line per request in the rule log
             logging.getLogger(name).setLevel(logging.WARNING)
@@ -198,7 +194,7 @@ class OpenAIJudge:
         if isinstance(exc, self.openai.APIStatusError):
             status = exc.status_code
             if status in (408, 409, 429) or status >= 500:  # the statuses the SDK retries
-                head = f"still answers HTTP {status} after {self.tries} tries"
+                head = f"still answers HTTP {status} after {self.client.max_retries + 1} tries"
             else:
                 head = f"answered HTTP {status} (not retried)"
                 if status in (401, 403):
@@ -211,7 +207,7 @@ class OpenAIJudge:
             return TruthflowError(f"judge endpoint {self.url} {head}: {_one_line(body)}")
         if isinstance(exc, self.openai.APIConnectionError):  # timeouts included
             return TruthflowError(
-                f"judge endpoint {self.url} is unreachable after {self.tries} tries "
+                f"judge endpoint {self.url} is unreachable after {self.client.max_retries + 1} tries "
                 f"({_one_line(exc.__cause__ or exc)}); check depth.judge.base_url"
             )
         return TruthflowError(f"judge endpoint {self.url} gave an unusable answer: {_one_line(str(exc))}")
@@ -222,21 +218,20 @@ class OpenAIJudge:
         prompt = self.prompt.user(row["question"], row["answer"], row["reference"])
         messages = [{"role": "system", "content": self.prompt.system}, {"role": "user", "content": prompt}]
         seed = {} if row.get("seed") is None else {"seed": row["seed"]}
+        reply = None
         try:
             reply = self.client.chat.completions.create(
                 model=self.model, messages=messages, max_tokens=self.max_new_tokens, **self.sampling, **seed
             )
+            return read_verdict(reply.choices[0].message.content)
         except self.openai.OpenAIError as exc:
             self.failed = self._error(exc)
-            raise self.failed from None
-        try:
-            return read_verdict(reply.choices[0].message.content)
         except (AttributeError, IndexError, TypeError):  # the SDK does not check a reply's shape
             self.failed = TruthflowError(
                 f"judge model '{self.model}' at {self.url} answered without choices[0].message.content: "
                 f"{_one_line(reply)}"
             )
-            raise self.failed from None
+        raise self.failed from None
 
     def verdicts(self, rows: list[dict]) -> Iterator[tuple[int, Verdict]]:
         pool = ThreadPoolExecutor(max_workers=OPENAI_WORKERS)
@@ -334,18 +329,15 @@ def cache_key(method: Mapping, question: str, answer: str, reference: str, index
 def read_cache(cache_path: str | Path) -> dict[str, dict]:
     """Verdicts by key; later lines win. A torn last line (a crash mid-write) is skipped, and so is a greedy
     entry without a score; a sampled one (it has an index) is a draw like any other and is kept."""
-    cache: dict[str, dict] = {}
-    if not Path(cache_path).exists():
-        return cache
-    with Path(cache_path).open(encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                entry = json.loads(line)
-                draw = entry["score"] is None and entry.get("index") is not None  # a sampled draw
-                if entry["score"] in (1, 2, 3, 4, 5) or draw:
-                    cache[entry["key"]] = entry
-            except (json.JSONDecodeError, KeyError, TypeError):
-                continue
+    cache, path = {}, Path(cache_path)
+    for line in path.read_text(encoding="utf-8").split("\n") if path.exists() else ():
+        try:
+            entry = json.loads(line)
+            draw = entry["score"] is None and entry.get("index") is not None  # a sampled draw
+            if entry["score"] in (1, 2, 3, 4, 5) or draw:
+                cache[entry["key"]] = entry
+        except (json.JSONDecodeError, KeyError, TypeError):
+            continue
     return cache
 
 

@@ -19,7 +19,7 @@ HOLDS, NOT_HOLD, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
 MEASURES = {"delta_p": -1, "flip_rate": 1}
 UNITS = {"delta_p": "ΔP points", "flip_rate": "flip-rate points (%)"}
 NAMES = {"delta_p": "ΔP", "flip_rate": "flip rate"}
-POWER = 0.8
+POWER, N_MAX = 0.8, 2**24  # the power that mde and n_needed plan for; n_needed's largest n
 
 # range: all | second_half | explicit | middle_third (the explicit stand-in); layers: "second_half (16-30)";
 # status: why no test can be made in this cell (no probe, no control), null otherwise
@@ -141,23 +141,23 @@ def power(effect: float, sd: float, n: int, level: float) -> float:
     return float(stats.nct.sf(stats.t.isf(level, n - 1), n - 1, effect * math.sqrt(n) / sd))
 
 
-def mde(sd: float, n: int, level: float, target: float = POWER) -> float:
-    """The smallest true effect the test detects with probability `target` at this n (noncentral t)."""
+def mde(sd: float, n: int, level: float) -> float:
+    """The smallest true effect the test detects with probability POWER at this n (noncentral t)."""
     if not (n > 1 and sd > 0):
         return math.nan
-    return optimize.brentq(lambda e: power(e, sd, n, level) - target, 1e-12 * sd, 100 * sd)
+    return optimize.brentq(lambda e: power(e, sd, n, level) - POWER, 1e-12 * sd, 100 * sd)
 
 
-def n_needed(effect: float, sd: float, level: float, target: float = POWER, n_max: int = 2**24) -> int | None:
-    """The smallest n whose one-sided test detects `effect` with probability `target` (None: sd unknown):
-    power grows with n, so the first integer at or above the root of power(n) = target."""
+def n_needed(effect: float, sd: float, level: float) -> int | None:
+    """The smallest n (at most N_MAX) whose one-sided test detects `effect` with probability POWER (None: sd
+    unknown): power grows with n, so the first integer at or above the root of power(n) = POWER."""
     if not (sd > 0 and effect > 0):
         return None
-    if power(effect, sd, 2, level) >= target:
+    if power(effect, sd, 2, level) >= POWER:
         return 2
-    if power(effect, sd, n_max, level) < target:
-        return n_max
-    return math.ceil(optimize.brentq(lambda n: power(effect, sd, n, level) - target, 2, n_max))
+    if power(effect, sd, N_MAX, level) < POWER:
+        return N_MAX
+    return math.ceil(optimize.brentq(lambda n: power(effect, sd, n, level) - POWER, 2, N_MAX))
 
 
 # ------------------------------------------------------------ gathered: the verdicts of a run

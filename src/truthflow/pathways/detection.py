@@ -108,15 +108,10 @@ def mop_predict(
         raise ValueError(
             f"gate must be 'pathway' or 'random', experts 'pathway' or 'vanilla': {gate}, {experts}"
         )
-    if gate == "pathway":
-        w, note = gate_probs(x, g, train, test, C, max_iter)
-    else:
-        w, note = random_gate(len(test), seed), None
+    n_q, rand = int(g[train].sum()), gate == "random"
+    w, note = (random_gate(len(test), seed), None) if rand else gate_probs(x, g, train, test, C, max_iter)
     notes = [note] if note else []
-    if experts == "pathway":
-        subsets = train[g[train]], train[~g[train]]
-    else:
-        subsets = vanilla_split(train, int(g[train].sum()), seed)
+    subsets = (train[g[train]], train[~g[train]]) if experts == "pathway" else vanilla_split(train, n_q, seed)
     preds = []
     for name, idx in zip(("Q", "A"), subsets, strict=True):
         if len(idx):

@@ -20,30 +20,23 @@ from .plots import STYLES
 
 # group colours of the bar and box figures (datasets are on the x axis there); not the datasets' tab10 hues
 GROUP_COLOURS = {"Q-Anchored": "#542788", "A-Anchored": "#b35806"}
-# the tables as experiment_tables writes them: the per-(model, dataset) schemas with the keys in front
+# the tables as experiment_tables writes them (the per-(model, dataset) schemas with the keys in front), each
+# with the columns it may lack (plotting.table adds them, and k_layer, as null); the others are required
 ROWS_TABLE_SCHEMA = {**TABLE_KEYS, **ROW_SCHEMA}
 AWARENESS_TABLE_SCHEMA = {**TABLE_KEYS, **AWARENESS_SCHEMA}
-PER_SAMPLE_TABLE_SCHEMA = dict.fromkeys(["model", "dataset", "id", "group"], pl.String)
-VALUES = dict.fromkeys(["s_pop", "s_eq_ea"], pl.Float64)  # per-sample values a table may lack (null)
-# the columns a table may lack (plotting.table adds them, and k_layer, as null); the others are required
-OPTIONAL = {"rows": ("note",), "awareness": ("n", "n_q", "n_a"), "per_sample": ()}
-SCHEMAS = (ROWS_TABLE_SCHEMA, AWARENESS_TABLE_SCHEMA, PER_SAMPLE_TABLE_SCHEMA)
-REQUIRED = {
-    name: [c for c in schema if c not in ("k_layer", *OPTIONAL[name])]
-    for name, schema in zip(OPTIONAL, SCHEMAS, strict=True)
+VALUES = dict.fromkeys(["s_pop", "s_eq_ea"], pl.Float64)  # per-sample values
+TABLES = {
+    "rows": (ROWS_TABLE_SCHEMA, ("note",)),
+    "awareness": (AWARENESS_TABLE_SCHEMA, ("n", "n_q", "n_a")),
+    "per_sample": (dict.fromkeys(["model", "dataset", "id", "group"], pl.String) | VALUES, tuple(VALUES)),
 }
+REQUIRED = {name: [c for c in s if c not in ("k_layer", *opt)] for name, (s, opt) in TABLES.items()}
 PUBLISHED_SCHEMA = dict.fromkeys(["kind", "model", "dataset", "anchor"], pl.String)
 PUBLISHED_SCHEMA["published"] = pl.Float64
 SALIENCY = r"$S(E_Q \rightarrow E_A)$"
 # the bar figures: experiment -> (conditions with their legend suffixes, y label)
-BARS = {
-    "patching": (
-        {"E_Q": r", $E_Q$ patched", "random": ", random tokens (control)"},
-        "Prediction flip rate (%)",
-    ),
-    "answer_only": ({"-ΔP": ""}, "−ΔP, answer only (%)"),
-}
-CONDITION_NOTES = {"random": "random-token control"}
+PATCHED = {"E_Q": r", $E_Q$ patched", "random": ", random tokens (control)"}
+BARS = dict(patching=(PATCHED, "Prediction flip rate (%)"), answer_only=({"-ΔP": ""}, "−ΔP, answer only (%)"))
 BAR = {"lw": 0.8, "zorder": 2, "error_kw": {"ecolor": "0.15", "elinewidth": 0.8, "capsize": 1.8}}
 N_LABEL = {"xytext": (0, 2), "textcoords": "offset points", "rotation": 90, "ha": "center", "va": "bottom"}
 N_LABEL |= {"fontsize": 6, "color": "0.3", "zorder": 4}
@@ -60,17 +53,13 @@ def _face(group: str, ci: int) -> dict:
     return {"facecolor": (*to_rgb(col), 0.28), "edgecolor": col, "hatch": "////"}
 
 
-def _rows(rows) -> pl.DataFrame:
-    return plotting.table(rows, ROWS_TABLE_SCHEMA, optional=OPTIONAL["rows"])
-
-
-def _samples(per_sample) -> pl.DataFrame:
-    return plotting.table(per_sample, PER_SAMPLE_TABLE_SCHEMA | VALUES, optional=VALUES)
+def _table(name: str, df) -> pl.DataFrame:
+    return plotting.table(df, *TABLES[name])
 
 
 def experiment_layers(rows: pl.DataFrame, awareness: pl.DataFrame) -> dict[tuple[str, str], int]:
     """Layer K per (model, dataset), from the tables' k_layer column (one value per model and dataset)."""
-    tables = (_rows(rows), plotting.table(awareness, AWARENESS_TABLE_SCHEMA))
+    tables = (_table("rows", rows), _table("awareness", awareness))
     found = pl.concat(t.select("model", "dataset", "k_layer") for t in tables).drop_nulls("k_layer")
     return {(m, ds): int(k) for m, ds, k in found.unique(["model", "dataset"]).iter_rows()}
 
@@ -78,13 +67,11 @@ def experiment_layers(rows: pl.DataFrame, awareness: pl.DataFrame) -> dict[tuple
 def k_caption(rows, awareness, models: list[str], titles: dict[str, str]) -> str:
     """The figures' caption line naming layer K per model and dataset."""
     ks = experiment_layers(rows, awareness)
-    per_model = {m: plotting.ordered(d for n, d in ks if n == m) for m in models}
-    k = "; ".join(
-        ", ".join(f"{ks[(m, ds)]} ({label(ds)})" for ds in mine) + f" for {titles.get(m, m)}"
-        for m, mine in per_model.items()
-        if mine
-    )
-    return f"Experiment layer K: {k or 'none in the tables'}."
+    parts = []
+    for m in models:
+        if mine := plotting.ordered(d for n, d in ks if n == m):
+            parts.append(", ".join(f"{ks[m, ds]} ({label(ds)})" for ds in mine) + f" for {titles.get(m, m)}")
+    return f"Experiment layer K: {'; '.join(parts) or 'none in the tables'}."
 
 
 def _bar_panel(ax, sub: pl.DataFrame, conditions: list[str], published: pl.DataFrame, drawn: set) -> None:
@@ -141,7 +128,7 @@ def plot_bars(experiment, rows, models, titles, out_png, out_pdf, caption: str =
     dataset, Q- vs A-Anchored, with 95% CI and n. `published`: published.tsv's rows; those of this
     experiment and a panel's model are diamonds."""
     names, ylabel = BARS[experiment]
-    rows = _rows(rows).filter((pl.col("experiment") == experiment) & pl.col("condition").is_in(list(names)))
+    rows = _table("rows", rows).filter(experiment=experiment).filter(pl.col("condition").is_in(list(names)))
     pub = plotting.table(published, PUBLISHED_SCHEMA).filter(kind=experiment).rename({"anchor": "group"})
     pub = pub.select("model", "dataset", "group", pl.col("published").cast(pl.Float64))
     fig, axes = plotting.panels(models, titles)
@@ -151,8 +138,8 @@ def plot_bars(experiment, rows, models, titles, out_png, out_pdf, caption: str =
         noted = sub.filter(pl.col("note") != "").select("dataset", "note").unique(maintain_order=True)
         notes = [f"{label(d)}: {n}" for d, n in noted.rows()]  # a null note is not kept
         _bar_panel(ax, sub, list(names), pub.filter(pl.col("model") == model).drop("model"), drawn)
-        missing = [c for c in list(names)[1:] if not (sub["condition"] == c).any()]
-        used.append((ax, notes + [f"no {CONDITION_NOTES.get(c, c)} rows" for c in missing]))
+        missing = [c for c in list(names)[1:] if not (sub["condition"] == c).any()]  # the random control
+        used.append((ax, notes + ["no random-token control rows"] * bool(missing)))
     if used:  # one scale for the pair; headroom for the n labels and the notes
         low = min(0.0, *(ax.dataLim.y0 for ax, _ in used))
         high = max(ax.dataLim.y1 for ax, _ in used)
@@ -206,8 +193,8 @@ def _popularity_panel(ax, samples: pl.DataFrame) -> bool:
 def plot_boundary(rows, per_sample, models, titles, out_png, out_pdf, caption: str = "") -> None:
     """Knowledge boundary (A14), one row of panels per model: (a) accuracy and (b) refusal rate (%) per layer,
     Q-Anchored solid / A-Anchored dashed, colour = dataset; (c) log10 popularity by group at K (PopQA)."""
-    rows, ks = _rows(rows), experiment_layers(rows, None)
-    rows, samples = rows.filter(pl.col("experiment") == "boundary"), _samples(per_sample)
+    rows, ks = _table("rows", rows), experiment_layers(rows, None)
+    rows, samples = rows.filter(pl.col("experiment") == "boundary"), _table("per_sample", per_sample)
     fig, axes = plotting.figure(3, n_rows=max(1, len(models)), height=2.9)
     drawn, small = set(), False
     for r, model in enumerate(models):
@@ -222,7 +209,6 @@ def plot_boundary(rows, per_sample, models, titles, out_png, out_pdf, caption: s
             if rates.height == 0:
                 plotting.blank(ax, f"no {cond} rows for this model")
                 continue
-            # per dataset, Q-Anchored solid / A-Anchored dashed over layers with the 95% CI band
             plotting.layer_axis(ax)
             n_layers = int(rates["layer"].max() or 0)
             rates = rates.filter(pl.col("value").is_not_nan()).rename({"value": "mean_delta_p"})
@@ -245,7 +231,7 @@ def plot_saliency(per_sample, models, titles, out_png, out_pdf, caption: str = "
     """Saliency (A15): per dataset a Gaussian KDE of log10 of the positive per-sample S(E_Q→E_A) (seaborn, on
     a log x axis; each curve integrates to 1 in log10 units) with a rug below zero; fewer than MIN_LINE_N
     values, or no spread: the rug of points only. Non-positive values are counted in a note."""
-    samples = _samples(per_sample).filter(pl.col("s_eq_ea").is_not_nan())  # null: not kept
+    samples = _table("per_sample", per_sample).filter(pl.col("s_eq_ea").is_not_nan())  # null: not kept
     fig, axes = plotting.panels(models, titles)
     drawn, small = set(), False
     for ax, _, sub in plotting.per_model(axes[0], samples, models, f"no {SALIENCY} values"):
@@ -293,7 +279,7 @@ def plot_saliency(per_sample, models, titles, out_png, out_pdf, caption: str = "
 def plot_awareness(awareness, rows, models, titles, out_png, out_pdf, caption: str = "") -> None:
     """Pathway awareness (A16): the probe AUC per layer (`band_by_layer`), one line per dataset, dashed at
     chance; a dotted vertical line at layer K, which defined the groups and is not probed."""
-    aw = plotting.table(awareness, AWARENESS_TABLE_SCHEMA, optional=OPTIONAL["awareness"])
+    aw = _table("awareness", awareness)
     ks = experiment_layers(rows, aw)
     fig, axes = plotting.panels(models, titles)
     drawn, band, at_k, low = set(), False, False, 0.3

@@ -217,11 +217,11 @@ def short_answer_span(answer: str, question: str) -> tuple[int, int] | None:
     return rest[-1][1], rest[-1][2]
 
 
-def question_spans(question: str, dataset: str, subj=None, prop=None, row=None) -> list[tuple[int, int]]:
+def question_spans(question: str, dataset: str, subj=None, prop=None) -> list[tuple[int, int]]:
     """Deterministic E_Q (METHOD A4): the question's subject and property words as sorted [start, end) spans
-    in `question`; a set's own rule in registry.py first (subj, prop, `row`: the sample's other columns)."""
+    in `question`; a set's own rule in registry.py (given subj and prop) first."""
     own_rule = registry.get(dataset).question_spans if registry.is_qa(dataset) else None
-    own = own_rule(question, {**(row or {}), "subj": subj, "prop": prop}) if own_rule else None
+    own = own_rule(question, {"subj": subj, "prop": prop}) if own_rule else None
     if own is not None:  # None where the set's own rule does not apply
         return own
     words = _words(question)
