@@ -70,7 +70,7 @@ class QASet:
     id_fields: tuple[str, ...] = ("id",)
     # own columns that must be integers (converted after the id is known, so a bad value names the sample)
     int_fields: tuple[str, ...] = ()
-    # E_Q rule: (question, row) -> sorted character spans; None (returned or here): tokens' generic rule
+    # E_Q rule: (question, {"subj", "prop"}) -> sorted character spans; None (returned or here): generic rule
     question_spans: Callable[[str, dict], list[Span] | None] | None = None
 
     def normalize(self, record: dict, i: int) -> dict:
@@ -140,10 +140,6 @@ def _nq(rec: dict) -> dict:
     return {"question": str(rec.get("question") or "").strip(), "answers": answers}
 
 
-def _hotpotqa(rec: dict) -> dict:
-    return {**_nq(rec), "type": rec.get("type"), "level": rec.get("level")}
-
-
 # order = the order of tables, figure legends and the default pathways.datasets; colours: seaborn tab10
 QA_SETS: tuple[QASet, ...] = (
     QASet(
@@ -169,7 +165,7 @@ QA_SETS: tuple[QASet, ...] = (
         "HotpotQA",
         "#2ca02c",
         Hub("hotpotqa/hotpot_qa", "distractor"),
-        _hotpotqa,
+        lambda rec: {**_nq(rec), "type": rec.get("type"), "level": rec.get("level")},
         id_fields=("_id", "id"),
     ),
     QASet("nq", "NQ", "#d62728", Hub("google-research-datasets/nq_open"), _nq),

@@ -180,7 +180,6 @@ def _gate(row: dict, cfg: dict) -> str | None:
         return f"too little signal: probe AUC {auc} over layers {row['layers']} < {cfg['min_auc']}"
     if not (row["sd"] or 0) > 0:
         return "the per-sample differences have no spread"
-    return None
 
 
 def _reason(v: str, sign: int, lo: float, hi: float, level: float, row: dict, cfg: dict) -> str:
