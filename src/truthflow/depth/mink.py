@@ -36,8 +36,7 @@ def _lowest_mean(values: np.ndarray, k: float) -> float:
     values = np.asarray(values, dtype=np.float64).ravel()
     if values.size == 0:
         raise TruthflowError("MIN-K% of a text with no scored token (nothing after the BOS)")
-    m = n_lowest(values.size, k)
-    return float(np.sort(values)[:m].mean())
+    return float(np.sort(values)[: n_lowest(values.size, k)].mean())
 
 
 def min_k_percent(token_logprobs: np.ndarray, k: float) -> float:
@@ -49,9 +48,7 @@ def min_k_plus_plus(token_logprobs: np.ndarray, mu: np.ndarray, sigma: np.ndarra
     """Mean of the lowest ⌈k%·n⌉ z = (log p − mu) / sigma, not negated (higher = more likely seen)."""
     logp, mu, sigma = (np.asarray(x, dtype=np.float64) for x in (token_logprobs, mu, sigma))
     # a one-hot next-token distribution has sigma 0; its token is then exactly as expected (z = 0)
-    safe = np.where(sigma > 0, sigma, 1.0)
-    z = np.where(sigma > 0, (logp - mu) / safe, 0.0)
-    return _lowest_mean(z, k)
+    return _lowest_mean(np.where(sigma > 0, (logp - mu) / np.where(sigma > 0, sigma, 1.0), 0.0), k)
 
 
 def encode_for_scoring(tokenizer, text: str) -> list[int]:
@@ -81,17 +78,14 @@ def _moments(logits, targets):
     return token_logp, mu, sigma
 
 
-def batch_token_statistics(
-    logits, targets, lengths: list[int], logits_of=None, vocab: int | None = None
-) -> list:
-    """Per text, log p of each target and mu, sigma of log p over the vocabulary at each position, for a
-    right-padded batch: logits [B, T, V] (any dtype; float32 copies) predicting targets [B, T], row r's first
-    lengths[r] positions real. With logits_of (e.g. `float_logits`), `logits` holds what it turns into float32
-    logits (the residual stream [B, T, D]) and vocab is their width. Only the real positions are scored, in
-    chunks of at most CHUNK_ELEMENTS float32 logits, and reach the host in one copy (no per-row sync)."""
-    b, t = logits.shape[:2]
+def batch_token_statistics(logits, targets, lengths: list[int], logits_of=None, vocab: int | None = None):
+    """Per text, (log p of each target, mu, sigma of log p over the vocabulary) at each of row r's first
+    lengths[r] (real) positions of a right-padded batch: logits [B, T, V] (any dtype; float32 copies)
+    predicting targets [B, T], or with logits_of (e.g. `float_logits`) what it turns into float32 logits
+    (the residual stream [B, T, D], vocab wide), in chunks of CHUNK_ELEMENTS; one copy to the host."""
     v = vocab or logits.shape[-1]
-    real = torch.arange(t)[None, :] < torch.tensor(lengths)[:, None]  # [B, T], row-major: rows stay in order
+    # [B, T], row-major: rows stay in order
+    real = torch.arange(logits.shape[1])[None, :] < torch.tensor(lengths)[:, None]
     flat = logits[real.to(logits.device)]
     tgt = targets[real.to(targets.device)]
     per_chunk = max(1, CHUNK_ELEMENTS // v)
@@ -111,14 +105,12 @@ def score_texts(
 ) -> pl.DataFrame:
     """One teacher-forced pass per batch; per text, in input order, n_tokens (the scored tokens: all after
     the first) and MIN-K% and Min-K%++ for every k of the grid (mink_{k}, minkpp_{k})."""
-    tok, model = lm.tokenizer, lm.model
-    encoded = [encode_for_scoring(tok, t) for t in texts]
+    model = lm.model
+    encoded = [encode_for_scoring(lm.tokenizer, t) for t in texts]
     for i, ids in enumerate(encoded):
         if len(ids) < 2:
             raise TruthflowError(f"MIN-K%: text #{i} ({texts[i][:60]!r}) has no token after the BOS to score")
     stats: list = [None] * len(texts)  # per text (log p, mu, sigma)
-    # longest first: an out-of-memory back-off happens on the first batch, not after hours
-    order = sorted(range(len(texts)), key=lambda i: -len(encoded[i]))
     vocab = model.get_output_embeddings().weight.shape[0]
 
     @torch.inference_mode()
@@ -132,6 +124,8 @@ def score_texts(
         for i, st in zip(idx, per_text, strict=True):
             stats[i] = st
 
+    # longest first: an out-of-memory back-off happens on the first batch, not after hours
+    order = sorted(range(len(texts)), key=lambda i: -len(encoded[i]))
     run_batched(order, batch_size, step, desc=desc, unit="text")
     columns = {"n_tokens": [len(st[0]) for st in stats]}
     columns |= {mink_column(k): [min_k_percent(st[0], k) for st in stats] for k in k_grid}

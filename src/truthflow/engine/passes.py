@@ -30,13 +30,10 @@ Positions = Sequence[Sequence[int]]
 @dataclass(frozen=True)
 class Condition:
     """One pass over the samples' tokens; nothing set is the clean pass. Per-sample fields hold one entry per
-    sample of the call.
-    block: key positions no later query attends (the knockout), in every layer or, with `window`, only in the
-      `window` layers centred on the layer read (METHOD A7's window mode; one truncated pass per layer).
-    tokens: each sample's token ids with some replaced, the same length (patching).
-    edges, factor: (query positions, key positions) per sample whose attention weights are scaled by factor
-      before renormalization (Pathway Reweighting).
-    name: what a message calls this condition's states."""
+    sample. block: key positions no later query attends (the knockout), in every layer or only in the `window`
+    layers centred on the layer read (METHOD A7's window mode). tokens: each sample's token ids with some
+    replaced, the same length (patching). edges, factor: (query, key positions) per sample whose attention
+    weights are scaled by factor before renormalization (Pathway Reweighting). name: for messages."""
 
     block: Positions | None = None
     window: int | None = None
@@ -57,8 +54,7 @@ class Condition:
         if self.block is not None and self.block[i]:
             n = min(n, min(self.block[i]))  # only queries after a blocked key see the block
         if self.tokens is not None:
-            changed = [t for t, (x, y) in enumerate(zip(self.tokens[i], clean, strict=False)) if x != y]
-            n = min([n, *changed])
+            n = min([n, *(t for t, (x, y) in enumerate(zip(self.tokens[i], clean, strict=False)) if x != y)])
         if self.edges is not None and self.factor != 1.0 and self.edges[1][i]:
             n = min([n, *(p for p in self.edges[0][i] if p < len(clean))])
         return n
@@ -102,12 +98,11 @@ def run_from(base, ids: torch.Tensor, mask: torch.Tensor, cache=None, start: int
     """Positions start..end-1 of every row on top of `cache` (holding 0..start-1; extended), or one pass
     without a cache (None), with the additive mask's rows for those queries and its keys up to end."""
     end = ids.shape[1] if end is None else end
-    positions = torch.arange(start, end, device=ids.device)[None].expand(ids.shape[0], -1)
     return base(
         input_ids=ids[:, start:end],
         attention_mask=model_mask(base.config, mask[:, :, start:end, :end], start),
         cache=cache,
-        position_ids=positions,
+        position_ids=torch.arange(start, end, device=ids.device).expand(ids.shape[0], -1),
         use_cache=cache is not None,
     )
 
@@ -175,8 +170,7 @@ def store(dst: np.ndarray, idx, values: np.ndarray, what: str) -> None:
 def window_layers(k: int, window: int, n_layers: int) -> range:
     """0-based layers knocked out for a probe at 0-based layer k: the window centred on k, clipped; layers
     after k cannot change layer k's output, so they are left out."""
-    half = window // 2
-    return range(max(0, k - half), min(n_layers - 1, k + half, k) + 1)
+    return range(max(0, k - window // 2), min(n_layers - 1, k) + 1)
 
 
 @torch.inference_mode()
@@ -211,7 +205,6 @@ def resid_states(
         c.tokens is not None and any(len(c.tokens[i]) < len(r) for i, r in enumerate(cut)) for c in conditions
     ):
         raise ValueError("a condition's tokens must keep every sample's length")
-    names = [f"{desc}: {c.name or f'condition {n}'}" for n, c in enumerate(conditions)]
     full = [c for c in conditions if c.window is None]
     pad = pad_id(lm)
 
@@ -236,13 +229,12 @@ def resid_states(
                     with suppress(Stop):
                         run_from(base, rows, mask, None if cache is None else copy.deepcopy(cache), prefix)
                     values = cap.stacked() if layer is None else cap.resid_post[layer - 1].float().cpu()
-                store(out[n], idx, values.numpy(), names[n])
+                store(out[n], idx, values.numpy(), f"{desc}: {c.name or f'condition {n}'}")
         finally:
             cap.remove()
 
-    order = sorted(range(len(cut)), key=lambda i: -len(cut[i]))
     with backend.attention(lm.attention):
-        run_batched(order, batch_size, step, desc=desc)
+        run_batched(sorted(range(len(cut)), key=lambda i: -len(cut[i])), batch_size, step, desc=desc)
     return list(out)
 
 
@@ -267,10 +259,10 @@ def _window_passes(base, layers, cap: ResidCapture, ids, clean_mask, ko_mask, wi
 
 def attention_pass(lm, rows: list[list[int]], head: int, capture_at: list[int] | None):
     """One clean right-padded pass with the attention weights in the autograd graph, rooted at the (detached)
-    input embeddings; call under `backend.gradient_mode` and `logits.unnormed`. Returns (ids [B, T], valid [B,
-    T], [A^l [B, H, T - head, T]], the residual stream [B, T - head, D] of positions head.., the states after
-    every layer at capture_at (relative to the head) [B, L, D] on the host or None). The shared head runs
-    once, without a graph: dL/dA at a later query flows back from later positions only."""
+    input embeddings, under `backend.gradient_mode` and `logits.unnormed`: (ids, valid [B, T], [A^l [B, H,
+    T - head, T]], the residual stream [B, T - head, D], the states after every layer at capture_at (relative
+    to the head) [B, L, D] on the host or None). The shared head runs once, without a graph: dL/dA at a
+    later query flows back from later positions only."""
     model = lm.model
     base, device, _ = model_parts(model)
     ids, valid = batch_tensors(rows, pad_id(lm), device)

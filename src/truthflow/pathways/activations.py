@@ -1,11 +1,8 @@
 """The activation files of one (model, dataset), the one place that knows their names, shapes and dtype: the
-residual stream after every layer at the probe position (extract_pathways writes resid_*.npy; probe_deltap
-and pathway_experiments read them) and the new states at layer K (extract_experiments writes exp_*.npy;
-pathway_experiments reads them). float16 .npy, memory-mapped both ways: a writer fills them batch by batch,
-a reader takes one layer at a time, so memory stays bounded in N and L.
-
-N samples (the rows of samples.parquet, in its order), L layers, D the hidden size, C control draws, F the
-reweighting factors."""
+residual stream after every layer at the probe position (resid_*.npy, from extract_pathways) and the new
+states at layer K (exp_*.npy, from extract_experiments). float16 .npy, memory-mapped both ways (written batch
+by batch, read one layer at a time), so memory stays bounded in N and L. N samples (samples.parquet's rows,
+in order), L layers, D the hidden size, C control draws, F the reweighting factors."""
 
 from __future__ import annotations
 

@@ -92,10 +92,8 @@ def locate_spans(
     kept, dropped = [], []
     for r, ea_llm, eq_llm in zip(rows, llm_ea, llm_eq, strict=True):
         q, start = r["question"], len(r["prompt_ids"])
-        if r["correct"]:
-            ea_span = (r["match_start"], r["match_end"])
-        else:
-            ea_span = ea_llm or short_answer_span(r["answer"], question=q)
+        matched = (r["match_start"], r["match_end"]) if r["correct"] else None
+        ea_span = matched or ea_llm or short_answer_span(r["answer"], question=q)
         eq_spans = eq_llm or question_spans(q, dataset, r.get("subj"), r.get("prop"))
         eq, ea, qpos, reason = locate(
             lm.tokenizer, r["prompt"], r["prompt_ids"], chat, q, eq_spans, r["answer_ids"], ea_span
@@ -167,9 +165,8 @@ def knockout_states(
     )
     ids, seqs, probe = kept["id"].to_list(), kept["seq"].to_list(), kept["probe_position"].to_list()
     window = knockout["window"] if knockout["mode"] == "window" else None
-    names = ["resid_ko", *(f"resid_control draw {d}" for d in range(draws))]
-    blocks = [target_blocks, *controls]
-    conditions = [Condition(block=b, window=window, name=n) for b, n in zip(blocks, names, strict=True)]
+    blocks = {"resid_ko": target_blocks} | {f"resid_control draw {d}": c for d, c in enumerate(controls)}
+    conditions = [Condition(block=b, window=window, name=n) for n, b in blocks.items()]
     if out is None:
         shapes = resid_shapes(kept.height, lm.info["n_layers"], lm.info["hidden_size"], draws).values()
         out = knockout_out(*(np.zeros(shape, DTYPE) for shape in shapes))
@@ -188,13 +185,10 @@ def knockout_states(
             " control; they are left out of the E_Q-vs-control check (counted there)",
             flush=True,
         )
+    per_sample = [[c[i] for c in controls] for i in range(len(ids))]
     return kept.with_columns(
         pl.Series("blocked_positions", target_blocks, dtype=_POS),
-        pl.Series(
-            "control_positions",
-            [list(c) for c in zip(*controls, strict=True)] if draws else [[]] * len(matched),
-            dtype=pl.List(_POS),
-        ),
+        pl.Series("control_positions", per_sample, dtype=pl.List(_POS)),
         pl.Series("control_matched", matched, dtype=pl.Boolean),
         pl.col("eq_positions").list.len().cast(pl.Int64).alias("n_eq"),
         pl.col("ea_positions").list.len().cast(pl.Int64).alias("n_ea"),

@@ -52,15 +52,14 @@ def patched_inputs(
     the donor's E_Q ids; an unmatched sample's control input is the unpatched sequence (left out)."""
     eq_ids = [[s[p] for p in e] for s, e in zip(seqs, eq_positions, strict=True)]
     donors = choose_donors(ids, [len(e) for e in eq_positions], seed)
-    target, control, donor_ids, matched = [], [], [], []
-    for i, ((j, same), ctrl) in enumerate(zip(donors, control_positions, strict=True)):
+    target, control = [], []
+    for i, ((j, _), ctrl) in enumerate(zip(donors, control_positions, strict=True)):
         toks = donor_tokens(eq_ids[j], len(eq_positions[i])) if j >= 0 else []
         ok = j >= 0 and len(toks) == len(eq_positions[i])
         target.append(patch(seqs[i], eq_positions[i], toks) if ok else list(seqs[i]))
         control.append(patch(seqs[i], ctrl, toks) if ok and ctrl else list(seqs[i]))
-        donor_ids.append(ids[j] if j >= 0 else "")
-        matched.append(same)
-    return {"target": target, "control": control, "donor": donor_ids, "length_matched": matched}
+    donor = [ids[j] if j >= 0 else "" for j, _ in donors]
+    return {"target": target, "control": control, "donor": donor, "length_matched": [m for _, m in donors]}
 
 
 # ------------------------------------------------------------------ answer only (A13)
@@ -89,17 +88,12 @@ def reweighting(answer_pos: list[list[int]], eq: list[list[int]], factors: list[
 # ------------------------------------------------------------------ detection baselines (A17)
 @torch.inference_mode()
 def answer_logprobs(
-    lm: LoadedModel,
-    seqs: list[list[int]],
-    ea_positions: list[list[int]],
-    batch_size: int,
-    desc: str = "logits",
+    lm: LoadedModel, seqs: list[list[int]], ea_positions: list[list[int]], batch_size: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Logits-mean / Logits-min of the E_A tokens (token p scored from position p-1) from a clean pass of
     their own: what the tests compare the saliency pass's values (which the workflow uses) with."""
     mean, low = np.full(len(seqs), np.nan), np.full(len(seqs), np.nan)
     ends = [max(e) + 1 if e else 0 for e in ea_positions]
-    order = sorted(range(len(seqs)), key=lambda i: -ends[i])
 
     def step(idx: list[int]) -> None:
         scored = [[p for p in ea_positions[i] if p >= 1] for i in idx]
@@ -110,7 +104,7 @@ def answer_logprobs(
         targets = [[seqs[i][p] for p in pos] for i, pos in zip(idx, scored, strict=True)]
         mean[idx], low[idx] = logprob_stats(logits, targets)
 
-    run_batched(order, batch_size, step, desc=desc)
+    run_batched(sorted(range(len(seqs)), key=lambda i: -ends[i]), batch_size, step, desc="logits")
     return mean, low
 
 
@@ -137,7 +131,6 @@ def p_true(lm: LoadedModel, prompts: list[list[int]], batch_size: int, desc: str
     prompt asking whether the proposed answer is true, softmax over the two sets of first-token ids."""
     t_ids, f_ids = verdict_token_ids(lm.tokenizer)
     out = np.full(len(prompts), np.nan)
-    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
 
     def step(idx: list[int]) -> None:
         logits = next_token_logits(lm, [prompts[i] for i in idx], [[len(prompts[i]) - 1] for i in idx])
@@ -145,5 +138,5 @@ def p_true(lm: LoadedModel, prompts: list[list[int]], batch_size: int, desc: str
         lf = torch.logsumexp(logits[:, f_ids], dim=-1)
         out[idx] = torch.sigmoid(lt - lf).cpu().numpy()
 
-    run_batched(order, batch_size, step, desc=desc)
+    run_batched(sorted(range(len(prompts)), key=lambda i: -len(prompts[i])), batch_size, step, desc=desc)
     return out

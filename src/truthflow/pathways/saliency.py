@@ -66,11 +66,7 @@ def answer_loss(model, hidden: torch.Tensor, ids: torch.Tensor, lengths, answer_
 
 
 def attention_and_grads(
-    lm: LoadedModel,
-    seqs: list[list[int]],
-    answer_start: list[int],
-    head: int = 0,
-    capture_at: list[int] | None = None,
+    lm: LoadedModel, seqs: list[list[int]], answer_start: list[int], head: int = 0, capture_at=None
 ):
     """One right-padded batch, inside `backend.gradient_mode`: (summed per-sample loss, [A^l [B, H, T - head,
     T]], [dL/dA^l], valid [B, T], the residual stream before the final norm [B, T - head, D], the states after
@@ -126,7 +122,6 @@ def saliency(
             raise ValueError(
                 f"states positions of samples {bad[:5]} lie before E_Q and the answer, or past it"
             )
-    order = sorted(range(n), key=lambda i: -len(seqs[i]))
 
     def step(idx: list[int]) -> None:
         rows = [seqs[i] for i in idx]
@@ -146,8 +141,7 @@ def saliency(
             targets = [[seqs[i][p + 1] for p in pos] for i, pos in zip(idx, at, strict=True)]
             mean[idx], low[idx] = logprob_stats(logits, targets)
         del resid
-        width = valid.shape[1]
-        masks = [pair_masks(len(seqs[i]), eq_positions[i], ea_positions[i], width) for i in idx]
+        masks = [pair_masks(len(seqs[i]), eq_positions[i], ea_positions[i], valid.shape[1]) for i in idx]
         # [B, T - head, T] each
         to_answer, to_all = (torch.stack([m[k][head:] for m in masks]).to(valid.device) for k in (0, 1))
         per_layer = []
@@ -158,5 +152,5 @@ def saliency(
         result[idx] = torch.stack(per_layer, dim=1).cpu().numpy()
 
     with gradient_mode(model):
-        run_batched(order, batch_size, step, desc=desc)
+        run_batched(sorted(range(n), key=lambda i: -len(seqs[i])), batch_size, step, desc=desc)
     return Saliency(result, mean, low)
