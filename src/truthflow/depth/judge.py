@@ -1,9 +1,8 @@
 """Judges that score an answer 1–5 against a reference answer (METHOD B3), with an append-only verdict cache.
-Backends: `reference` (token-F1, offline), `openai` (any OpenAI-compatible chat endpoint) and `hf` (a local
-transformers model); the LLM backends send the rubric prompt of `depth.judge.prompt` (shipped:
-prompts/depthqa_judge.yaml: feedback, then `[RESULT] <1-5>`). Decoding is greedy or sampled, with
-`depth.judge.judgments` verdicts per answer; a sampled verdict's draw is seeded by the seed, its key and its
-index alone, never its batch, so it repeats where the backend honours a seed (reference: always)."""
+Backends: `reference` (token-F1, offline), `openai` (an OpenAI-compatible chat endpoint), `hf` (a local
+transformers model); the LLM backends send the rubric prompt of `depth.judge.prompt` (feedback, then `[RESULT]
+<1-5>`). Greedy or sampled, `depth.judge.judgments` verdicts per answer; a sampled verdict's draw is seeded by
+the seed, its key and index alone, never its batch, so it repeats where the backend honours a seed."""
 
 from __future__ import annotations
 
@@ -162,10 +161,9 @@ def _one_line(value: object) -> str:
 
 
 class OpenAIJudge:
-    """Chat completions at any OpenAI-compatible endpoint (`openai` SDK), rubric prompt, temperature 0 or
-    sampled (temperature, top_p and each verdict's seed). The SDK retries a network error, a timeout, HTTP
-    408/409/429 and 5xx `retries` times; any other error (401, 400, an unknown model) stops the job with one
-    line naming the endpoint and the status."""
+    """Chat completions (`openai` SDK), temperature 0 or sampled (temperature, top_p, each verdict's seed).
+    The SDK retries a network error, a timeout, HTTP 408/409/429 and 5xx `retries` times; any other error
+    (401, 400, an unknown model) stops the job with one line naming the endpoint and the status."""
 
     def __init__(self, settings: Mapping) -> None:
         import openai

@@ -1,14 +1,12 @@
 """The DepthQA authors' metrics (Ko et al., EMNLP 2024; docs/depthqa_authors.md), next to the score gap of
 METHOD B4, from the per-question table (model, qid, depth, judgments) and the graph (tables.NODE_COLUMNS):
-
 - mean score per depth, over that depth's questions, with a bootstrap 95% CI;
-- forward discrepancy, per depth pair (a, b) = (1, 2) and (2, 3): for each node of depth b, p = the mean
-  score of its direct predecessors of depth a and s = its own score; counted only where p >= 4; its value
+- forward discrepancy, per depth pair (a, b) = (1, 2) and (2, 3): for each node of depth b, p = the mean score
+  of its direct predecessors of depth a and s = its own score; counted only where p >= 4; its value
   max(0, (p - s) / 4). The pair's discrepancy is the mean over the counted nodes; "overall" pools both pairs';
 - backward discrepancy, per pair: the same for each node of depth a, with p = the score of its first direct
   successor of depth b (first in its `direct_successors` list).
-
-The discrepancies are over graph nodes (a question two nodes share counts once per node), the mean scores over
+Discrepancies are over graph nodes (a question two nodes share counts once per node), mean scores over
 questions, as in the authors' code. A question's score is the mean of its verdicts. An unparseable verdict
 (`unparseable`): "zero" scores it 0 (the authors' compute_score); "omit" leaves it out of its question's mean,
 a question without a parsed verdict out of the mean score, and a node missing its own or a neighbour's score
@@ -74,7 +72,6 @@ def _row(model, metric, scope, depth, values, left_out, n_bad, note, *, policy, 
 
 
 def _why_empty(looked: int, left_out: int, gate_side: str) -> str:
-    """The note of a discrepancy with n = 0."""
     if looked == 0:
         return "n = 0: no node of the pair has a neighbour at the other depth"
     if left_out == looked:
@@ -92,9 +89,8 @@ def _node_scores(nodes: dict, scores: pl.DataFrame) -> tuple[dict, dict]:
 def discrepancy_values(
     nodes: dict, score_of: dict, bad_of: dict, a: int, b: int, forward: bool
 ) -> tuple[list, int, int, int]:
-    """(the counted nodes' values, nodes left out, unparseable verdicts among the nodes looked at, nodes
-    looked at). Forward: each node of depth b against its predecessors of depth a; backward: each node of
-    depth a against its first successor of depth b (the other successors play no part)."""
+    """One pair's discrepancy in one direction (module docstring): (the counted nodes' values, nodes left out,
+    unparseable verdicts among the nodes looked at, nodes looked at)."""
     values, left_out, bad, looked = [], 0, 0, 0
     for nodeid, rec in sorted(nodes.items()):
         if forward:

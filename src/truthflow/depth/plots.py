@@ -92,8 +92,7 @@ def _empty(ax, why: str) -> None:
 
 
 def plot_score_gap_density(subset_df: pl.DataFrame, models, titles, out_png, out_pdf, caption: str) -> None:
-    """Filled KDE per model of the score gap (memorization_split's table) for the "25%" (green) and "75%"
-    (orange) subsets."""
+    """Filled KDE per model of the score gap (memorization_split's table), "25%" green and "75%" orange."""
     fig, axes = _panels(models, titles)
     no_graph, subset_df = subset_df.height == 0, plotting.table(subset_df, SPLIT_COLUMNS)
     for ax, model in zip(axes, models or [""], strict=False):

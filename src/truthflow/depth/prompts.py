@@ -1,12 +1,10 @@
-"""DepthQA's prompts as files a user can swap (METHOD B3): the answer prompt (`depth.prompt`) and the judge
-prompt (`depth.judge.prompt`), each a small YAML file, with the sha256 of its bytes, which the report states.
-
-An answer prompt file holds `system` (the system turn; "" for none), `user` (the user turn, `{question}` in
-it), `no_system_role` (what a chat template without a system role gets: `fold`, the system text opens the
-user turn followed by a blank line; or `drop`) and `base` (the whole prompt of a model without a chat
-template). A judge prompt file holds `system`, `task` (the user turn, with `{instruction}`, `{response}`,
-`{reference}` and `{rubric}` in it) and `rubric`. Literal braces in a template are written twice ({{ }}).
-A relative path is looked up in the working directory, then in the checkout (shipped files: prompts/)."""
+"""DepthQA's prompts as small YAML files a user can swap (METHOD B3), each with the sha256 of its bytes,
+which the report states. The answer prompt (`depth.prompt`) holds `system` ("" for none), `user` (with
+`{question}`), `no_system_role` (for a chat template without a system role: `fold`, the system text opens the
+user turn followed by a blank line, or `drop`) and `base` (the whole prompt of a model without a chat
+template). The judge prompt (`depth.judge.prompt`) holds `system`, `task` (the user turn: `{instruction}`,
+`{response}`, `{reference}`, `{rubric}`) and `rubric`; literal braces are written twice ({{ }}). A relative
+path is looked up in the working directory, then in the checkout (shipped files: prompts/)."""
 
 from __future__ import annotations
 
@@ -47,8 +45,7 @@ class AnswerPrompt:
         return [{"role": "user", "content": user}]
 
     def render(self, tokenizer, question: str, chat: bool, chat_template_kwargs: dict | None = None) -> str:
-        """The whole prompt text: the chat template over `messages` (generation prompt added) for a chat
-        model with a template, else `base`."""
+        """The whole prompt: the chat template over `messages` for a chat model with one, else `base`."""
         if not (chat and getattr(tokenizer, "chat_template", None)):
             return self.base.format(question=question)
         kwargs = chat_template_kwargs or {}
@@ -82,8 +79,7 @@ def has_system_role(tokenizer, chat_template_kwargs: dict | None = None) -> bool
 
 
 def resolve(value: str | Path, key: str) -> Path:
-    """The prompt file a config value names: as given when absolute, else in the working directory, else in
-    the checkout."""
+    """The prompt file a config value names: as given if absolute, else in the cwd, else in the checkout."""
     path = Path(value)
     for candidate in [path] if path.is_absolute() else [path, CHECKOUT / path]:
         if candidate.is_file():
@@ -97,8 +93,7 @@ def digest(path: str | Path) -> str:
 
 
 def _read(value: str | Path, key: str, kind: str, keys: dict[str, set | None]) -> tuple[dict, str]:
-    """The file's text fields (`keys`) with its path and digest (of the bytes parsed, read once), and the
-    message prefix naming it."""
+    """The file's text fields with its path and digest (of the bytes parsed), and its message prefix."""
     path = resolve(value, key)
     where = f"prompt file '{path}' (config key '{key}')"
     try:
@@ -153,8 +148,7 @@ def load_judge_prompt(value: str | Path, key: str = "depth.judge.prompt") -> Jud
 
 
 def digest_rows(files: dict[str, tuple[str, str]], judge_backend: str) -> list[dict]:
-    """The report's prompt table: per stage (answer, judge), the config key, the file, its sha256 and a note.
-    `files`: stage -> (config key, path)."""
+    """The report's prompt table per stage of `files` (stage -> (config key, path)): file, sha256, note."""
     unread = "not read: the reference judge scores token-F1 and sends no prompt"
     notes = {
         "answer": "the answers' prompt (chat models: its turns in their template; base models: `base`)",

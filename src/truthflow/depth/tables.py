@@ -1,8 +1,7 @@
 """DepthQA tables (METHOD B2, B4, B5): depthwise MIN-K%, score gaps and the memorization split, from long
 tables. `per_question_df`: one row per (model, question): model, qid, depth, mink_{k} / minkpp_{k} and score
-(the judge's 1–5, null when missing). `nodes_df`: the DepthQA graph, one row per node (NODE_COLUMNS). A group
-is one D3 node with all its ancestors through direct_predecessors (D3 → D2 → D1), labelled by its `group`.
-An empty nodes table (no graph) gives empty group tables; `pooled_by_depth` needs no graph."""
+(the judge's 1–5, null when missing). `nodes_df`: the DepthQA graph (NODE_COLUMNS); empty (no graph), it gives
+empty group tables. A group is one D3 node with its ancestors (direct_predecessors), named by `group`."""
 
 from __future__ import annotations
 
@@ -57,8 +56,7 @@ def group_members(nodes_df: pl.DataFrame) -> pl.DataFrame:
 
 
 def depthwise_average(per_question_df: pl.DataFrame, nodes_df: pl.DataFrame, k: float) -> pl.DataFrame:
-    """Per (model, group, depth): the mean MIN-K% (column mink_{k}) of the group's questions at that depth;
-    a question two nodes of one group share counts once."""
+    """Per (model, group, depth): the mean mink_{k} of the group's questions there, a shared one once."""
     col = mink_column(k)
     members = group_members(nodes_df)
     if members.height == 0:
@@ -83,9 +81,8 @@ def d3_mink_by_group(depthwise_df: pl.DataFrame) -> pl.DataFrame:
 
 
 def score_gaps(per_question_df: pl.DataFrame, nodes_df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
-    """Per (model, group): the score gap (METHOD B4). Every group gets a row; an excluded one (no D2
-    predecessor, a missing score) has a null gap and its reason in `excluded`. Returns the table and the
-    number of excluded (model, group) rows."""
+    """Per (model, group): the score gap (METHOD B4); an excluded group (no D2 predecessor, a missing score)
+    has a null gap and its reason in `excluded`. Returns the table and the number of excluded rows."""
     nodes = node_records(nodes_df)
     if not nodes:
         return pl.DataFrame(schema=GAP_SCHEMA), 0

@@ -1,11 +1,6 @@
-"""The forward-pass engine: every pass of a model in truthflow runs here (a test holds it so).
-
-- `batches`: length-sorted batches by rows and tokens, the out-of-memory back-off, the shared-prefix rule.
-- `masks`: additive 4D masks (knockout, reweighting) with each layer type's sliding window folded in.
-- `hooks`: residual-stream capture at (layer, position), the early stop, per-layer masks.
-- `passes`: `Condition`s (clean, knockout, patched, reweighted) run over samples by `resid_states`, with the
-  shared-prefix KV cache; `attention_pass` (saliency). `logits`: float32 logits and log-probabilities.
-- `decoding`: greedy or sampled decoding. `backend`: the attention kernels, eager attention for gradients."""
+"""The forward-pass engine: every pass of a model in truthflow runs here (a test holds it so). Submodules:
+batches (batching, OOM back-off), masks, hooks, passes (`Condition`s run by `resid_states`), logits (float32),
+decoding, backend (attention kernels)."""
 
 from .backend import describe as describe_attention
 from .batches import FAKE_OOM_ENV, run_batched

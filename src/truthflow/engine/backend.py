@@ -1,8 +1,7 @@
 """Which attention kernel runs, decided here for every forward pass of the engine. Models load with `sdpa`.
-Since PyTorch 2.9, SDPA's first choice on Hopper and Blackwell GPUs is cuDNN attention, which plans every new
-shape anew (each batch, each decoding step): first calls ran 4-10x slower than repeats on an H200
-(benchmarks/README.md). The default, `auto`, leaves cuDNN out: flash attention where no 4D mask is given,
-memory-efficient attention where one is, math as the fallback; `models.<name>.attention` overrides it.
+Since PyTorch 2.9, SDPA prefers cuDNN attention on Hopper and Blackwell GPUs, which plans every new shape anew
+(each batch, each decoding step; benchmarks/README.md). The default, `auto`, leaves cuDNN out: flash where no
+4D mask is given, memory-efficient where one is, math as the fallback; `models.<name>.attention` overrides it.
 Saliency reads attention weights: eager attention (`gradient_mode`)."""
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Batched decoding: greedy, or sampled with temperature, top-p and a repetition penalty. Prompts are
 length-sorted, batched by a token budget and left-padded, with a dynamic KV cache (a static one recompiles for
-every batch width); the head a batch's prompts share (a chat template's system prompt) is prefilled once.
-A sampled token depends only on the seed, the row's key (a question id) and the step: the exponential race
-argmax p_i / q_i over the tokens top-p keeps (as vLLM samples), q ~ Exp(1) seeded by the three. A rerun,
-another batch size or an OOM split gives the same answers, but where two races tie within float rounding."""
+every batch width); the head a batch's prompts share is prefilled once. A sampled token depends only on the
+seed, the row's key (a question id) and the step: the exponential race argmax p_i / q_i over the top-p tokens
+(as vLLM samples), q ~ Exp(1) seeded by the three, so reruns, batch sizes and OOM splits agree up to ties."""
 
 from __future__ import annotations
 

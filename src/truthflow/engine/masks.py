@@ -12,14 +12,12 @@ from ..errors import TruthflowError
 
 
 def attention_mask(valid: torch.Tensor, block: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
-    """valid, block: [B, T] bool (real tokens; tokens to knock out, None: none). Returns the causal padding
-    mask [B, 1, T, T] whose cell (b, i, j) is 0 when query i may attend key j: a later query never attends a
-    blocked key unless it is blocked itself."""
+    """valid, block: [B, T] bool (real tokens; tokens to knock out, or None) -> the causal padding mask [B, 1,
+    T, T], 0 where query i may attend key j; an unblocked query attends no blocked key."""
     t = valid.shape[1]
     causal = torch.ones(t, t, dtype=torch.bool, device=valid.device).tril()  # [T(query), T(key)]
     allowed = causal[None] & valid[:, None, :]
     if block is not None:
-        # an unblocked query attends no blocked key (causal: only earlier ones, its own key is unblocked)
         allowed = allowed & ~(block[:, None, :] & ~block[:, :, None])
     allowed = allowed | torch.eye(t, dtype=torch.bool, device=valid.device)[None]  # padding rows stay finite
     return torch.zeros_like(allowed, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
@@ -28,9 +26,8 @@ def attention_mask(valid: torch.Tensor, block: torch.Tensor | None, dtype: torch
 def reweight_mask(
     valid: torch.Tensor, queries: torch.Tensor, keys: torch.Tensor, factor: float, dtype: torch.dtype
 ) -> torch.Tensor:
-    """The causal padding mask plus log(factor) on every allowed cell (i, j) with query i in `queries` and key
-    j in `keys` ([B, T] bool each): before the softmax, it multiplies those attention weights by f and
-    renormalizes each row (METHOD A16)."""
+    """The causal padding mask plus log(factor) on every allowed cell with its query in `queries` and key in
+    `keys` ([B, T] bool): it multiplies those attention weights by f, each row renormalized (METHOD A16)."""
     base = attention_mask(valid, None, dtype)
     if factor == 1.0:
         return base

@@ -1,7 +1,6 @@
 """The falsification test of the two-pathway finding (METHOD A7, A9, docs/method.md): per matched sample
 diff = E_Q − control knockout, a one-sided paired t-test, Holm over the run's cells and a ±SESOI equivalence
-test. `check` keeps each cell's (range, measure) sufficient statistics (n, mean and sd of diff); `family`
-gathers the cells and decides, vectorised (`verdicts`) so that the same code decides 1,000 simulated runs."""
+test. `check`: each cell's sufficient statistics (n, mean, sd of diff); `family` decides, vectorised."""
 
 from __future__ import annotations
 
@@ -21,8 +20,7 @@ UNITS = {"delta_p": "ΔP points", "flip_rate": "flip-rate points (%)"}
 NAMES = {"delta_p": "ΔP", "flip_rate": "flip rate"}
 POWER, N_MAX = 0.8, 2**24  # the power that mde and n_needed plan for; n_needed's largest n
 
-# range: all | second_half | explicit | middle_third (the explicit stand-in); layers: "second_half (16-30)";
-# status: why no test can be made in this cell (no probe, no control), null otherwise
+# range: all | second_half | explicit | middle_third; status: why a cell has no test (null: it has one)
 CELL_SCHEMA = dict.fromkeys(["range", "layers"], pl.String) | {"layer_from": pl.Int64, "layer_to": pl.Int64}
 CELL_SCHEMA |= {"measure": pl.String} | dict.fromkeys(["n_samples", "n_unmatched", "n_minority"], pl.Int64)
 CELL_SCHEMA |= dict.fromkeys("probe_auc target control diff sd".split(), pl.Float64) | {"status": pl.String}
@@ -42,10 +40,8 @@ LAYERS_SCHEMA = dict.fromkeys(["model", "dataset", "range", "layers", "measure"]
 LAYERS_SCHEMA |= {c: CHECK_SCHEMA[c] for c in ("n_samples", *TEST_COLUMNS, "reason")}
 
 
-# ------------------------------------------------------------ per cell: sufficient statistics
 def layer_ranges(n_layers: int, layers) -> list[tuple[str, int, int]]:
-    """The sensitivity table's three ranges (name, from, to; 1-based, inclusive): every layer, the second
-    half, and the configured [from, to] (cut to the model's layers), else the middle third as stand-in."""
+    """The ranges (name, from, to; 1-based, inclusive): all, second_half, explicit (cut) or middle_third."""
     if isinstance(layers, list | tuple):
         third = ("explicit", max(1, int(layers[0])), min(n_layers, int(layers[1])))
     else:
@@ -94,10 +90,8 @@ def check(samples: pl.DataFrame, auc=None, layers="second_half", probe_status=No
     return pl.DataFrame(rows, schema=CELL_SCHEMA)
 
 
-# ------------------------------------------------------------ the statistics (vectorised)
 def holm(p, alpha: float) -> tuple[np.ndarray, np.ndarray]:
-    """Holm–Bonferroni over the last axis (NaN = not tested, outside the family). Returns (adjusted p, the
-    one-sided level each cell's bound is at, as METHOD A7's multiple comparisons state)."""
+    """Holm–Bonferroni over the last axis (NaN: untested) -> (adjusted p, each cell's one-sided level, A7)."""
     p = np.asarray(p, dtype=float)
     order = np.argsort(p, axis=-1)  # NaN last
     ps = np.take_along_axis(p, order, -1)
@@ -123,9 +117,8 @@ def decide(low, high, sign: int, sesoi: float) -> np.ndarray:
 
 
 def verdicts(mean, sd, n, sign: int, sesoi: float, alpha: float = 0.05, correct: bool = True) -> dict:
-    """The family's tests over the last axis (cells), from the mean, sd and n of the per-sample diffs (mean
-    NaN: a cell without a test): p of the one-sided paired t-test for sign·diff > 0, p_holm and the level of
-    each side, the two one-sided t bounds low, high (a 1 − 2·level interval) and the verdict."""
+    """A family's tests over the last axis (cells) from the diffs' mean (NaN: untested), sd and n: p (paired
+    t, one-sided: sign·diff > 0), p_holm, level, the bounds low, high (a 1 − 2·level interval), verdict."""
     mean, sd, n = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in (mean, sd, n)))
     with np.errstate(divide="ignore", invalid="ignore"):
         t = stats.t.sf(sign * mean / (sd / np.sqrt(n)), n - 1)
@@ -149,8 +142,7 @@ def mde(sd: float, n: int, level: float) -> float:
 
 
 def n_needed(effect: float, sd: float, level: float) -> int | None:
-    """The smallest n (at most N_MAX) whose one-sided test detects `effect` with probability POWER (None: sd
-    unknown): power grows with n, so the first integer at or above the root of power(n) = POWER."""
+    """The smallest n <= N_MAX whose one-sided test detects `effect` with probability POWER (None: no sd)."""
     if not (sd > 0 and effect > 0):
         return None
     if power(effect, sd, 2, level) >= POWER:
@@ -160,7 +152,6 @@ def n_needed(effect: float, sd: float, level: float) -> int | None:
     return math.ceil(optimize.brentq(lambda n: power(effect, sd, n, level) - POWER, 2, N_MAX))
 
 
-# ------------------------------------------------------------ gathered: the verdicts of a run
 def _gate(row: dict, cfg: dict) -> str | None:
     """Why this cell gets no test (it says inconclusive), or None."""
     n = row["n_samples"] or 0
@@ -226,8 +217,7 @@ def _family(rows: pl.DataFrame, cfg: dict) -> pl.DataFrame:
 
 
 def family(cells: pl.DataFrame, cfg: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """From every cell's `check` rows (with model, dataset) and the filled pathways.check config: the check
-    table (Holm over the cells) and the sensitivity table (the primary measure per range, Holm in each)."""
+    """The check table (Holm over the cells' `check` rows) and the sensitivity table (Holm per range)."""
     primary, chosen = cfg["measure"], "explicit" if isinstance(cfg["layers"], list | tuple) else cfg["layers"]
     secondary = next(m for m in MEASURES if m != primary)
     keys = ["model", "dataset"]
@@ -244,7 +234,6 @@ def family(cells: pl.DataFrame, cfg: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
     secondary_cols = [pl.lit(secondary).alias("secondary_measure"), pl.col("diff").alias("secondary_diff")]
     secondary_cols += [pl.Series(f"secondary_{k}", s[k]).fill_nan(None) for k in ("low", "high", "p")]
     sec = sec.select(*keys, *secondary_cols)
-    # the mean E_Q and control values per measure: flip_target, ..., delta_p_control
     means = cells.filter(range=chosen).pivot(on="measure", index=keys, values=["target", "control"])
     short = {"flip_rate": "flip", "delta_p": "delta_p"}
     means = means.rename({f"{v}_{m}": f"{short[m]}_{v}" for m in MEASURES for v in ("target", "control")})

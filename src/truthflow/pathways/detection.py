@@ -92,8 +92,7 @@ def random_gate(n: int, seed: Seed) -> np.ndarray:
 
 
 def vanilla_split(train, n_q: int, seed: Seed) -> tuple[np.ndarray, np.ndarray]:
-    """The VanillaExperts ablation: the train indices split at random (stream 1 of the seed) into sorted
-    halves of the groups' sizes, n_q and len(train) - n_q."""
+    """The VanillaExperts ablation: train split at random (stream 1) into sorted parts of n_q and the rest."""
     perm = _rng(seed, 1).permutation(np.asarray(train))
     return np.sort(perm[:n_q]), np.sort(perm[n_q:])
 
@@ -206,9 +205,8 @@ def detection_table(
     x, y, groups, states, baselines: Mapping, factors: Sequence[float], probe: Mapping, probing=None
 ):
     """The paper's Table 3 for one (model, dataset) (METHOD A17): each baseline score (higher = more likely
-    correct; one row per seed, so sd 0), then Probing, the MoP variants and PR (`factor`: the factor chosen
-    per fold, e.g. "2,2,4,2,2"). Fold i of seed s seeds the random draws with (s, i); the AUC is over all N
-    out-of-fold predictions; the status lists fallbacks. `probing`: crossfit_seeds' [seeds, N] or None."""
+    correct), Probing, the MoP variants and PR (`factor`: chosen per fold, "2,2,4,2,2"); fold i of seed s
+    seeds its draws with (s, i); AUC over all N out-of-fold predictions. `probing`: crossfit_seeds' [S, N]."""
     x, y, g = np.asarray(x, dtype=np.float32), np.asarray(y), np.asarray(groups, dtype=bool)
     if not np.isin(y, [0, 1]).all():
         raise ValueError("y must hold 0/1 (or bools) only")

@@ -108,9 +108,8 @@ def _sentence_end(text: str) -> int:
 
 
 def _runs(words: list[Word], keep, text: str | None, bridges=NAME_CONNECTORS, alone=()) -> list[list[Word]]:
-    """Maximal runs of words whose text passes keep(word), bridged by `bridges` words between two kept ones
-    ("Leonardo da Vinci"). With `text`, only spaces join words ('-', '&' too, '. ' after an initial); without
-    it, punctuation does not split a run. A kept word in `alone` (a relation verb) is a run of its own."""
+    """Maximal runs of words passing keep(word), joined across `bridges` words ("Leonardo da Vinci"); with
+    `text`, only spaces, '-', '&' or '. ' after an initial join words; an `alone` word is a run of its own."""
     kept = [keep(w) for w, _, _ in words]
     runs: list[list[Word]] = [[]]
     i = 0
@@ -142,10 +141,9 @@ def _runs(words: list[Word], keep, text: str | None, bridges=NAME_CONNECTORS, al
 
 
 def short_answer_span(answer: str, question: str) -> tuple[int, int] | None:
-    """Deterministic E_A for a wrong answer (METHOD A3): the [start, end) span in `answer` (the stripped
-    generation) of the entity or short phrase that answers, comparable with a correct answer's alias span;
-    None when nothing is left. Steps: 1. a leading yes/no; 2. a quoted span or named run; 3. a lowercase
-    phrase's head; 4. a capitalized run, else the last non-stop word."""
+    """Deterministic E_A for a wrong answer (METHOD A3): the [start, end) span in the stripped generation of
+    the entity or short phrase that answers (None: none). Steps: 1. a leading yes/no; 2. a quoted span or
+    named run; 3. a lowercase phrase's head; 4. a capitalized run, else the last non-stop word."""
     line = answer.split("\n", 1)[0]
     start = len(line) - len(line.lstrip())
     while (m := _LEADING_ANY.match(line, start)) and m.end() > start and line[m.end() :].strip():
@@ -242,8 +240,7 @@ def question_spans(question: str, dataset: str, subj=None, prop=None) -> list[tu
 def _named_spans(question: str) -> list[tuple[int, int]]:
     """Quoted spans, capitalized runs and numbers of a mixed-case question."""
     spans = [m.span(1 if m.group(1) else 2) for m in _QUOTED.finditer(question)]
-    # capitalized runs with lowercase connectors inside ("Statue of Liberty"), past the sentence start; not
-    # text.NAME_CONNECTORS, which would change E_Q on real questions
+    # capitalized runs, connectors inside ("Statue of Liberty"); not text.NAME_CONNECTORS: E_Q would change
     connector = r"(?:of(?:\s+the)?|de|la|le|von|van|der|du|da|del|di)"
     cap = r"[A-Z][\w'\-\.]*"
     runs = re.finditer(rf"\b{cap}(?:\s+(?:{connector}\s+)?{cap})*", question)
@@ -293,8 +290,7 @@ CLASS_TABLE_SCHEMA |= dict.fromkeys(["auc_ea_length_only", "auc_position_only"],
 
 
 def position_only_auc(correct: np.ndarray, value: np.ndarray) -> float:
-    """How well a position feature alone separates the classes: the ROC AUC of `value` for 'wrong', folded
-    to >= 0.5 (separating the other way counts as well); NaN with one class only."""
+    """The ROC AUC of a position feature alone for 'wrong', folded to >= 0.5; NaN with one class only."""
     wrong = ~np.asarray(correct, dtype=bool)
     if wrong.all() or not wrong.any():
         return float("nan")
@@ -303,9 +299,8 @@ def position_only_auc(correct: np.ndarray, value: np.ndarray) -> float:
 
 
 def class_table(samples: pl.DataFrame, model: str, dataset: str) -> pl.DataFrame:
-    """Per answer class of one (model, dataset): n, mean |E_A| and |E_Q| in tokens, the median E_Q share of
-    the question tokens, the samples without a matched random control, and the position confound check (A3):
-    the AUC of |E_A| alone and of the probe position alone (the same on both rows)."""
+    """Per answer class of one (model, dataset): n, mean |E_A| and |E_Q|, the median E_Q share of the question
+    tokens, samples without a matched control, and the AUCs of |E_A| and probe position alone (A3)."""
     auc_len, auc_pos = (position_only_auc(samples["correct"], samples[c]) for c in ("n_ea", "probe_position"))
     cls = pl.when(pl.col("correct")).then(pl.lit("correct")).otherwise(pl.lit("wrong"))
     table = samples.group_by(cls.alias("class")).agg(
