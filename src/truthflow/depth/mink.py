@@ -55,9 +55,7 @@ def encode_for_scoring(tokenizer, text: str) -> list[int]:
     """Raw text with the BOS in front (no chat template): the first token is context, never scored."""
     ids = list(tokenizer(text, add_special_tokens=True)["input_ids"])
     bos = getattr(tokenizer, "bos_token_id", None)
-    if bos is not None and (not ids or ids[0] != bos):
-        ids.insert(0, bos)
-    return ids
+    return ids if bos is None or ids[:1] == [bos] else [bos, *ids]
 
 
 # the floor of a log-probability in the moments: a masked token (-inf) gets p = 0 and a finite log p, so

@@ -194,16 +194,13 @@ def resid_states(
     if layer is not None and not 1 <= layer <= n_layers:
         raise ValueError(f"layer {layer} is not in 1..{n_layers}")
     shape = (len(seqs), n_layers, hidden) if layer is None else (len(seqs), hidden)
-    if out is None:
-        out = [np.zeros(shape, dtype=np.float16) for _ in conditions]
+    out = [np.zeros(shape, dtype=np.float16) for _ in conditions] if out is None else out
     if len(out) != len(conditions) or any(a.shape != shape for a in out):
         raise ValueError(f"out arrays must have shape {shape}, one per condition")
     if any(c.window is not None for c in conditions) and layer is not None:
         raise ValueError("a window condition reads every layer")
     cut = [list(s[: p + 1]) for s, p in zip(seqs, at, strict=True)]  # nothing after the probe is needed
-    if any(
-        c.tokens is not None and any(len(c.tokens[i]) < len(r) for i, r in enumerate(cut)) for c in conditions
-    ):
+    if any(len(c.tokens[i]) < len(r) for c in conditions if c.tokens is not None for i, r in enumerate(cut)):
         raise ValueError("a condition's tokens must keep every sample's length")
     full = [c for c in conditions if c.window is None]
     pad = pad_id(lm)
@@ -253,8 +250,7 @@ def _window_passes(base, layers, cap: ResidCapture, ids, clean_mask, ko_mask, wi
     finally:
         cap.stop_after = None
         per_layer.remove()
-    dev = values[0].device
-    return torch.stack([v.to(dev) for v in values], dim=1).cpu()
+    return torch.stack([v.to(values[0].device) for v in values], dim=1).cpu()
 
 
 def attention_pass(lm, rows: list[list[int]], head: int, capture_at: list[int] | None):

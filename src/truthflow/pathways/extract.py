@@ -69,8 +69,7 @@ def llm_spans(
     ea_out = ask(EA_PROMPT, [{"question": q, "answer": a} for q, a in zip(questions, answers, strict=True)])
     eq_out = ask(EQ_PROMPT, [{"question": q} for q in questions])
     ea = [next(iter(_find_spans(ans, [copy])), None) for ans, copy in zip(answers, ea_out, strict=True)]
-    eq = [_find_spans(q, copy.split("|")) for q, copy in zip(questions, eq_out, strict=True)]
-    return ea, eq
+    return ea, [_find_spans(q, copy.split("|")) for q, copy in zip(questions, eq_out, strict=True)]
 
 
 def locate_spans(
@@ -140,7 +139,6 @@ def knockout_blocks(
             matched[i] = matched[i] and pos is not None
         return [pos or [] for pos in out]
 
-    # target: exact_question or random (the schema's enum)
     target_blocks = draw(TARGET_RANDOM_DRAW) if target == "random" else [list(e) for e in eqs]
     controls = [draw(d) for d in range(control_draws)]
     return target_blocks, controls, matched
@@ -155,10 +153,9 @@ def knockout_states(
     desc: str,
     out=None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The clean states (off the saliency pass), the target knockout and each control draw (knockout:
-    pathways.knockout; METHOD A7), written into out = `activations.knockout_out`'s layout (None: float16
-    arrays, thrown away), and the attention saliency and Logits-mean/min of every kept sample (A15, A17).
-    Returns (SAMPLES_SCHEMA's table, SALIENCY_SCHEMA's table)."""
+    """The clean states (off the saliency pass), the target knockout and each control draw (METHOD A7;
+    knockout: pathways.knockout) written into out (`activations.knockout_out`'s layout; None: thrown away).
+    Returns (SAMPLES_SCHEMA's table, SALIENCY_SCHEMA's: the saliency and Logits-mean/min, A15, A17)."""
     draws = knockout["control_draws"]
     target_blocks, controls, matched = knockout_blocks(
         kept, knockout["target"], draws, knockout["control_seed"]
@@ -206,10 +203,9 @@ def experiment_states(
     outs,
     name: str,
 ) -> pl.DataFrame:
-    """The new states at layer K for `table` (samples.parquet joined with their labels, question and
-    saliency.parquet), written into outs = (patch, answer_only, pr) as `activations` lays them out. Returns
-    the per-sample scores (SCORES_SCHEMA): donors, P(True), and the table's answer log-probabilities and
-    saliency per layer. cfg: pathways.experiments; P(True)'s prompt is built like the answers'."""
+    """The new states at layer K for `table` (samples.parquet joined with labels, question and saliency),
+    written into outs = (patch, answer_only, pr) as `activations` lays them out; returns the per-sample scores
+    (SCORES_SCHEMA). cfg: pathways.experiments; P(True)'s prompt is built like the answers'."""
     if table.height == 0:
         return pl.DataFrame(schema=SCORES_SCHEMA)
     patch, answer_only, pr = outs
@@ -218,10 +214,8 @@ def experiment_states(
     seqs = [list(p) + list(a) for p, a in zip(table["prompt_ids"], table["answer_ids"], strict=True)]
     prompt_lens = table["prompt_ids"].list.len().to_list()
     eq, probe = (table[c].to_list() for c in ("eq_positions", "probe_position"))
-    ctrl0 = [
-        c[0] if m and c else None
-        for c, m in zip(table["control_positions"].to_list(), table["control_matched"], strict=True)
-    ]
+    controls = zip(table["control_positions"].to_list(), table["control_matched"], strict=True)
+    ctrl0 = [c[0] if m and c else None for c, m in controls]
     inputs = patched_inputs(ids, seqs, eq, ctrl0, cfg["patch_seed"])
     patched = [Condition(tokens=inputs["target"]), Condition(tokens=inputs["control"])]
     resid_states(lm, seqs, probe, patched, batch_size, layer, list(patch), f"patching {name}")

@@ -134,8 +134,7 @@ def p_true(lm: LoadedModel, prompts: list[list[int]], batch_size: int, desc: str
 
     def step(idx: list[int]) -> None:
         logits = next_token_logits(lm, [prompts[i] for i in idx], [[len(prompts[i]) - 1] for i in idx])
-        lt = torch.logsumexp(logits[:, t_ids], dim=-1)
-        lf = torch.logsumexp(logits[:, f_ids], dim=-1)
+        lt, lf = (torch.logsumexp(logits[:, ids], dim=-1) for ids in (t_ids, f_ids))
         out[idx] = torch.sigmoid(lt - lf).cpu().numpy()
 
     run_batched(sorted(range(len(prompts)), key=lambda i: -len(prompts[i])), batch_size, step, desc=desc)

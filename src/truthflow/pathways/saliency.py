@@ -2,10 +2,9 @@
 means): how much the loss on the model's own answer (the answer ids after the prompt ids, from position s)
 flows through attention edges leaving E_Q. An empty cell set gives NaN; duplicate positions count once.
 
-dL/dA needs the probabilities in the autograd graph: the stage runs under `eager` attention (switched for the
-call and back), rooted at the (detached) input embeddings with frozen parameters. The batch loss is the SUM of
-per-sample mean losses, so batched equals one at a time. The head every row shares before its first E_Q token
-and first scored position runs once, without a graph (`engine.attention_pass`).
+dL/dA needs the probabilities in the autograd graph: the stage runs under `eager` attention
+(`backend.gradient_mode`; `engine.attention_pass`). The batch loss is the SUM of per-sample mean losses, so
+batched equals one at a time.
 """
 
 from __future__ import annotations
@@ -52,8 +51,7 @@ def pooled(s: torch.Tensor, to_answer: torch.Tensor, to_all: torch.Tensor) -> to
 # ------------------------------------------------------------------------------------- loss and dL/dA
 def answer_loss(model, hidden: torch.Tensor, ids: torch.Tensor, lengths, answer_start, offset: int):
     """Sum over rows of the mean NLL of the answer tokens; hidden [B, K, D] (final-normed) holds positions
-    offset.. The LM head runs on the predicting positions only, in one call (with a 262k vocabulary its
-    matmuls are most of the stage's cost otherwise)."""
+    offset.. The LM head runs on the predicting positions only, in one call (its matmuls dominate)."""
     rows = [r for r, (n, s) in enumerate(zip(lengths, answer_start, strict=True)) for _ in range(s, n)]
     pos = [t - 1 - offset for n, s in zip(lengths, answer_start, strict=True) for t in range(s, n)]
     weight = [1.0 / (n - s) for n, s in zip(lengths, answer_start, strict=True) for _ in range(s, n)]
@@ -101,14 +99,11 @@ def saliency(
     states: tuple[list[int], np.ndarray] | None = None,
 ) -> Saliency:
     """Attention saliency of every sample at every layer, and the E_A tokens' Logits-mean / Logits-min read
-    off the same pass's residual stream (`engine.logits_at`, as `interventions.answer_logprobs`).
-    states = (positions, out [N, L, D]): the same pass's residual stream after every layer at one position
-    per sample (at or after its first E_Q token and answer_start - 1) written into out (the knockout's
-    clean states)."""
-    n = len(seqs)
-    model = lm.model
-    n_layers = model.config.get_text_config().num_hidden_layers
-    result = np.full((n, n_layers, 2), np.nan, dtype=np.float32)
+    off the same pass's residual stream (`engine.logits_at`). states = (positions, out [N, L, D]): that pass's
+    residual stream after every layer at one position per sample (at or after its first E_Q token and
+    answer_start - 1), written into out (the knockout's clean states)."""
+    n, model = len(seqs), lm.model
+    result = np.full((n, model.config.get_text_config().num_hidden_layers, 2), np.nan, dtype=np.float32)
     mean, low = np.full(n, np.nan), np.full(n, np.nan)
     for s, a, eq, ea in zip(seqs, answer_start, eq_positions, ea_positions, strict=True):  # same lengths
         if not 1 <= a < len(s):  # bad inputs fail before any model work
@@ -142,7 +137,6 @@ def saliency(
             mean[idx], low[idx] = logprob_stats(logits, targets)
         del resid
         masks = [pair_masks(len(seqs[i]), eq_positions[i], ea_positions[i], valid.shape[1]) for i in idx]
-        # [B, T - head, T] each
         to_answer, to_all = (torch.stack([m[k][head:] for m in masks]).to(valid.device) for k in (0, 1))
         per_layer = []
         for layer in range(len(attns)):
