@@ -339,9 +339,8 @@ def read_cache(cache_path: str | Path) -> dict[str, dict]:
     return cache
 
 
-# score: the mean of the answer's parsed verdicts (null: none parsed), score_sd their sample SD (the judge's
-# own spread; null below 2); judgments: every verdict in index order, null where unparseable; reason: the
-# first verdict's; cached: every verdict came from the cache
+# score: the mean of the parsed verdicts (null: none), score_sd their sample SD (null below 2); judgments: all
+# verdicts in index order (null: unparseable); reason: the first verdict's; cached: all came from the cache
 SCORES_SCHEMA = {"qid": pl.Utf8, "score": pl.Float64, "score_sd": pl.Float64, "n_judgments": pl.Int64}
 SCORES_SCHEMA |= {"n_unparseable": pl.Int64, "judgments": pl.List(pl.Int64), "reason": pl.Utf8}
 SCORES_SCHEMA |= {"backend": pl.Utf8, "cached": pl.Boolean}

@@ -1,16 +1,14 @@
-"""The DepthQA authors' metrics (Ko et al., EMNLP 2024; docs/depthqa_authors.md), next to the score gap of
-METHOD B4, from the per-question table (model, qid, depth, judgments) and the graph (tables.NODE_COLUMNS):
-- mean score per depth, over that depth's questions, with a bootstrap 95% CI;
-- forward discrepancy, per depth pair (a, b) = (1, 2) and (2, 3): for each node of depth b, p = the mean score
-  of its direct predecessors of depth a and s = its own score; counted only where p >= 4; its value
-  max(0, (p - s) / 4). The pair's discrepancy is the mean over the counted nodes; "overall" pools both pairs';
-- backward discrepancy, per pair: the same for each node of depth a, with p = the score of its first direct
-  successor of depth b (first in its `direct_successors` list).
+"""The DepthQA authors' metrics (Ko et al., EMNLP 2024; docs/depthqa_authors.md), next to METHOD B4's score
+gap, from the per-question table (model, qid, depth, judgments) and the graph (tables.NODE_COLUMNS): the mean
+score per depth over its questions, with a bootstrap 95% CI; the forward discrepancy per depth pair (a, b) =
+(1, 2), (2, 3): over the nodes of depth b whose direct predecessors of depth a have a mean score p >= 4, the
+mean of max(0, (p - s) / 4), s the node's own score ("overall" pools both pairs' nodes); the backward
+discrepancy: the same over the nodes of depth a, p the score of the first direct successor of depth b.
 Discrepancies are over graph nodes (a question two nodes share counts once per node), mean scores over
-questions, as in the authors' code. A question's score is the mean of its verdicts. An unparseable verdict
-(`unparseable`): "zero" scores it 0 (the authors' compute_score); "omit" leaves it out of its question's mean,
-a question without a parsed verdict out of the mean score, and a node missing its own or a neighbour's score
-out of the discrepancy; the rows count what they left out. A row with n = 0 has a note saying why."""
+questions, as in the authors' code. A question's score is the mean of its verdicts. An unparseable verdict:
+`unparseable` "zero" scores it 0 (the authors' compute_score); "omit" leaves it out of its question's mean, a
+question without a parsed verdict out of the mean score, a node missing its own or a neighbour's score out of
+the discrepancy; rows count what they left out, and one with n = 0 has a note saying why."""
 
 from __future__ import annotations
 
@@ -123,8 +121,7 @@ def depth_metrics(
     n_boot: int = 2000,
     seed: int = 0,
 ) -> pl.DataFrame:
-    """Per model: mean score per depth, forward and backward discrepancy per pair and overall (METRICS_SCHEMA,
-    long). Without a graph (empty nodes table) only the mean scores."""
+    """Per model, long: mean score per depth and, with a graph, the discrepancies per pair and overall."""
     scores, nodes = question_scores(per_question_df, unparseable), node_records(nodes_df)
     row = partial(_row, policy=unparseable, boot=(n_boot, seed))
     rows = []

@@ -1,8 +1,7 @@
-"""Which attention kernel runs, decided here for every forward pass of the engine. Models load with `sdpa`.
-Since PyTorch 2.9, SDPA prefers cuDNN attention on Hopper and Blackwell GPUs, which plans every new shape anew
-(each batch, each decoding step; benchmarks/README.md). The default, `auto`, leaves cuDNN out: flash where no
-4D mask is given, memory-efficient where one is, math as the fallback; `models.<name>.attention` overrides it.
-Saliency reads attention weights: eager attention (`gradient_mode`)."""
+"""Which attention kernel runs, for every forward pass of the engine (models load with `sdpa`). Since PyTorch
+2.9, SDPA prefers cuDNN attention on Hopper and Blackwell, which plans every new shape anew (each batch, each
+decoding step; benchmarks/README.md): `auto`, the default, leaves it out (flash without a 4D mask, efficient
+with one, math last); `models.<name>.attention` overrides it. Saliency: eager attention (`gradient_mode`)."""
 
 from __future__ import annotations
 

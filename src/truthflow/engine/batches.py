@@ -23,8 +23,7 @@ OOM_MESSAGES = ("out of memory", "cublas_status_alloc_failed", "cudnn_status_all
 def next_batch(
     order: Sequence[int], start: int, size: int, cost: Sequence[int] | None, token_budget: int | None
 ) -> list[int]:
-    """The items of the batch starting at order[start]: up to `size` of them and, with a token budget, only as
-    many as keep rows x max(cost) within it (always at least one)."""
+    """Up to `size` items from order[start], and (at least one) as many as keep rows x max(cost) in budget."""
     idx = list(order[start : start + size])
     if token_budget is None or cost is None:
         return idx

@@ -1,6 +1,5 @@
-"""Float32 logits of a bf16 (or fp16) model: final norm, LM head and final soft-cap run in float32 on the
-last residual stream, so log-probabilities are not first rounded to bf16 (a logit of 20 on a grid of 0.125).
-Used where log-probabilities are the result; the saliency loss keeps the model's own head (`head_logits`)."""
+"""Float32 logits of a bf16 (or fp16) model: final norm, LM head and soft-cap in float32 on the last residual
+stream, so log-probabilities are not first rounded to bf16 (a logit of 20 on a grid of 0.125)."""
 
 from __future__ import annotations
 
@@ -78,8 +77,7 @@ def next_token_logits(lm, rows: list[list[int]], at: list[list[int]]) -> torch.T
 
 
 def logprob_stats(logits: torch.Tensor, targets: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
-    """The mean and the minimum log-probability of each row's target tokens, targets[r] scored by consecutive
-    rows of `logits` (`logits_at`); NaN for a row without targets."""
+    """Mean and min log-probability of each row's targets, over consecutive rows of `logits`; NaN if none."""
     lp = torch.log_softmax(logits, dim=-1)
     flat = torch.tensor([t for ts in targets for t in ts], device=lp.device)
     vals = lp[torch.arange(len(flat), device=lp.device), flat].cpu().numpy()

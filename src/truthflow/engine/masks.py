@@ -38,8 +38,7 @@ def reweight_mask(
 
 
 def positions_tensor(rows: list[list[int]], lengths: list[int], shape, device) -> torch.Tensor:
-    """[B, T] bool of the given positions, built on the host and copied to the device once; those at or past
-    a row's length (after its probe) are dropped."""
+    """[B, T] bool of the positions short of each row's length, built on the host, copied to `device` once."""
     cells = [(r, p) for r, (pos, n) in enumerate(zip(rows, lengths, strict=True)) for p in pos if p < n]
     t = torch.zeros(shape, dtype=torch.bool)
     t[[r for r, _ in cells], [p for _, p in cells]] = True  # one indexed write

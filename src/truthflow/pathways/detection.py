@@ -1,8 +1,7 @@
-"""Pathway awareness and hallucination detection (paper "Two Pathways to Truthfulness", §4–5, Table 3;
-METHOD A16-A17). Per sample: a label y (1 = correct), a group g (True = Q-Anchored) and hidden states x [N, D]
-at one layer; every estimate is cross-fitted (probes.crossfit). Data that cannot give an estimate gives rows
-whose status says why and a null auc; ValueError is for caller bugs. A seed is an int or a sequence of ints;
-random draws use numpy streams of it: 0 for the RandomGate, 1 the VanillaExperts split, 2 PR's inner split."""
+"""Pathway awareness and hallucination detection ("Two Pathways to Truthfulness" §4–5; METHOD A16-A17).
+Per sample: a label y (1 = correct), a group g (True = Q-Anchored), hidden states x [N, D] at one layer; every
+estimate is cross-fitted (probes.crossfit), else a null auc and a status saying why; ValueError: caller bugs.
+A seed (an int or ints) gives numpy streams: 0 for the RandomGate, 1 the VanillaExperts split, 2 PR's one."""
 
 from __future__ import annotations
 
@@ -42,7 +41,6 @@ def _probe_or_rate(x_tr, y_tr, x_te, C: float, max_iter: int) -> tuple[np.ndarra
     return fit_predict(x_tr, y_tr, [x_te], C, max_iter)[0], None
 
 
-# ---------------------------------------------------------------------------------------- 1. awareness
 def awareness_auc(resid: np.ndarray, groups, layers: Sequence[int], probe: Mapping) -> pl.DataFrame:
     """Pathway awareness (§4, A16) from hidden states [N, L, D]: per seed and 1-based layer, the AUC of the
     cross-fitted P(Q-Anchored); a split that cannot be made or a layer outside 1..L gives a null auc."""
@@ -78,10 +76,8 @@ def awareness_summary(aware: pl.DataFrame) -> pl.DataFrame:
     return aware.filter(pl.col("auc").is_not_null()).group_by(keys).agg(**stats).sort(keys)
 
 
-# ------------------------------------------------------------------------------- 2. Mixture of Pathways
 def gate_probs(x, g, train, test, C: float = 1.0, max_iter: int = 2000) -> tuple[np.ndarray, str | None]:
-    """w = P(Q-Anchored | x) for x[test], from a probe trained on x[train] -> g[train], and a note when the
-    train set holds one group only (w is then that group's rate, 1.0 or 0.0, for every test row)."""
+    """w = P(Q-Anchored | x) for x[test], probe fit on (x, g)[train]; one group in train: its rate, a note."""
     w, note = _probe_or_rate(x[train], g[train].astype(int), x[test], C, max_iter)
     return w, (f"gate: train holds one group only, w = {g[train].mean():g}" if note else None)
 
@@ -100,9 +96,8 @@ def vanilla_split(train, n_q: int, seed: Seed) -> tuple[np.ndarray, np.ndarray]:
 def mop_predict(
     x, y, g, train, test, gate="pathway", experts="pathway", seed: Seed = 0, C=1.0, max_iter=2000
 ) -> tuple[np.ndarray, list[str]]:
-    """Mixture of Pathways (§5): P(y = 1) for x[test] = w·expert_Q(x) + (1 − w)·expert_A(x), and the fallbacks
-    taken; gate "random" and experts "vanilla" are the paper's ablations. An expert whose subset has one
-    class predicts its rate (1.0 or 0.0), one without samples the rate of y = 1 over the whole train fold."""
+    """Mixture of Pathways (§5): P(y = 1) = w·expert_Q + (1 − w)·expert_A for x[test], and the fallbacks; gate
+    "random", experts "vanilla": ablations; a one-class expert gives its rate, an empty one y's train rate."""
     if gate not in ("pathway", "random") or experts not in ("pathway", "vanilla"):
         raise ValueError(
             f"gate must be 'pathway' or 'random', experts 'pathway' or 'vanilla': {gate}, {experts}"
@@ -123,7 +118,6 @@ def mop_predict(
     return w * preds[0] + (1 - w) * preds[1], notes
 
 
-# ------------------------------------------------------------------------------- 3. Pathway Reweighting
 def pr_states(up, down, x_clean, g, train, test, C: float = 1.0, max_iter: int = 2000):
     """PR routing: training samples by their own group (Q-Anchored -> up, A-Anchored -> down), test samples
     by the gate on x_clean. Returns (train states, test states, q_test, the gate's note)."""
@@ -155,8 +149,7 @@ def _pr_candidates(states, factors) -> dict[float, tuple | None]:
 
 
 def _inner_split(y, train, seed: Seed) -> tuple[np.ndarray, np.ndarray] | str:
-    """Stratified inner split of train: per class, round(PR_VAL_SIZE · count) samples (at least 1, at most
-    count − 1) go to validation, so both parts hold both classes. Or the reason it cannot be made."""
+    """Stratified split of train, round(PR_VAL_SIZE · n) of each class (1..n−1) to validation; or why not."""
     if reason := split_reason(y[train], 2):
         return f"inner validation split impossible: {reason}"
     rng = _rng(seed, 2)
@@ -172,9 +165,8 @@ def _inner_split(y, train, seed: Seed) -> tuple[np.ndarray, np.ndarray] | str:
 def pr_select_and_predict(
     states, x_clean, y, g, train, test, factors, seed: Seed = 0, C=1.0, max_iter=2000
 ) -> tuple[np.ndarray, float, list[str]]:
-    """Pathway Reweighting (§5, METHOD A16): (P(y = 1) for the test samples, the chosen factor, notes).
-    states[f] = (up, down) [N, D], the E_Q -> answer attention ×f and ×1/f. The factor is chosen on
-    `_inner_split` (1.0, plain probing, without one), gate included; test samples give only their states."""
+    """Pathway Reweighting (§5, A16) -> (test P(y = 1), the factor, notes); states[f] = (up, down) [N, D],
+    E_Q -> answer attention ×f, ×1/f; the factor (gate included) is chosen on `_inner_split`, else 1.0."""
     cands, inner = _pr_candidates(states, factors), _inner_split(y, train, seed)
     if isinstance(inner, str):
         chosen, notes = 1.0, [f"{inner}; factor 1 (plain probing)"]
@@ -185,7 +177,6 @@ def pr_select_and_predict(
     return p, chosen, notes + fit_notes
 
 
-# ------------------------------------------------------------------------------------------ 4. Table 3
 def _baseline_row(name: str, seed: int, score, y: np.ndarray) -> dict:
     score = np.asarray(score, dtype=float)
     row = {"method": name, "seed": seed, "n": 0}
@@ -252,8 +243,7 @@ def detection_table(
 
 
 def detection_summary(table: pl.DataFrame, keys: Sequence[str] = ()) -> pl.DataFrame:
-    """Per (keys, method) in table order: mean and sd (ddof=1) of the AUC over the seeds whose status is ok,
-    n_seeds, n (samples per seed). sd is exactly 0 where every seed gives the same AUC (the baselines)."""
+    """Per (keys, method): mean, sd (ddof=1; 0 if all agree) of the AUC over ok seeds, n_seeds and n."""
     auc = pl.col("auc").filter(pl.col("status").str.starts_with("ok"))
     sd = pl.when(auc.len() < 2).then(None).when(auc.n_unique() == 1).then(0.0).otherwise(auc.std())
     return table.group_by([*keys, "method"], maintain_order=True).agg(

@@ -1,6 +1,5 @@
-"""The Section 3.2-5 experiments from cached states (docs/method.md A12-A17): token patching, answer-only,
-knowledge boundary, saliency and pathway-awareness summaries per Q-/A-Anchored group at the layer K, new
-states scored by the ΔP stage's cross-fitted probes (probes.crossfit at K)."""
+"""Section 3.2-5 experiments per Q-/A-Anchored group at layer K (docs/method.md A12-A17): token patching,
+answer-only, knowledge boundary, saliency, awareness; cached states scored by the ΔP stage's probes at K."""
 
 from __future__ import annotations
 
@@ -86,8 +85,7 @@ def patching_rows(prob, prob_patch, prob_control, correct, groups, control_ok, a
 
 
 def answer_only_rows(prob: np.ndarray, prob_ao: np.ndarray, groups: np.ndarray, at: dict) -> list[dict]:
-    """Answer-only (A13): −ΔP per sample (seeds averaged), the probe's drop in the probability of its clean
-    prediction when the hidden state is recomputed from the answer alone; higher = more question-dependent."""
+    """Answer-only (A13): −ΔP per sample, the state recomputed from the answer alone (seeds averaged)."""
     _, dp, _ = knockout_effect(prob, prob_ao)
     return _group_rows("answer_only", "-ΔP", -dp.mean(axis=0), groups, np.ones(len(groups), bool), at)
 
@@ -111,9 +109,8 @@ def boundary_rows(deltap: pl.DataFrame, correct: dict, refusal: dict, popularity
 
 
 def run(samples, scores, deltap, data, clean, states, probe: dict, boot: dict, factors: list, keys: dict):
-    """Every experiment of one (model, dataset) at the layer K of `scores` (extract_experiments' per-sample
-    scores): returns the tables (rows, awareness, detection, per_sample), each with the columns of `keys`
-    and k_layer = K in front. states: patch, answer_only, pr as `activations` lays them out."""
+    """Every experiment of one (model, dataset) at the layer K of `scores` -> the tables rows, awareness,
+    detection, per_sample, `keys` and k_layer in front; states: patch, answer_only, pr (`activations`)."""
     k_layer, name = (int(scores["layer"][0]) if scores.height else None), "/".join(map(str, keys.values()))
     front = [*(pl.lit(v).alias(c) for c, v in keys.items()), pl.lit(k_layer, pl.Int64).alias("k_layer")]
     schemas = (ROW_SCHEMA, AWARENESS_SCHEMA, DETECTION_SCHEMA, PER_SAMPLE_SCHEMA)
@@ -125,7 +122,6 @@ def run(samples, scores, deltap, data, clean, states, probe: dict, boot: dict, f
     groups = groups_at(deltap, ids, layer)
     print(f"{name}: layer {layer}: {groups.sum()} Q-Anchored, {(~groups).sum()} A-Anchored", flush=True)
     patch, answer_only, pr = states
-    # out-of-fold P(correct) at K on the clean and the new states, from the ΔP stage's cross-fitted probes
     x_new = [np.asarray(s, dtype=np.float32) for s in (patch[0], patch[1], answer_only)]
     x, k = np.asarray(clean[:, layer - 1], dtype=np.float32), n_folds(probe["test_size"])
     prob, *new = crossfit_seeds(x, x_new, labels, probe["seeds"], k, probe["C"], probe["max_iter"])

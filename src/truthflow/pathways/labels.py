@@ -52,9 +52,8 @@ def _gap(question: str, qw: list[Word], i: int, j: int, pattern) -> bool:
 
 
 def _option_words(qw: list[Word], question: str, j: int, step: int) -> list[str]:
-    """The option name that starts at question word j and extends in direction `step` (+1 right, -1 left):
-    to the right, content or capitalized words (name connectors inside) up to MAX_OPTION_WORDS, stopping at
-    punctuation, a coordinator or a stop word; to the left, a capitalized name when word j is one, else j."""
+    """The option at question word j, direction `step`: right, up to MAX_OPTION_WORDS content or capitalized
+    words (connectors inside) up to punctuation, a coordinator or stop word; left, a capitalized name or j."""
     cap = [(question[s].isupper() and s > 0) or question[s].isdigit() for _, s, _ in qw]
     usable = [_is_content(w) or c for (w, _, _), c in zip(qw, cap, strict=True)]
     out: list[str] = []
@@ -78,9 +77,8 @@ def _option_words(qw: list[Word], question: str, j: int, step: int) -> list[str]
 
 
 def choice_options(question: str, alias: str) -> list[list[str]]:
-    """The other options of a choice question that offers `alias` ("Which is larger, Mars or Jupiter?", "A,
-    B, or C"): the names joined to the alias in the question by or/and/nor/vs (and commas inside such a
-    list), each as its normalized words; empty when the alias is not offered as one of several options."""
+    """The other options of a choice question offering `alias` ("Mars or Jupiter?", "A, B, or C"): the names
+    joined to it by or/and/nor/vs (commas inside such a list), as normalized words; [] if not offered so."""
     qw, target = normalized_words(question), normalize_text(alias).split()
     tokens, n = [w for w, _, _ in qw], len(target)
     for i in _find_all(tokens, target):
@@ -110,8 +108,7 @@ def choice_options(question: str, alias: str) -> list[list[str]]:
 
 
 def _echo_by_copy(ans: list[str], a: int, n: int, q: list[str]) -> bool:
-    """True when the alias occurrence ans[a:a+n] lies inside a longer run of answer words copied verbatim from
-    the question, and the copied words beyond the alias include a content word."""
+    """Whether ans[a:a+n] lies in a longer run copied from the question, with a content word beyond it."""
     left = a
     while left > 0 and _find_all(q, ans[left - 1 : a + n]):
         left -= 1
@@ -149,13 +146,11 @@ def _match_choice(ans: list[str], target: list[str], options: list[list[str]]) -
 
 
 def match_answer(answer: str, aliases: list[str], question: str | None = None) -> AliasMatch:
-    """Match an answer against its gold aliases (METHOD A2 states the echo rule and its examples). Aliases
-    are tried longest first; the first one the answer commits to gives the label, the alias and its span in
-    the raw answer. Without a question: plain containment. With it: 1. yes/no gold; 2. an alias absent from
-    the question; 3. a choice question (`choice_options`): the option named first, by the gold alias or a
-    content word of another option not in the gold ("Lincoln" names "Abraham Lincoln"); 4. another alias
-    in the question, outside echoes. Echo-rejected: not correct, and some alias occurs only as an echo
-    (rules 3-4; a contradicted yes/no gold is wrong, not an echo)."""
+    """Match an answer against its gold aliases (METHOD A2: the echo rule), longest first; the first one the
+    answer commits to gives the label, the alias and its span in the raw answer. Without a question: plain
+    containment. With it: 1. yes/no gold; 2. an alias absent from the question; 3. a choice question: the
+    option named first, by the gold alias or a content word of another option ("Lincoln" names "Abraham
+    Lincoln"); 4. an alias in the question, outside echoes. Echo-rejected: wrong, an alias only echoed."""
     ans_words = normalized_words(answer)
     tokens = [w for w, _, _ in ans_words]
     q_tokens = normalize_text(question).split() if question is not None else None
@@ -185,7 +180,6 @@ def is_refusal(answer: str) -> bool:
     return not answer.strip() or bool(_REFUSAL.search(answer))
 
 
-# the columns label_frame adds
 LABEL_SCHEMA = {"correct": pl.Boolean, "matched_alias": pl.String, "match_start": pl.Int64}
 LABEL_SCHEMA |= {"match_end": pl.Int64, "echo_rejected": pl.Boolean, "refusal": pl.Boolean}
 

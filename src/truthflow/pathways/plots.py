@@ -1,6 +1,5 @@
-"""The Two Pathways figures, one panel per model of a pair (seeds 000-002, 004): the line figure (A11), its
-random-control companion in the same layout, the falsification figure (E_Q vs control, unsplit) and the
-probe-AUC figure. Each function draws from one table and recomputes nothing, by plotting's drawing rules."""
+"""The Two Pathways figures, one panel per model of a pair (seeds 000-002, 004): the line figure (A11) and its
+random-control twin, the falsification figure (E_Q vs control, unsplit), the probe AUC; one table each."""
 
 from __future__ import annotations
 
@@ -14,14 +13,12 @@ from ..plotting import MIN_LINE_N, colour, label
 
 STYLES = {"Q-Anchored": "-", "A-Anchored": "--"}
 KNOCKOUT_STYLES = {"target": "-", "control": ":"}
-# the config's knockout target -> its name in the falsification figure's legend
 TARGETS = {"exact_question": "E_Q knockout", "random": "random-token target (negative control)"}
 _finish = plotting.finish  # module attribute: tests replace it to inspect the legend
 
 
 def _panel_datasets(table: pl.DataFrame, auc: pl.DataFrame, model: str, notes: list[str]):
-    """(dataset, its rows, the panel's number of layers) per dataset of one model's panel; a dataset whose
-    probe is undefined goes to `notes` instead."""
+    """(dataset, its rows, the panel's layers) per dataset of a model; an undefined probe gives a note."""
     mine, probes = table.filter(pl.col("model") == model), auc.filter(pl.col("model") == model)
     n_layers = int(mine["layer"].max() or 0)
     for ds in plotting.datasets_in(mine) or plotting.datasets_in(probes):

@@ -1,6 +1,5 @@
-"""The figures of the Section 3.2-5 experiments (docs/method.md A12-A16), one panel column per model of a
-pair. Each draws from the aggregated tables (densities and box plots from per-sample values) and recomputes no
-statistic it could read; none raises on empty or degenerate tables."""
+"""The figures of the Section 3.2-5 experiments (docs/method.md A12-A16), a panel column per model of a pair,
+from the aggregated tables (densities, boxes: per-sample values); none raises on empty or degenerate ones."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ from .plots import STYLES
 
 # group colours of the bar and box figures (datasets are on the x axis there); not the datasets' tab10 hues
 GROUP_COLOURS = {"Q-Anchored": "#542788", "A-Anchored": "#b35806"}
-# the tables as experiment_tables writes them (the per-(model, dataset) schemas with the keys in front), each
-# with the columns it may lack (plotting.table adds them, and k_layer, as null); the others are required
+# experiment_tables' tables: (schema, the optional columns that plotting.table adds as null, as k_layer)
 ROWS_TABLE_SCHEMA = {**TABLE_KEYS, **ROW_SCHEMA}
 AWARENESS_TABLE_SCHEMA = {**TABLE_KEYS, **AWARENESS_SCHEMA}
 VALUES = dict.fromkeys(["s_pop", "s_eq_ea"], pl.Float64)  # per-sample values
@@ -125,8 +123,7 @@ def _bar_legend(drawn: set, names: dict[str, str], narrow: bool) -> tuple[list, 
 
 def plot_bars(experiment, rows, models, titles, out_png, out_pdf, caption: str = "", published=None) -> None:
     """Token patching (A12: flip rate (%), E_Q solid, the control hatched) or answer-only (A13: −ΔP (%)), per
-    dataset, Q- vs A-Anchored, with 95% CI and n. `published`: published.tsv's rows; those of this
-    experiment and a panel's model are diamonds."""
+    dataset, Q- vs A-Anchored, with 95% CI and n; `published` (published.tsv) values are diamonds."""
     names, ylabel = BARS[experiment]
     rows = _table("rows", rows).filter(experiment=experiment).filter(pl.col("condition").is_in(list(names)))
     pub = plotting.table(published, PUBLISHED_SCHEMA).filter(kind=experiment).rename({"anchor": "group"})
@@ -158,8 +155,7 @@ plot_answer_only = partial(plot_bars, "answer_only")
 
 
 def _popularity_panel(ax, samples: pl.DataFrame) -> bool:
-    """Box plot of log10 popularity per group (and dataset, where more than one has it); a group with
-    n < MIN_LINE_N is drawn as its points. Returns whether any group was that small."""
+    """Boxes of log10 popularity per group (and dataset), points below MIN_LINE_N; whether any were points."""
     pop = samples.filter(pl.col("s_pop").is_not_null())
     if pop.height == 0:
         plotting.blank(ax, "no popularity values (PopQA only)")
@@ -228,9 +224,8 @@ def plot_boundary(rows, per_sample, models, titles, out_png, out_pdf, caption: s
 
 
 def plot_saliency(per_sample, models, titles, out_png, out_pdf, caption: str = "") -> None:
-    """Saliency (A15): per dataset a Gaussian KDE of log10 of the positive per-sample S(E_Q→E_A) (seaborn, on
-    a log x axis; each curve integrates to 1 in log10 units) with a rug below zero; fewer than MIN_LINE_N
-    values, or no spread: the rug of points only. Non-positive values are counted in a note."""
+    """Saliency (A15): per dataset a KDE of log10 of the positive S(E_Q→E_A) per sample (area 1 in log10
+    units) with a rug below zero, the rug alone below MIN_LINE_N or without spread; values ≤ 0 in a note."""
     samples = _table("per_sample", per_sample).filter(pl.col("s_eq_ea").is_not_nan())  # null: not kept
     fig, axes = plotting.panels(models, titles)
     drawn, small = set(), False
@@ -277,8 +272,7 @@ def plot_saliency(per_sample, models, titles, out_png, out_pdf, caption: str = "
 
 
 def plot_awareness(awareness, rows, models, titles, out_png, out_pdf, caption: str = "") -> None:
-    """Pathway awareness (A16): the probe AUC per layer (`band_by_layer`), one line per dataset, dashed at
-    chance; a dotted vertical line at layer K, which defined the groups and is not probed."""
+    """Pathway awareness (A16): probe AUC by layer per dataset, chance dashed, layer K (unprobed) dotted."""
     aw = _table("awareness", awareness)
     ks = experiment_layers(rows, aw)
     fig, axes = plotting.panels(models, titles)

@@ -41,8 +41,7 @@ def split_reason(labels: np.ndarray, k: int, pos: str = "correct", neg: str = "w
     return None
 
 
-# scikit-learn is imported where it is used: the model jobs import these modules' helpers and schemas, and
-# its import (about 1 s, with scipy) would start every one of them
+# scikit-learn is imported where used: the model jobs import this module, and would each pay its ~1 s import
 def roc_auc(y, score) -> float:
     from sklearn.metrics import roc_auc_score
 
@@ -67,8 +66,7 @@ def folds(y, k: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
 
 
 def crossfit(x, y, seed: int, k: int, C: float, max_iter: int, extra=()) -> list[np.ndarray]:
-    """Out-of-fold P(y = 1) for every row of x, and for the same rows of each array in `extra` (other
-    states of the same samples), from the seeded stratified K-fold split over y."""
+    """Out-of-fold P(y = 1) for every row of x and of each array in `extra` (other states of the samples)."""
     outs = np.zeros((1 + len(extra), len(y)))
     for train, test in folds(y, k, seed):
         outs[:, test] = fit_predict(x[train], y[train], [x[test], *(e[test] for e in extra)], C, max_iter)
@@ -81,8 +79,7 @@ def crossfit_seeds(x, extra: list, y, seeds, k: int, C: float, max_iter: int) ->
 
 
 def anchors(flip_rate: np.ndarray, split: str = "per_layer", fixed_layer: int | None = None) -> np.ndarray:
-    """flip_rate: [N, L] in [0, 1] (bool works too) -> the groups of METHOD A9; fixed_layer K (1-based): the
-    group assigned at layer K holds for every layer."""
+    """flip_rate [N, L] in [0, 1] -> METHOD A9's groups; fixed_layer K (1-based): K's for every layer."""
     q = np.asarray(flip_rate, dtype=float) > 0.5
     if split == "fixed_layer":  # else per_layer (the schema's enum)
         if fixed_layer is None or not 1 <= fixed_layer <= q.shape[1]:
@@ -92,8 +89,7 @@ def anchors(flip_rate: np.ndarray, split: str = "per_layer", fixed_layer: int | 
 
 
 def knockout_effect(prob: np.ndarray, prob_ko: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """prob, prob_ko: [..., N, L] probabilities of 'correct'. Returns (p, ΔP, flipped) as METHOD A8 defines
-    them: p the probability of the class predicted on the clean state, and whether the prediction flips."""
+    """prob, prob_ko: [..., N, L] P(correct) -> (p, ΔP, flipped) of METHOD A8 (p: of the clean class)."""
     pred = prob >= 0.5
     p = np.where(pred, prob, 1 - prob)
     p_ko = np.where(pred, prob_ko, 1 - prob_ko)
@@ -103,9 +99,8 @@ def knockout_effect(prob: np.ndarray, prob_ko: np.ndarray) -> tuple[np.ndarray, 
 def run_probes(
     resid_clean, resid_kos: list, labels: np.ndarray, ids: list[str], probe: dict, matched=None, **split
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Probe every layer for every seed, cross-fitted. resid_kos[0] is the target knockout, resid_kos[1:]
-    the random-control draws; split: `anchors`' split and fixed_layer. Returns (AUC_SCHEMA table;
-    DELTAP_SCHEMA table per sample × layer × knockout, seeds and control draws averaged per sample)."""
+    """Cross-fitted probes per layer and seed; resid_kos: the target knockout, then the control draws; split:
+    `anchors`' kwargs. Returns (AUC table, ΔP table per sample × layer × knockout, seeds, draws averaged)."""
     n, n_layers, _ = resid_clean.shape
     seeds, k = probe["seeds"], n_folds(probe["test_size"])
     if reason := split_reason(labels, k):

@@ -216,8 +216,7 @@ def short_answer_span(answer: str, question: str) -> tuple[int, int] | None:
 
 
 def question_spans(question: str, dataset: str, subj=None, prop=None) -> list[tuple[int, int]]:
-    """Deterministic E_Q (METHOD A4): the question's subject and property words as sorted [start, end) spans
-    in `question`; a set's own rule in registry.py (given subj and prop) first."""
+    """Deterministic E_Q (METHOD A4): sorted spans of subject and property words; a set's own rule first."""
     own_rule = registry.get(dataset).question_spans if registry.is_qa(dataset) else None
     own = own_rule(question, {"subj": subj, "prop": prop}) if own_rule else None
     if own is not None:  # None where the set's own rule does not apply
