@@ -1,6 +1,5 @@
-"""Published vs reproduced: the values read off the papers' figures, or taken from their released metrics
-(workflow/report/published.tsv), next to this run's, and, for every model, the qualitative checks (E_Q
-knockout beats the matched random control; MIN-K% rising with depth): holds / does not hold / inconclusive."""
+"""Published vs reproduced: the papers' values (workflow/report/published.tsv) next to this run's, and per
+model the qualitative checks (E_Q knockout beats the matched random control; MIN-K% rises with depth)."""
 
 from __future__ import annotations
 
@@ -26,8 +25,7 @@ DEPTH_VERDICTS = {None: "undefined (a depth is empty)", True: "holds", False: "d
 
 
 def reproduced(p: dict, tables: dict[str, pl.DataFrame | None]) -> tuple[float, str] | None:
-    """This run's value for one published.tsv row with its description, or None when the run has no such
-    row (model not run, stage off, undefined)."""
+    """This run's value and description for a published.tsv row; None where the run has no such row."""
     if p["kind"] not in TABLE_OF_KIND:
         raise TruthflowError(f"published.tsv: unknown kind '{p['kind']}' (known: {', '.join(TABLE_OF_KIND)})")
     table, kind, src = tables.get(TABLE_OF_KIND[p["kind"]]), p["kind"], p["source"]
@@ -77,9 +75,8 @@ def quantitative(published: pl.DataFrame, tables: dict[str, pl.DataFrame | None]
 
 
 def qualitative_pathways(check: pl.DataFrame) -> list[tuple]:
-    """One row per (model, dataset) from the falsification check (truthflow.pathways.check): E_Q knockout
-    against the matched random control, the primary measure's paired difference, Holm-corrected. Q-Anchored
-    below A-Anchored is not a check: it follows from the split (METHOD A9)."""
+    """Per (model, dataset), the falsification check (truthflow.pathways.check): E_Q knockout vs matched
+    random control, Holm-corrected. Q- below A-Anchored is no check: it follows from the split (METHOD A9)."""
     rows = []
     for r in check.iter_rows(named=True):
         detail = f"n = {r['n_samples']} matched samples, layers {r['layers']}: {r['reason']}"

@@ -1,6 +1,4 @@
-"""The config's own checks (`check_config`) and the schema's defaults (`fill_defaults`, `schema_defaults`):
-every default lives in the schema and nowhere else. Imports the schema and the dataset registry only, never a
-science module, so that scripts which read a config section do not import the science through it."""
+"""Config checks (`check_config`), schema defaults (`fill_defaults`, `schema_defaults`); no science import."""
 
 from __future__ import annotations
 
@@ -35,17 +33,15 @@ def _filled(node: dict, given: Mapping) -> dict:
 
 
 def schema_defaults(*section: str, given: Mapping | None = None) -> dict:
-    """One config section as the workflow fills it (`schema_defaults("pathways", "check")`), for callers
-    outside the workflow: the keys `given` and the schema's defaults of the others, nested sections too."""
+    """A config section (`schema_defaults("pathways", "check")`) as the workflow fills it."""
     node = _schema()
     for key in section:
         node = node["properties"][key]
     return _filled(node, given or {})
 
 
-# Snakemake's validate prints the whole schema
 def check_schema(config: dict) -> None:
-    """The config against the schema, in one line naming the key: jsonschema's best_match, then a count."""
+    """The config against the schema in one line naming the key (Snakemake's validate prints the schema)."""
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
 
@@ -61,8 +57,7 @@ def check_schema(config: dict) -> None:
 
 
 def fill_defaults(config: dict) -> dict:
-    """The defaults into `config`, in place: hub sources (registry.fill_source), the schema's `default:`s
-    (Snakemake's validate(set_default=True)), and pathways.datasets (null: every configured QA set)."""
+    """The defaults into `config`, in place: hub sources, the schema's, pathways.datasets (null: QA sets)."""
     from snakemake.utils import validate
 
     for name, spec in config["datasets"].items():
@@ -73,13 +68,11 @@ def fill_defaults(config: dict) -> dict:
     return config
 
 
-# a name that becomes part of a path (results/{run}/..., resources/models/{model}, {dataset}.parquet)
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-# before the schema, whose pattern error shows a regex
 def check_path_names(config: dict) -> None:
-    """`run` and every model and dataset name end up in file paths: no '/', no '..', no leading dot."""
+    """`run`, model, dataset names go into paths: no '/', '..' or leading dot (before the schema's regex)."""
     named = [("run", config.get("run", "demo"))]
     for kind in ("models", "datasets"):
         if isinstance(config.get(kind), dict):
@@ -97,10 +90,9 @@ def check_path_names(config: dict) -> None:
             )
 
 
-# before the schema, whose oneOf error does not say that config files merge: see docs/configuration.md
 def check_sources(config: dict) -> None:
-    """A source key set to null is removed where null is not a value of it (an overlay's way to drop the
-    kind of source it replaces); then a source that still has two kinds (hub, local, ...) is refused."""
+    """A source key set to null is removed where null is not a value of it (an overlay's way to drop the kind
+    it replaces); a source still of two kinds is refused (the schema's oneOf error would not say why)."""
     for entry in ("model", "dataset"):
         section, schema = f"{entry}s", _schema()["$defs"][entry]["properties"]["source"]
         props, kinds = schema["properties"], [rule["required"][0] for rule in schema["oneOf"]]
@@ -128,7 +120,7 @@ def check_sources(config: dict) -> None:
 
 
 def _duplicate_keys(node, path: str = ""):
-    """(dotted key, first line, repeated line) of each key given twice in a composed YAML node."""
+    """(dotted key, first line, repeated line) of each repeated key of a composed YAML node."""
     if isinstance(node, yaml.MappingNode):
         seen: dict = {}
         for key_node, value_node in node.value:
@@ -145,7 +137,7 @@ def _duplicate_keys(node, path: str = ""):
 
 
 def check_config_files(paths) -> None:
-    """A key given twice in a YAML config file (the files Snakemake loaded) is an error."""
+    """A key given twice in a YAML config file (one Snakemake loaded) is an error."""
     for path in paths:
         path = Path(path)
         if not path.is_file():
@@ -164,8 +156,7 @@ def check_config_files(paths) -> None:
 
 
 def check_names(config: dict) -> None:
-    """Every dataset is registered (registry.py); every model/dataset named elsewhere in the config must be
-    defined (once); the message names the key."""
+    """Every dataset is registered; every model/dataset named elsewhere in the config is defined, once."""
     for name in config["datasets"]:
         if name not in registry.names():
             raise TruthflowError(
@@ -223,7 +214,7 @@ def check_names(config: dict) -> None:
 
 
 def check_depth(depth: dict) -> None:
-    """Settings of the depth section that must agree with each other (its defaults filled)."""
+    """Settings of the (filled) depth section that must agree with each other."""
     mink, memo = depth["mink"], depth["memorization"]
     if not depth["models"]:
         return

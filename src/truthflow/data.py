@@ -1,6 +1,5 @@
-"""Dataset loading (hub or local files in each set's published layout) into one schema: id, dataset,
-question, answers, plus the set's own fields. Ids are the source's own or a hash of the normalized question,
-so they do not depend on `n` and `seed`. Unusable rows and too large an `n` go to a dropped table."""
+"""Dataset loading (hub, or local files in each set's layout) into one schema: id, dataset, question, answers,
+own fields; ids do not depend on `n` or `seed`; unusable rows, too large an `n` go to a dropped table."""
 
 from __future__ import annotations
 
@@ -70,8 +69,7 @@ def _read_json_records(path: Path, text: str, field: str | None) -> list[dict]:
 
 
 def _read_delimited(path: Path, delimiter: str) -> list[dict]:
-    """TSV/CSV with standard quoting; a row whose field count differs from the header's (an unquoted tab or
-    comma inside a field) is an error naming the line (polars' read_csv names none)."""
+    """TSV/CSV with standard quoting; a ragged row is an error naming its line (polars' names none)."""
     kind = "tab" if delimiter == "\t" else "comma"
     records: list[dict] = []
     with path.open(encoding="utf-8", newline="") as fh:
@@ -99,7 +97,7 @@ def _read_delimited(path: Path, delimiter: str) -> list[dict]:
 
 
 def _check_file(path: Path) -> None:
-    """It exists, and is not empty (a small text file of whitespace only is empty too)."""
+    """It exists and is not empty (whitespace only counts as empty)."""
     if not path.exists():
         raise TruthflowError(f"'{path}' does not exist")
     if path.is_dir():
@@ -171,8 +169,7 @@ def _sample(name: str, usable: int, unit: str, origin: str, n: int | None, seed:
 
 
 def load_qa(name: str, spec: dict) -> tuple[pl.DataFrame, dict]:
-    """Load, normalize and subsample one QA dataset: the table, and a report whose 'dropped' is the dropped
-    table (dataset, id, reason, detail). The set's hub defaults fill no source or one of its hub id."""
+    """One QA dataset loaded, normalized and subsampled: the table, and a report with the dropped table."""
     entry = registry.get(name)  # an unknown name fails here, naming the registered ones
     spec = {**spec, "source": dict(spec["source"])} if spec.get("source") else dict(spec)
     registry.fill_source(name, spec)
@@ -254,9 +251,8 @@ def _graph_error(message: str) -> TruthflowError:
 def depthqa_nodes(
     nodes: list[dict], node_to_q: list[dict], depth_of: dict[str, int], where: dict[str, str]
 ) -> pl.DataFrame:
-    """The nodes table (NODES_SCHEMA) of the graph's records, checked closed: every node named (a predecessor,
-    a successor, in node_to_q) exists, every node maps to one question that exists at the node's depth, a
-    group has one D3 node. depth_of: question id -> depth."""
+    """The nodes table (NODES_SCHEMA), checked closed: every node named exists, maps to one question of its
+    depth (depth_of: question id -> depth), and a group has one D3 node."""
     wn, wm = where.get("nodes", "nodes"), where.get("node_to_q", "node_to_q")
     if not nodes and not node_to_q:
         return pl.DataFrame(schema=NODES_SCHEMA)
@@ -305,9 +301,8 @@ def depthqa_nodes(
 
 
 def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
-    """DepthQA questions + graph. A local source is a directory with questions/nodes/node_to_q files
-    (jsonl/json/parquet) or one questions file (e.g. an outputs/*.json dict keyed by qid: no graph).
-    The report's 'dropped' is the dropped table (repeated qids; n larger than the groups there are)."""
+    """DepthQA questions + graph: a local source is a directory of questions/nodes/node_to_q files or one
+    questions file (no graph). The report's 'dropped': repeated qids, an n above the groups there are."""
     src, n, seed = spec["source"], spec.get("n"), int(spec.get("seed", 0))
     if "hub" in src:
         origin, split, revision = src["hub"], src.get("split", "test"), src.get("revision")
@@ -344,8 +339,7 @@ def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
 
 
 def check_local_sources(config: dict) -> None:
-    """Before any job: each local dataset file exists and is not empty, a local DepthQA graph is closed
-    (load_depthqa); DepthQA takes no `columns` or hub `config` (its layout and hub configs are fixed)."""
+    """Before any job: local data files exist and are not empty, a local DepthQA graph is closed."""
     for name, spec in config["datasets"].items():
         src = spec.get("source") or {}
         for unused in ("columns", "config"):

@@ -1,9 +1,8 @@
 """Which GPUs a model job runs on. A job that sees exactly the GPUs it asked for (SLURM sets
-CUDA_VISIBLE_DEVICES) uses them as they are. One that sees more (a local run with --resources gpu=K, where
-all would load onto cuda:0) waits to claim its own by an exclusive flock per device, held until the process
-exits, so a SIGKILLed job frees its GPUs too.
-TRUTHFLOW_GPU_ASSIGN = auto (lock when more devices are visible than asked for) | lock | off;
-TRUTHFLOW_GPU_LOCK_DIR = the lock directory (default: per user in the temp directory, per scheduler job)."""
+CUDA_VISIBLE_DEVICES) uses them as they are; one that sees more (a local run with --resources gpu=K, where all
+would load onto cuda:0) claims its own by an exclusive flock per device, held until the process exits (so a
+SIGKILLed job frees its GPUs too). TRUTHFLOW_GPU_ASSIGN = auto (lock when more devices are visible than asked
+for) | lock | off; TRUTHFLOW_GPU_LOCK_DIR = the lock directory (default: per user and job, in tmp)."""
 
 from __future__ import annotations
 
@@ -37,8 +36,7 @@ class DeviceAssignment:
 
 
 def visible_devices(env: Mapping[str, str], count: int) -> list[str]:
-    """A key per device this process sees, in torch index order: its CUDA_VISIBLE_DEVICES entry (an index or a
-    UUID, the same name for every process that sees it) or, unset, its index."""
+    """Per visible device in torch order: its CUDA_VISIBLE_DEVICES entry (index or UUID), else its index."""
     if (listed := env.get("CUDA_VISIBLE_DEVICES")) is None:
         return [str(i) for i in range(count)]
     return [k.strip() for k in listed.split(",") if k.strip()][:count]
@@ -79,9 +77,7 @@ def release(key: str) -> None:
 def claim_devices(
     n: int, keys: list[str], lock_dir: Path, poll_s: float = 2.0, timeout_s: float | None = None
 ) -> list[int]:
-    """Claim n of the devices `keys` (returns their torch indices), each by an exclusive lock. A claim is all
-    or nothing (a 2-GPU job never holds one device while waiting for another, so two such jobs cannot
-    deadlock); devices this process already holds are reused."""
+    """Torch indices of n of the devices `keys`, locked all or nothing (no deadlock; held ones reused)."""
     if n > len(keys):
         raise TruthflowError(f"a job asks for {n} GPUs but only {len(keys)} are visible")
     lock_dir.mkdir(parents=True, exist_ok=True)
@@ -122,8 +118,7 @@ def assign_devices(
     mode = env.get(ASSIGN_ENV, "auto")
     if mode not in MODES:
         raise TruthflowError(f"{ASSIGN_ENV}={mode!r} is not one of {', '.join(MODES)}")
-    # a scheduler's job id says nothing about sharing: snakemake run locally inside an allocation of several
-    # GPUs starts concurrent jobs that all see every device
+    # a scheduler's job id says nothing about sharing: a local snakemake in a multi-GPU allocation shares them
     if mode == "off" or (mode == "auto" and len(keys) <= n):
         indices, how = list(range(n)), "as-is"
     else:

@@ -60,7 +60,6 @@ def fit_prompt(
     prompt, ids = make(question)
     if not max_prompt_tokens or len(ids) <= max_prompt_tokens:
         return prompt, ids, False
-    # the longest character prefix whose prompt fits
     lo = _bisect(0, len(question), lambda m: len(make(question[:m].rstrip())[1]) > max_prompt_tokens) - 1
     prompt, ids = make(question[:lo].rstrip())
     if len(ids) > max_prompt_tokens:  # lo = 0: not even the empty question fits
@@ -131,8 +130,7 @@ def generate_answers(
     decoding: Decoding | None = None,
     keys: list[str] | None = None,
 ) -> list[dict]:
-    """Decode every prompt (prompt_ids: already encoded) with `engine.decode`; with stop_at_newline every
-    newline token is an EOS id. Returns, in input order, a dict of ANSWER_KEYS per prompt."""
+    """Every prompt (prompt_ids: encoded) decoded by `engine.decode`: a dict of ANSWER_KEYS each, in order."""
     tok = lm.tokenizer
     encoded = prompt_ids if prompt_ids is not None else [encode_prompt(tok, p, chat) for p in prompts]
     stop_ids = eos_token_ids(tok, lm.model) | set(newline_token_ids(tok) if stop_at_newline else ())
@@ -160,8 +158,7 @@ def answer_questions(
     keys: list[str] | None = None,
     render: Callable | None = None,
 ) -> tuple[list[str], list[dict]]:
-    """Prompt (A1, or `render` as in `fit_prompt`), decode (`generate_answers`), report new tokens/s. A
-    question whose prompt exceeds max_prompt_tokens is truncated (its answer's `prompt_truncated`)."""
+    """Prompt (A1, or `render`), truncate to max_prompt_tokens, decode, report tokens/s."""
     fitted = [
         fit_prompt(lm.tokenizer, q, chat, instruction, max_prompt_tokens, chat_template_kwargs, render)
         for q in questions

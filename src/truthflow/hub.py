@@ -1,6 +1,5 @@
-"""One retry policy for every hub download (models and datasets): transient failures (network errors,
-HTTP 429 and 5xx) are retried with exponential waits; deterministic ones (unknown repo, gated, bad revision,
-offline mode) fail at once."""
+"""One retry policy for hub downloads: transient failures (network, HTTP 429 and 5xx) are retried with
+exponential waits; deterministic ones (unknown repo, gated, bad revision, offline) fail at once."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ HUB_ATTEMPTS = 4
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
 HUB_WAIT = None  # None: tenacity.wait_exponential(multiplier=2, max=60); tests set tenacity.wait_none()
 
-# matched anywhere in an exception's class hierarchy (subclasses such as ReadTimeout are covered): builtin,
-# requests (ConnectionError, Timeout, ChunkedEncodingError), httpx (TransportError), urllib3/http.client
+# builtin, requests, httpx, urllib3/http.client errors, matched anywhere in the class hierarchy (ReadTimeout)
 _TRANSIENT_NAMES = {"ConnectionError", "TimeoutError", "Timeout", "ChunkedEncodingError", "TransportError"}
 _TRANSIENT_NAMES |= {"ProtocolError", "IncompleteRead"}
 

@@ -28,8 +28,7 @@ def load_job_model(sm) -> LoadedModel:
 def answer_table(
     sm, questions: list[str], instruction: str, desc: str, render=None, keys=None, decoding=None
 ) -> pl.DataFrame:
-    """Answers to `questions` (generation.answer_questions) with the rule's params, in input order: greedy, or
-    as `decoding` says, each question's draws fixed by its key; render: a prompt file's layout."""
+    """Answers to `questions` (answer_questions) with the rule's params; render: a prompt file's layout."""
     p = sm.params
     prompts, out = answer_questions(
         load_job_model(sm),

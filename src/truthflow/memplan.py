@@ -1,15 +1,13 @@
-"""Memory plan: each model job's peak GPU memory predicted from the model's config.json alone (no torch),
+"""Memory plan: each model job's peak memory per GPU predicted from its config.json (no torch),
 checked against the GPUs the config declares before any job runs, and the batch sizes that fill them.
-Dimensions: a `local:` source's config.json; else schemas/model_dims.yaml; else the prepared model's
+Dimensions: a `local:` source's config.json, else schemas/model_dims.yaml, else the prepared model's
 config.json, checked only (a value derived from it would change once the model is prepared, rerunning jobs).
-Per GPU (`predict`; a model split over g GPUs holds 1/g of its layers): weights, KV cache, one layer's
-activations at a time, the knockout sweep's 4D mask, saliency's attention maps and graph, and a fixed share.
-
-Jobs: `generation` at token_budget tokens; `passes` (knockout sweep, experiment passes, score_mink) and
-`saliency` at batch_size / saliency_batch_size rows of ROW_TOKENS tokens. A model whose one-row jobs exceed
-gpu_mem_gb is refused; else batch_size and token_budget, where the config leaves them out, become the largest
-powers of two filling at most HEADROOM of what the weights leave (a token budget holds at least one row).
-"""
+`predict` (g GPUs hold 1/g of the layers each): weights, KV cache, one layer's activations, the knockout's 4D
+mask, saliency's attention maps and graph, a fixed share. Jobs: `generation` at token_budget tokens; `passes`
+(knockout, experiments, score_mink) and `saliency` at batch_size / saliency_batch_size rows of ROW_TOKENS
+tokens. A model whose one-row jobs exceed gpu_mem_gb is refused; else batch_size and token_budget, where the
+config leaves them out, become the largest powers of two filling at most HEADROOM of what the weights leave (a
+token budget holds one row or more)."""
 
 from __future__ import annotations
 
@@ -120,8 +118,7 @@ def _largest(fits, low: int, high: int) -> int:
 
 
 def plan_model(name: str, spec: dict, dims: Dims, jobs: set[str], saliency_batch: int) -> dict:
-    """Refuse `name` when its smallest jobs exceed the GPU; else the batch_size and token_budget that fit
-    (the spec's own where it sets them) and the predicted peaks (GiB per GPU) at those."""
+    """Refuse `name` if its smallest jobs exceed the GPU; else the fitting batch sizes and the peaks."""
     mem, gpus, dtype = float(spec["gpu_mem_gb"]), int(spec["gpus"]), spec["dtype"]
 
     def smallest(g: int) -> float:
@@ -150,9 +147,8 @@ def plan_model(name: str, spec: dict, dims: Dims, jobs: set[str], saliency_batch
 
 
 def fit_to_memory(config: dict, full: dict | None = None) -> dict[str, dict]:
-    """plan_model per model of a checked config before its defaults are filled (so what it leaves out shows),
-    setting batch_size and token_budget where it leaves them out and the dims may derive them; the plans by
-    model name. `full`: a filled copy of `config`, where the caller has one."""
+    """The plans by model name (plan_model) of a checked, unfilled config, into which the batch_size and
+    token_budget it leaves out are set where the dims may derive them. `full`: a filled copy, if at hand."""
     full = fill_defaults(copy.deepcopy(config)) if full is None else full
     pw = full["pathways"]
     plans = {}

@@ -1,5 +1,4 @@
-"""Model preparation (hub snapshot, local directory, embedded GGUF package or a tiny random-weight twin of an
-architecture with a real tokenizer) and loading."""
+"""Model preparation (hub, local directory, embedded GGUF, random-weight twin) and loading."""
 
 from __future__ import annotations
 
@@ -41,8 +40,7 @@ def _gguf_from_embedded(package: str, workdir: Path) -> Path:
 
 @contextmanager
 def gguf_read_once():
-    """One `gguf.GGUFReader` per file in the block, and one parse of its metadata: transformers reads the file
-    thrice (tokenizer, config, weights) and parses every field each time (Gemma-3's 262k-token vocabulary)."""
+    """One GGUF parse per file in the block: transformers parses it thrice (tokenizer, config, weights)."""
     import gguf
     from transformers import modeling_gguf_pytorch_utils as hf_gguf
 
@@ -120,8 +118,7 @@ def check_gated_token(name: str, source: dict) -> None:
         )
 
 
-# Bump when what prepare_model writes changes (download patterns, GGUF conversion, info file): it is the
-# only code a prepared snapshot is keyed on, so editing the loading code never reconverts.
+# Bump when what prepare_model writes changes: the only code a prepared snapshot is keyed on (weights_key)
 PREPARE_VERSION = 2
 STORE = ".prepared"  # resources/models/<name> links to resources/models/.prepared/<name>-<key digest>
 
@@ -137,9 +134,8 @@ def weights_key(spec: dict) -> dict:
 
 
 def prepare_model(name: str, spec: dict, out_dir: str | Path) -> dict:
-    """Make out_dir a relative link to a snapshot (config, tokenizer, weights, info file) of model `name`,
-    built in resources/models/.prepared/<name>-<digest of weights_key(spec)> (renamed there from a temp dir,
-    so a failed build never deletes a good snapshot; one of the same key is reused); return its info."""
+    """Link out_dir to model `name`'s snapshot, .prepared/<name>-<digest of weights_key> (reused, or built in
+    a temp dir and renamed, so a failed build never deletes a good one); its info."""
     out_dir = Path(out_dir)
     key = weights_key(spec)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
@@ -174,8 +170,7 @@ def _build(name: str, key: dict, store: Path) -> None:
         elif "local" in source:
             _from_local(name, source, tmp, key.get("dtype", "float32"))
         elif "twin" in source:
-            # imported by name: only preparation builds twins (keyed on twins.py's text), so the model jobs
-            # that import this module do not count twins.py as their code (common.smk's code())
+            # imported by name, so model jobs importing this module do not count twins.py as their code
             twins = importlib.import_module(".twins", __package__)
             twins.save_twin(source["twin"], tmp, tokenizer=_tokenizer_of(source["tokenizer"], tmp / "gguf"))
             shutil.rmtree(tmp / "gguf", ignore_errors=True)
@@ -201,8 +196,7 @@ def _from_local(name: str, source: dict, tmp: Path, dtype: str) -> None:
             f"model '{name}': local directory '{local}' has no config.json or no weights "
             f"({', '.join(WEIGHT_PATTERNS)})"
         )
-    # link the files (a relative source stays valid when the checkout moves); our own info file and
-    # snakemake's marker are left out, so nothing is ever written into the source directory
+    # relative links survive a moved checkout; our info file and snakemake's marker stay out of the source
     for item in sorted(p for p in local.iterdir() if p.name not in (INFO_FILE, ".snakemake_timestamp")):
         target = item.absolute() if local.is_absolute() else Path(os.path.relpath(item.absolute(), tmp))
         (tmp / item.name).symlink_to(target)
@@ -267,8 +261,7 @@ def load_model(
     threads: int | None = None,
     attention: str = "auto",
 ) -> LoadedModel:
-    """Load a prepared snapshot once per job (`load_pretrained`; threads: torch's CPU threads; attention: the
-    engine's kernel setting, logged with the kernels that run)."""
+    """A prepared snapshot (`load_pretrained`); attention: the engine's kernel setting, logged as it runs."""
     import torch
 
     if threads:
@@ -287,8 +280,7 @@ def load_model(
 
 
 def load_pretrained(source, dtype: str = "auto", gpus: int = 1):
-    """(model, tokenizer, device) of a model directory or hub id, the weights loaded straight onto the job's
-    own GPU(s) (`devices.assign_devices`) by device_map, never through host RAM; else onto the CPU."""
+    """(model, tokenizer, device) of a model directory or hub id, straight onto the job's GPU(s), else CPU."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -1,7 +1,6 @@
-"""The plotting layer every figure shares: TrueType fonts in PDFs, the registry's dataset names and colours,
-a constrained-layout panel grid with one legend outside below the panels, the caption (the report's .rst
-text) below it, and the honest-drawing helpers: a group with fewer than MIN_LINE_N distinct samples is a point
-without a band, a line never crosses a layer without rows, a panel with nothing drawn says why."""
+"""The plotting layer of every figure: TrueType PDF fonts, the registry's dataset names and colours, a
+constrained-layout panel grid, one legend and the caption (the report's .rst) below; a group under MIN_LINE_N
+samples is a point without a band, a line never crosses a layer without rows, an empty panel says why."""
 
 from __future__ import annotations
 
@@ -24,7 +23,6 @@ from .stats import MIN_CI_N
 # TrueType (Type 42) fonts in PDFs: many venues reject Type 3
 matplotlib.rcParams.update({"pdf.fonttype": 42, "ps.fonttype": 42})
 
-# display names and colours of the registered QA sets, in registry order (legends follow it)
 DATASETS = {s.name: s.display for s in registry.QA_SETS}
 COLOURS = {s.name: s.colour for s in registry.QA_SETS}
 DPI = 200
@@ -54,8 +52,7 @@ def datasets_in(table: pl.DataFrame) -> list[str]:
 
 
 def table(df: pl.DataFrame | None, schema: Mapping[str, pl.DataType], optional=()) -> pl.DataFrame:
-    """The table, or an empty one of `schema` when it is missing, empty or lacks a required column (an empty
-    parquet written without columns reads back without any); `optional` columns it lacks are added as null."""
+    """`df`, or an empty table of `schema` if missing, empty or short of a column; absent `optional`s null."""
     optional = [c for c in ("k_layer", *optional) if c in schema]
     if df is None or df.height == 0 or any(c not in df.columns for c in schema if c not in optional):
         return pl.DataFrame(schema=dict(schema))
@@ -70,8 +67,7 @@ def ylabel(axes_row, text: str) -> None:
 
 
 def legend(pairs, *extras) -> tuple[list, list[str]]:
-    """Handles and labels of the (handle, text) `pairs`, then of the `extras` that are not falsy (an extra is
-    given as `condition and (handle, text)`)."""
+    """Handles and labels of `pairs`, then of the truthy `extras` (`condition and (handle, text)`)."""
     pairs = [*pairs, *(e for e in extras if e)]
     return [h for h, _ in pairs], [t for _, t in pairs]
 
@@ -89,8 +85,7 @@ def figure(n_cols: int, n_rows: int = 1, height: float = 3.2, width: float = 4.6
 
 
 def finish(panels, handles, labels, caption: str, png, pdf, ncol: int = 4) -> None:
-    """One legend outside below all panels; the caption is the figure's x label, below the panels'
-    subfigure (constrained layout places both); the figure grows by the caption's height."""
+    """One legend below all panels, the caption as the figure's x label below it (grown by its height)."""
     fig = panels.figure
     if handles:
         panels.legend(handles, labels, ncol=min(ncol, len(handles)), **LEGEND)
@@ -113,8 +108,7 @@ def marker(text: str, m: str = "o", col: str = "0.3", ms: float = 3.5) -> tuple[
 
 
 def note(ax, lines: list[tuple[str, str]] | list[str], loc: str = "lower left") -> None:
-    """Small coloured lines of text in one box in the panel (why a dataset is missing, n per dataset),
-    wrapped to the panel's width; a plain string is a note in NOTE_COLOUR."""
+    """A box of small coloured notes wrapped to the panel's width; a plain string is in NOTE_COLOUR."""
     chars = max(24, int(ax.get_position().width * ax.figure.figure.get_figwidth() * 15))
     rows = [
         TextArea("\n".join(textwrap.wrap(text, chars)), textprops={"fontsize": 6.5, "color": col})
@@ -135,8 +129,7 @@ def blank(ax, why: str = "") -> None:
 
 
 def per_model(axes_row, table: pl.DataFrame, models: list[str], why: str):
-    """(panel, model, the model's rows) per model that has rows; a model without is a blank panel: "`why`
-    for this model"."""
+    """(panel, model, its rows) per model with rows; one without: a blank panel, "`why` for this model"."""
     for ax, model in zip(axes_row, models, strict=False):
         sub = table.filter(pl.col("model") == model)
         if sub.height:
@@ -152,8 +145,7 @@ def layer_axis(ax) -> None:
 
 
 def panels(models: list[str], names: dict[str, str], **kw):
-    """figure() with one panel column per model, titled by `names`; a figure for zero models still gets one
-    panel, which says so."""
+    """figure() with a panel per model, titled by `names` (no model: one panel that says so)."""
     fig, axes = figure(len(models), **kw)
     for ax, model in zip(axes[0], models, strict=False):
         ax.set_title(names.get(model, model), fontsize=11)
@@ -183,8 +175,7 @@ def draw_series(ax, rows: pl.DataFrame, n_layers: int, col: str, style: str, y: 
 
 
 def draw_styles(ax, sub: pl.DataFrame, column: str, styles: dict, ds: str, n_layers: int, drawn: set, **kw):
-    """One draw_series per value of `column` in its line style, in dataset `ds`'s colour; the (value, ds)
-    pairs drawn go into `drawn`. Returns whether a series has points (0 < n < MIN_LINE_N)."""
+    """draw_series per value of `column` in its style, (value, ds) into `drawn`; whether any has points."""
     small = False
     for key, style in styles.items():
         rows = sub.filter(pl.col(column) == key)

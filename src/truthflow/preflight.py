@@ -15,9 +15,8 @@ from .memplan import fit_to_memory
 def prepare_config(
     config: dict, configfiles: Iterable = (), environ: Mapping[str, str] | None = None
 ) -> dict:
-    """In place, in order: check the config itself; fit each model's batch_size and token_budget to its GPUs
-    where the config leaves them out (the memory plan); fill the schema's defaults; check the data files,
-    prompt files and judge it names, so that a dry run stops before hours of model jobs."""
+    """In place: check the config; fit batch_size and token_budget where left out (memplan); fill defaults;
+    check the data, prompt files and judge, so a dry run stops before hours of model jobs."""
     fit_to_memory(config, check_config(config, configfiles))
     fill_defaults(config)
     check_local_sources(config)

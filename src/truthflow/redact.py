@@ -1,6 +1,5 @@
-"""Secrets never reach a terminal or a log: `redact` replaces API keys and tokens in any text with `***`:
-the values of the usual secret variables (read at every call, so a key exported later is covered), those
-registered with `add_secret` (the judge's `api_key_env`), and anything shaped like a credential."""
+"""`redact` masks secrets in any text with `***`: the usual secret variables' values (read at every call),
+those of `add_secret` (the judge's `api_key_env`), anything shaped like a credential."""
 
 from __future__ import annotations
 

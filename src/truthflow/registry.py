@@ -1,5 +1,4 @@
-"""Every dataset truthflow knows: a QA set is one `QASet` entry in QA_SETS. It imports nothing else from
-truthflow, so an edit of the loader, the extractor or the plots reruns no download."""
+"""All datasets truthflow knows (QA_SETS); it imports only errors.py, so other edits rerun no download."""
 
 from __future__ import annotations
 
@@ -74,8 +73,7 @@ class QASet:
     question_spans: Callable[[str, dict], list[Span] | None] | None = None
 
     def normalize(self, record: dict, i: int) -> dict:
-        """Source record `i` (0-based, for messages) in the common schema: id, question, answers, own
-        columns. `answers` may be empty and `question` blank (the loader drops such rows)."""
+        """Source record `i` as id, question, answers, own columns (the loader drops blank ones)."""
         row = self.fields(record)
         own = (str(record[f]).strip() for f in self.id_fields if record.get(f) is not None)
         rid = next(filter(None, own), None) or question_id(self.name, row["question"])
@@ -91,8 +89,7 @@ class QASet:
         return {"id": rid, **row}
 
 
-# PopQA property words as they appear in its question templates (METHOD A4): the property's own name, but
-# for the templates that word it otherwise
+# PopQA's property words as its question templates word them (METHOD A4)
 POPQA_PROPS = "occupation genre father mother country capital producer director screenwriter composer sport"
 POPQA_PROP_WORDS = {prop: [prop] for prop in (*POPQA_PROPS.split(), "religion", "author")}
 POPQA_PROP_WORDS |= {"place of birth": ["born"], "capital of": ["capital"], "color": ["color", "colour"]}

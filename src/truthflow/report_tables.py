@@ -37,8 +37,7 @@ TABLES = {
 
 
 def caption(rst, options: str = "", extra: str = "") -> str:
-    """A figure's or table's report caption (workflow/report/*.rst) as one line of plain text (no rst
-    literals): the config options fill the template's placeholder, `extra` (the tables' words) goes after."""
+    """A report caption (workflow/report/*.rst) as plain text, `options` in its placeholder, `extra` after."""
     text = re.sub(r"\{\{\s*snakemake\.params\.caption\s*\}\}", options, Path(rst).read_text())
     return " ".join(f"{text.replace('``', '')} {extra}".split())
 
@@ -59,8 +58,7 @@ td.inconclusive { color: #9a6700; font-weight: 600; }
 
 
 def fmt(value) -> str:
-    """Numbers for reading: integers as they are, floats to 3 significant digits (1 decimal from 100 up,
-    thousands separated), missing as a dash."""
+    """Numbers for reading: ints as is, floats to 3 significant digits (1 decimal from 100), missing: '–'."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
     if isinstance(value, bool):

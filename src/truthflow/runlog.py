@@ -1,7 +1,6 @@
-"""Glue for `script:` rules. Snakemake sends a `shell:` rule's output to its log, but only hands a `script:`
-job the log's path: `run` tees stdout, stderr and logging into it, secrets masked (`redact`), progress bars as
-a few lines; a TruthflowError, SIGTERM or SIGINT ends the job with one line. Outputs are written in place:
-Snakemake removes a failed job's outputs and marks a killed one's incomplete (`rerun-incomplete: true`)."""
+"""Glue for `script:` rules, which Snakemake hands only the log's path: `run` tees stdout, stderr and logging
+into it, secrets masked (`redact`), progress bars as a few lines; a TruthflowError, SIGTERM or SIGINT ends the
+job with one line. Snakemake removes a failed job's outputs, marks a killed one's incomplete."""
 
 from __future__ import annotations
 
@@ -30,9 +29,8 @@ PARENT_POLL_S = 1.0
 
 
 class _Tee:
-    """Stands in for sys.stdout / sys.stderr: redacted text to the terminal, passed on at line ends (\n or \r)
-    and on flush, so a secret written in pieces is masked whole; redacted whole lines to the log `handle`,
-    where a line redrawn with \r (a tqdm bar) is its final state plus at most one state per `interval` s."""
+    """Stands in for sys.stdout / sys.stderr: redacted text to the terminal at line ends and on flush (a
+    secret in pieces is masked whole), whole lines to the log (a \r-redrawn one once per `interval` s)."""
 
     def __init__(self, terminal, handle=None, interval: float = PROGRESS_INTERVAL_S, clock=time.monotonic):
         self.terminal, self.handle, self.interval, self.clock = terminal, handle, interval, clock
@@ -94,8 +92,7 @@ def _stop(signum, frame) -> None:
 
 
 def run(snakemake, main: Callable[[object], None]) -> None:
-    """Run `main(snakemake)` with both streams and logging teed into the rule's log (if it has one); its
-    failure as one line (or one redacted traceback) on stderr and the exit code."""
+    """`main(snakemake)` with streams and logging teed into the rule's log; a failure: one line, exit code."""
     t0 = time.perf_counter()
     with ExitStack() as stack:
         handle = None

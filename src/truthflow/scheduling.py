@@ -1,5 +1,4 @@
-"""How a local run shares its cores among model jobs. Imported by the Snakefile only (no rule's job imports
-it), so editing it reruns nothing."""
+"""How a local run shares its cores among model jobs; only the Snakefile imports it (edits rerun nothing)."""
 
 from __future__ import annotations
 
@@ -7,22 +6,19 @@ from pathlib import Path
 
 
 def model_slots(gpus: int | None, gpu_machine: bool) -> int:
-    """Model jobs a local run holds at once: one per GPU of `--resources gpu=K`; one on a machine with a GPU
-    but no such count (they would share one device); else two, each on half of the cores, so that one job's
-    single-threaded phases (loading, tokenizing, writing) overlap the other's forward passes."""
+    """Model jobs a local run holds at once: one per GPU of `--resources gpu=K`; one on a GPU machine without
+    it; else two on half the cores each, so one's single-threaded phases overlap the other's passes."""
     return int(gpus) if gpus else (1 if gpu_machine else 2)
 
 
 def model_threads(cores: int | None, slots: int, default: int = 8) -> int:
-    """Snakemake threads of a model job: its slot's share of a local run's --cores, or `default` where the
-    run gives no core count (a cluster run: profiles set theirs with set-threads)."""
+    """A model job's threads: its slot's share of --cores, else `default` (cluster profiles set theirs)."""
     return max(1, -(-cores // max(1, slots))) if cores else default
 
 
 def torch_threads(threads: int, cores: int | None, cpus: int) -> int:
-    """torch threads for a model job that holds `threads` of a local run's `cores`: the same share of the
-    machine's `cpus`, never more than `threads` (two jobs with a thread per CPU each would both run ~10x
-    slower); 0 where the run gives no core count (a cluster job: it uses its own `threads`)."""
+    """torch threads of a job holding `threads` of `cores`: that share of `cpus`, at most `threads` (two jobs
+    of a thread per CPU each run ~10x slower); 0 without cores (a cluster job uses its threads)."""
     return max(1, min(threads, cpus * threads // cores)) if cores else 0
 
 

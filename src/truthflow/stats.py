@@ -1,5 +1,4 @@
-"""Confidence intervals shared by the tables and the figures (numpy only, so a plot job imports no model
-or probe code)."""
+"""Confidence intervals of the tables and figures (numpy only: a plot job imports no model or probe code)."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ MIN_CI_N = 5
 
 
 def bootstrap_ci(values: np.ndarray, n_boot: int, seed: int, alpha: float = 0.05) -> tuple[float, float]:
-    """Percentile bootstrap CI of the mean, resampling samples with a seeded generator. Fewer than MIN_CI_N
-    values have no CI (NaN), never a degenerate or zero-width one."""
+    """Percentile bootstrap CI of the mean (seeded); under MIN_CI_N values: NaN, never a degenerate CI."""
     values = np.asarray(values, dtype=float)
     if len(values) < MIN_CI_N:
         return float("nan"), float("nan")

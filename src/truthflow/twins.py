@@ -1,9 +1,7 @@
-"""Tiny random-weight twins of the real architectures for exactness tests, with the traits that change
-the forward-pass math: Llama-3's rope scaling, Mistral's sliding window, Qwen3's q/k norms and tied head,
+"""Tiny random-weight twins of the real architectures for exactness tests, with the traits that change the
+forward-pass math: Llama-3's rope scaling, Mistral's sliding window, Qwen3's q/k norms and tied head,
 Gemma-3's sliding/full layer mix, scaled embeddings and final soft-cap, Mixtral's experts (2 of 4 per token).
-The default tokenizer is a byte-level stand-in with a chat template in each family's layout (Mixtral's
-refuses a system turn); a real tokenizer (the `twin` model source) is adapted to that layout instead.
-"""
+Tokenizer: a byte-level stand-in with each family's chat template, or a real one adapted to it."""
 
 from __future__ import annotations
 
@@ -34,8 +32,7 @@ TEMPLATES = {
     "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
     "{% if m.role == 'user' %}[INST] {{ m.content }} [/INST]"
     "{% else %}{{ m.content }}{{ eos_token }}{% endif %}{% endfor %}",
-    # Qwen3-like: enable_thinking (default true) opens a reasoning block the model then writes and closes;
-    # enable_thinking=false writes an empty closed block, as Qwen3's own template does
+    # Qwen3-like: enable_thinking (default true) opens a reasoning block; false writes an empty closed one
     "qwen3": "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n"
     "{% if enable_thinking is defined and enable_thinking is false %}"
@@ -43,8 +40,7 @@ TEMPLATES = {
 }
 TURN_END = {"llama": "<|eot_id|>", "gemma3": "<end_of_turn>", "mistral": None, "qwen3": "<|im_end|>",
             "mixtral": None}  # fmt: skip
-# a real tokenizer in a family's layout: the turn tokens its template writes (added where the tokenizer lacks
-# them), and its BOS / EOS / pad where they differ from the tokenizer's own (None: no BOS, as Qwen3)
+# a real tokenizer in a family's layout: its template's turn tokens, BOS/EOS/pad unless its own (None: no BOS)
 FAMILY = {
     "llama": {"turn": ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"], "bos": "<|begin_of_text|>",
               "eos": "<|end_of_text|>", "pad": "<|end_of_text|>"},
@@ -54,8 +50,7 @@ FAMILY = {
     "gemma3": {"turn": ["<start_of_turn>", "<end_of_turn>"]},
     "mixtral": {"turn": ["[INST]", "[/INST]"]},
 }  # fmt: skip
-# Qwen3's twin: its </think> row x this (tied: logit and embedding), so that it writes one in about one answer
-# in six (seed 0; 3.0 loops on it, leaving most answers empty)
+# Qwen3's twin: its </think> row (tied: logit and embedding) x this, so about one answer in six closes a block
 THINK_SCALE = 2.5
 
 
@@ -81,8 +76,7 @@ def build_tokenizer(arch: str):
 
 
 def adapt_tokenizer(arch: str, tok):
-    """A real tokenizer (in place) in `arch`'s layout: FAMILY's tokens added where it lacks them (Qwen3's
-    <think> tags as plain tokens, as Qwen3's own), its BOS before a plain encoding, the chat template."""
+    """A real tokenizer in `arch`'s layout (in place): FAMILY's missing tokens, BOS, chat template."""
     from tokenizers import processors
 
     fam, vocab = FAMILY[arch], tok.get_vocab()
@@ -134,8 +128,7 @@ def build_config(arch: str, vocab_size: int, ids: dict, **overrides):
 def build_twin(
     arch: str, *, tokenizer=None, dtype=torch.float32, seed=0, attn_implementation="sdpa", **overrides
 ) -> LoadedModel:
-    """A random-weight twin of `arch` (one of ARCHS) on the CPU, seeded (the global RNG is left as it was).
-    tokenizer: one to adapt (default: the byte-level stand-in); overrides: config attributes."""
+    """A seeded random-weight twin of `arch` on the CPU (global RNG untouched); overrides: config attrs."""
     from transformers import AutoModelForCausalLM, GenerationConfig
 
     tok = build_tokenizer(arch) if tokenizer is None else adapt_tokenizer(arch, tokenizer)

@@ -92,8 +92,7 @@ def load_npy(path, shape: Sequence[int | None] | None = None, dtype=None, *, why
 
 
 def check_ids(df: pl.DataFrame, path, column: str, known: Iterable[str], known_path) -> None:
-    """Every id in df[column] (read from `path`) is one of `known` (the ids of `known_path`): a file left
-    from another dataset, n or seed fails here rather than as a KeyError or an empty join later."""
+    """Every id in df[column] is one of `known` (those of `known_path`); a file from other data fails here."""
     known = set(known)
     if unknown := [i for i in df[column].to_list() if i not in known]:
         what = f"{len(unknown)} of its {df.height} ids are not in {Path(known_path).as_posix()}"

@@ -20,7 +20,6 @@ from truthflow.scheduling import gpu_machine, model_slots, model_threads, torch_
 # the config as the Snakefile checked it and filled its defaults (truthflow.preflight.prepare_config)
 RUN = config["run"]
 MODELS = list(config["models"])
-# the configured QA sets, in registry order (src/truthflow/registry.py holds every dataset's knowledge)
 QA = [d for d in registry.qa_names() if d in config["datasets"]]
 
 
@@ -33,8 +32,7 @@ def _local_cores():
     return cores if isinstance(cores, int) and cores < 1024 else None
 
 
-# model jobs share the local cores by slots (scheduling.model_slots); cluster profiles set their threads with
-# set-threads (every rule with a `gpu` resource), and torch then uses those
+# model jobs share local cores by slots (scheduling.model_slots); cluster profiles set threads (set-threads)
 _cores = _local_cores()
 _gpus = workflow.global_resources.get("gpu")  # --resources gpu=K
 _gpus = getattr(_gpus, "value", _gpus)
@@ -58,10 +56,9 @@ def model_gpus(wildcards):
     return model_spec(wildcards.model)["gpus"]
 
 
-# The order of a local run (Snakemake starts the ready job of highest priority first): a chain's one-thread
-# steps (downloads, labels, probes, statistics) before any model job, else they wait for one to free a core;
-# the model stages breadth-first (every chain's answers and DepthQA's model jobs, then every knockout, then
-# every experiment), so that the run ends on its shortest model jobs, not on one chain's stages alone.
+# A local run's order (highest priority first): one-thread steps before any model job, else they wait for a
+# free core; model stages breadth-first (all answers and DepthQA jobs, all knockouts, all experiments), so the
+# run ends on its shortest model jobs.
 PRIORITY = {"step": 10, "answers": 3, "knockout": 2, "experiments": 1}
 
 # the other resources of every model job (each rule names its `gpu` resource, which the SLURM profiles key on)
@@ -74,8 +71,7 @@ def results_path(*parts):
 
 
 def checkout_path(*parts):
-    """A file of this checkout as an input path relative to the working directory (src/..., workflow/... in
-    a checkout), so a copied or moved checkout keeps its recorded inputs."""
+    """A checkout file as an input path relative to the working directory (survives a moved checkout)."""
     return os.path.relpath(Path(workflow.basedir, *parts), Path.cwd())
 
 
@@ -92,8 +88,7 @@ def figures(category, names, suffix=""):
 
 
 def captions(names):
-    """The caption files of figures(names) as inputs <name>_caption: a plot script writes each under its
-    figure, and editing one redraws it."""
+    """figures(names)' caption files as inputs <name>_caption: editing one redraws its figure."""
     return {f"{n}_caption": checkout_path("workflow", "report", f"{n}.rst") for n in names}
 
 
@@ -111,9 +106,8 @@ def _script_modules(script):
 
 def deploy_script_rules():
     """Every script rule runs in envs/truthflow.yaml (--sdm conda) and takes as input `code`, the truthflow
-    modules its script imports, so that editing one reruns exactly its importers (Snakemake tracks the script
-    only); prepare_model takes none: PREPARE_VERSION keys its conversion. Called once, after the last rule
-    (Snakemake's global `conda:` would put its own process in the env)."""
+    modules its script imports, so editing one reruns exactly its importers; prepare_model takes none
+    (PREPARE_VERSION keys it). Called after the last rule (a global `conda:` would hold snakemake too)."""
     for r in workflow.rules:
         if r.script:
             r.conda_env = str(Path(workflow.basedir, "envs", "truthflow.yaml"))
@@ -158,15 +152,13 @@ def depth_dir(*parts):
 
 
 def optional_inputs(active, rule, *names, **renamed):
-    """The outputs `names` of a table rule as inputs (and those of `renamed` as input=output name), each only
-    where its analysis is configured (`active`, its runs or models)."""
+    """A table rule's outputs `names` (`renamed`: input=output) as inputs, where `active` (runs, models)."""
     outputs = {name: name for name in names} | renamed
     return {key: [getattr(rule.output, name)] if active else [] for key, name in outputs.items()}
 
 
 def prompt_file(value, key):
-    """The prompt file config key `key` names (`value`) as an input, resolved as its readers resolve it
-    (truthflow.depth.prompts.resolve), so editing the file reruns them."""
+    """The prompt file config key `key` names, resolved as its readers do, as an input (edits rerun them)."""
     return str(prompts.resolve(value, key))
 
 
