@@ -12,8 +12,7 @@ SCHEMA |= {"published_range": pl.String, "reproduced": pl.Float64, "verdict": pl
 # published.tsv kind -> the table of this run it is compared with
 TABLE_OF_KIND = {"delta_p": "pathways", "median_mink": "depthwise", "patching": "rows", "answer_only": "rows"}
 TABLE_OF_KIND |= {"awareness": "awareness", "detection": "detection"}
-# the DepthQA authors' metrics (truthflow.depth.metrics); a row's `depth`: the depth of a mean score, the
-# deeper depth of a discrepancy's pair (2: 1-2, 3: 2-3), empty for a discrepancy's overall value
+# the DepthQA metrics; `depth`: a mean score's, a discrepancy's deeper one (2: 1-2, 3: 2-3), empty: overall
 DEPTH_METRICS = ("mean_score", "forward_discrepancy", "backward_discrepancy")
 TABLE_OF_KIND |= dict.fromkeys(DEPTH_METRICS, "depth_metrics")
 # the bar experiments: the condition compared and what its value is
@@ -108,8 +107,7 @@ def qualitative_depth(depthwise: pl.DataFrame | None, pooled: pl.DataFrame) -> l
 
 
 def compare(published: pl.DataFrame, tables: dict[str, pl.DataFrame | None]) -> pl.DataFrame:
-    """Published values for the paper models that ran; the qualitative checks for every model. `tables`: this
-    run's tables by name (TABLE_OF_KIND's, check, pooled); a None table (stage off) gives no rows."""
+    """Published values of the models that ran, each model's qualitative checks; None tables add no rows."""
     check, pooled = tables.get("check"), tables.get("pooled")
     rows = quantitative(published, tables) + (qualitative_pathways(check) if check is not None else [])
     rows += qualitative_depth(tables.get("depthwise"), pooled) if pooled is not None else []

@@ -91,8 +91,7 @@ def check_path_names(config: dict) -> None:
 
 
 def check_sources(config: dict) -> None:
-    """A source key set to null is removed where null is not a value of it (an overlay's way to drop the kind
-    it replaces); a source still of two kinds is refused (the schema's oneOf error would not say why)."""
+    """Null source keys dropped where null is no value; a source of two kinds refused (config files merge)."""
     for entry in ("model", "dataset"):
         section, schema = f"{entry}s", _schema()["$defs"][entry]["properties"]["source"]
         props, kinds = schema["properties"], [rule["required"][0] for rule in schema["oneOf"]]

@@ -251,8 +251,7 @@ def _graph_error(message: str) -> TruthflowError:
 def depthqa_nodes(
     nodes: list[dict], node_to_q: list[dict], depth_of: dict[str, int], where: dict[str, str]
 ) -> pl.DataFrame:
-    """The nodes table (NODES_SCHEMA), checked closed: every node named exists, maps to one question of its
-    depth (depth_of: question id -> depth), and a group has one D3 node."""
+    """The nodes table (NODES_SCHEMA), checked closed: named nodes exist, map to a question of their depth."""
     wn, wm = where.get("nodes", "nodes"), where.get("node_to_q", "node_to_q")
     if not nodes and not node_to_q:
         return pl.DataFrame(schema=NODES_SCHEMA)
@@ -301,8 +300,7 @@ def depthqa_nodes(
 
 
 def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
-    """DepthQA questions + graph: a local source is a directory of questions/nodes/node_to_q files or one
-    questions file (no graph). The report's 'dropped': repeated qids, an n above the groups there are."""
+    """DepthQA questions + graph: from a directory of questions/nodes/node_to_q files, or a questions file."""
     src, n, seed = spec["source"], spec.get("n"), int(spec.get("seed", 0))
     if "hub" in src:
         origin, split, revision = src["hub"], src.get("split", "test"), src.get("revision")

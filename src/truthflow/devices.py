@@ -1,8 +1,7 @@
-"""Which GPUs a model job runs on. A job that sees exactly the GPUs it asked for (SLURM sets
-CUDA_VISIBLE_DEVICES) uses them as they are; one that sees more (a local run with --resources gpu=K, where all
-would load onto cuda:0) claims its own by an exclusive flock per device, held until the process exits (so a
-SIGKILLed job frees its GPUs too). TRUTHFLOW_GPU_ASSIGN = auto (lock when more devices are visible than asked
-for) | lock | off; TRUTHFLOW_GPU_LOCK_DIR = the lock directory (default: per user and job, in tmp)."""
+"""Which GPUs a model job runs on. One that sees exactly the GPUs it asked for (SLURM) uses them; one that
+sees more (a local run with --resources gpu=K: all would load onto cuda:0) claims its own by an exclusive
+flock per device, held until the process exits (even if SIGKILLed). TRUTHFLOW_GPU_ASSIGN = auto (lock if more
+are visible than asked for) | lock | off; TRUTHFLOW_GPU_LOCK_DIR: the lock directory."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Answer generation (METHOD A1): base models get `Q: ...\\nA:` and stop at the first newline, chat models
-their chat template; stop tokens, reasoning blocks. The decoding runs in the engine (`engine.decoding`)."""
+"""Answers (METHOD A1): base models get `Q: ...\\nA:` and stop at a newline, chat models their template."""
 
 from __future__ import annotations
 
@@ -49,8 +48,7 @@ def fit_prompt(
     chat_template_kwargs: dict | None = None,
     render: Callable | None = None,
 ) -> tuple[str, list[int], bool]:
-    """(prompt, prompt ids, truncated): a prompt over max_prompt_tokens keeps the longest prefix of the
-    question that fits (a long one slows its batch). render(tokenizer, question) replaces `build_prompt`."""
+    """(prompt, ids, truncated): the longest question prefix within max_prompt_tokens; `render`: a layout."""
     render = render or (lambda tok, q: build_prompt(tok, q, chat, instruction, chat_template_kwargs))
 
     def make(q: str) -> tuple[str, list[int]]:

@@ -1,13 +1,12 @@
-"""Memory plan: each model job's peak memory per GPU predicted from its config.json (no torch),
-checked against the GPUs the config declares before any job runs, and the batch sizes that fill them.
-Dimensions: a `local:` source's config.json, else schemas/model_dims.yaml, else the prepared model's
-config.json, checked only (a value derived from it would change once the model is prepared, rerunning jobs).
-`predict` (g GPUs hold 1/g of the layers each): weights, KV cache, one layer's activations, the knockout's 4D
-mask, saliency's attention maps and graph, a fixed share. Jobs: `generation` at token_budget tokens; `passes`
-(knockout, experiments, score_mink) and `saliency` at batch_size / saliency_batch_size rows of ROW_TOKENS
-tokens. A model whose one-row jobs exceed gpu_mem_gb is refused; else batch_size and token_budget, where the
-config leaves them out, become the largest powers of two filling at most HEADROOM of what the weights leave (a
-token budget holds one row or more)."""
+"""Memory plan: each model job's peak memory per GPU predicted from its config.json (no torch) and checked
+against the config's GPUs before any job runs; the batch sizes that fill them. Dimensions: a `local:` source's
+config.json, else schemas/model_dims.yaml, else the prepared model's config.json, checked only (a value
+derived from it would change once the model is prepared, rerunning jobs). `predict`, per GPU (g GPUs: 1/g of
+the layers): weights, KV cache, one layer's activations, the knockout's 4D mask, saliency's attention maps and
+graph, a fixed share; `generation` at token_budget tokens, `passes` (knockout, experiments, score_mink) and
+`saliency` at batch_size / saliency_batch_size rows of ROW_TOKENS tokens. A model whose one-row jobs exceed
+gpu_mem_gb is refused; batch_size and token_budget, where left out, become the largest powers of two filling
+at most HEADROOM of what the weights leave."""
 
 from __future__ import annotations
 
@@ -74,8 +73,8 @@ def predict(m: Dims, dtype: str, gpus: int, batch: int, budget: int, saliency_ba
     act = 4 * m.hidden + 3 * m.intermediate * m.experts_per_token  # one layer's activations, per token
     per_token = 2 * m.layers * m.kv_heads * m.head_dim * b / g + act * b  # + KV cache
     saved = act + 2 * (m.heads + 2 * m.kv_heads) * m.head_dim  # what the backward keeps per token and layer
-    # saliency: every layer's eager attention probabilities [B, H, T, T] and their gradients (autograd returns
-    # all layers' at once), the saved activations, one layer's float32 softmax
+    # saliency: all layers' eager attention probabilities [B, H, T, T] and gradients at once, the saved
+    # activations, one layer's float32 softmax
     saliency = saliency_batch * (
         (2 * m.layers * m.heads * t * t * b + m.layers * t * saved * b) / g + m.heads * t * t * 4
     )
@@ -147,8 +146,7 @@ def plan_model(name: str, spec: dict, dims: Dims, jobs: set[str], saliency_batch
 
 
 def fit_to_memory(config: dict, full: dict | None = None) -> dict[str, dict]:
-    """The plans by model name (plan_model) of a checked, unfilled config, into which the batch_size and
-    token_budget it leaves out are set where the dims may derive them. `full`: a filled copy, if at hand."""
+    """plan_model per model of a checked, unfilled config; sets the batch sizes left out where derivable."""
     full = fill_defaults(copy.deepcopy(config)) if full is None else full
     pw = full["pathways"]
     plans = {}

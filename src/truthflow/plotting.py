@@ -1,6 +1,5 @@
-"""The plotting layer of every figure: TrueType PDF fonts, the registry's dataset names and colours, a
-constrained-layout panel grid, one legend and the caption (the report's .rst) below; a group under MIN_LINE_N
-samples is a point without a band, a line never crosses a layer without rows, an empty panel says why."""
+"""The plotting layer of every figure: TrueType PDF fonts, registry names and colours, panels with a legend
+and caption below; a group under MIN_LINE_N samples is a point, a line never crosses a layer without rows."""
 
 from __future__ import annotations
 
@@ -186,8 +185,7 @@ def draw_styles(ax, sub: pl.DataFrame, column: str, styles: dict, ds: str, n_lay
 
 
 def band_by_layer(ax, sub: pl.DataFrame, col: str, n_layers: int = 0) -> pl.DataFrame:
-    """Mean AUC per layer over seeds as a line, min..max over seeds as a band, over layers 1..n_layers (a
-    layer without rows breaks the line; a layer between two such is a point). Returns the per-layer frame."""
+    """Mean AUC per layer over seeds, a min..max band, over 1..n_layers (a lone layer: a point); the frame."""
     agg = sub.group_by("layer").agg(
         m=pl.col("auc").mean(), lo=pl.col("auc").min(), hi=pl.col("auc").max(), seeds=pl.len()
     )

@@ -1,5 +1,4 @@
-"""A prepared model: the info file of its directory and the handle a job holds once it is loaded. Apart from
-truthflow.models, which prepares and loads one, so that truthflow.twins builds one without importing it."""
+"""A prepared model's info file and loaded handle, apart from truthflow.models so twins need not import it."""
 
 from __future__ import annotations
 

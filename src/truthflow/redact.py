@@ -1,5 +1,4 @@
-"""`redact` masks secrets in any text with `***`: the usual secret variables' values (read at every call),
-those of `add_secret` (the judge's `api_key_env`), anything shaped like a credential."""
+"""`redact` masks secrets with `***`: secret variables (read per call), `add_secret`'s, credential shapes."""
 
 from __future__ import annotations
 

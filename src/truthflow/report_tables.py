@@ -1,5 +1,4 @@
-"""Report tables rendered inline: a TSV table as a small self-contained HTML page (Snakemake's report shows
-HTML inline, other text files only as downloads), numbers rounded for reading, missing values as a dash."""
+"""Report tables as small self-contained HTML pages (shown inline, unlike TSV), numbers rounded."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Glue for `script:` rules, which Snakemake hands only the log's path: `run` tees stdout, stderr and logging
-into it, secrets masked (`redact`), progress bars as a few lines; a TruthflowError, SIGTERM or SIGINT ends the
-job with one line. Snakemake removes a failed job's outputs, marks a killed one's incomplete."""
+"""Glue for `script:` rules (Snakemake hands them only the log's path): `run` tees stdout, stderr and logging
+into it, secrets masked, progress bars thinned; an error, SIGTERM or SIGINT ends the job in one line."""
 
 from __future__ import annotations
 
@@ -141,8 +140,7 @@ def _is_snakemake(proc: psutil.Process) -> bool:
 
 
 def _watch_snakemake() -> threading.Event:
-    """SIGTERM to this job once the snakemake that runs it is gone, even by a SIGKILL (an orphaned model job
-    keeps the cores busy for hours): snakemake's child on our side (this job, or a shell) is reparented."""
+    """SIGTERM to this job once its snakemake is gone, even by SIGKILL (orphaned model jobs run for hours)."""
     stop, chain = threading.Event(), [psutil.Process(), *psutil.Process().parents()]
     top = next((i for i in range(1, len(chain)) if _is_snakemake(chain[i])), None)
     if top is None:
@@ -161,8 +159,7 @@ def _watch_snakemake() -> threading.Event:
 
 
 def stop_jobs_on_sigterm() -> None:
-    """Call in the main snakemake process (the Snakefile's onstart): a SIGTERM to snakemake also stops its
-    local script jobs (its own handler only waits for them), whose outputs Snakemake then removes."""
+    """In the main snakemake process (onstart): a SIGTERM to snakemake also stops its local script jobs."""
     previous = signal.getsignal(signal.SIGTERM)
 
     def handler(signum, frame) -> None:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-# fewer samples than this have no CI: a percentile bootstrap over 2-4 values has a handful of possible means
-# (two zeros give [0, 0]), so its interval would not mean what a 95% CI says. Figures draw them as points.
+# fewer samples have no CI: a bootstrap over 2-4 values has a handful of possible means (two zeros: [0, 0])
 MIN_CI_N = 5
 
 
@@ -21,8 +20,7 @@ def bootstrap_ci(values: np.ndarray, n_boot: int, seed: int, alpha: float = 0.05
 
 
 def wilson_ci(values: np.ndarray, z: float = 1.959963984540054) -> tuple[float, float]:
-    """Wilson score 95% CI of a rate from per-sample values in [0, 1] (a yes/no outcome, or a share of seeds;
-    the bound p(1 - p)/n holds for both: docs/method.md). Fewer than MIN_CI_N values: NaN."""
+    """Wilson score 95% CI of a rate from values in [0, 1] (docs/method.md); NaN under MIN_CI_N values."""
     values = np.asarray(values, dtype=float)
     if (n := len(values)) < MIN_CI_N:
         return float("nan"), float("nan")

@@ -1,5 +1,4 @@
-"""Text normalization shared by the stages: stop words, and the normalized words that answer matching
-(pathways labels) and the judge's exact-match shortcut (depth) both compare."""
+"""Text normalization shared by the stages: stop words, and the normalized words answers are matched on."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ Word = tuple[str, int, int]
 
 
 def normalized_words(text: str) -> list[Word]:
-    """Words of the normalized text (METHOD A2; punctuation does not split a word: "U.S." -> "us") with the
-    [start, end) character span each covers in `text`."""
+    """Words of the normalized text (METHOD A2: "U.S." -> "us"), each with its [start, end) span in `text`."""
     words: list[Word] = []
     for m in re.finditer(r"\S+", text):
         kept = [i for i, ch in enumerate(m.group(0)) if ch not in PUNCT]

@@ -1,7 +1,6 @@
 """Tiny random-weight twins of the real architectures for exactness tests, with the traits that change the
-forward-pass math: Llama-3's rope scaling, Mistral's sliding window, Qwen3's q/k norms and tied head,
-Gemma-3's sliding/full layer mix, scaled embeddings and final soft-cap, Mixtral's experts (2 of 4 per token).
-Tokenizer: a byte-level stand-in with each family's chat template, or a real one adapted to it."""
+math: Llama-3's rope scaling, Mistral's sliding window, Qwen3's q/k norms and tied head, Gemma-3's layer mix,
+scaled embeddings and soft-cap, Mixtral's 2-of-4 experts. Tokenizer: a byte-level stand-in, or a real one."""
 
 from __future__ import annotations
 

@@ -72,8 +72,7 @@ def _fmt(shape: Iterable[int | None], dtype) -> str:
 
 
 def load_npy(path, shape: Sequence[int | None] | None = None, dtype=None, *, why: str = "") -> np.ndarray:
-    """np.load(path, mmap_mode='r') with the expected shape (None: any length on that axis) and dtype: a
-    short array would otherwise fail deep inside the next stage. why: what the shape follows from."""
+    """np.load(path, mmap_mode='r') of `shape` (None: any length) and `dtype`; `why` explains the shape."""
     try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except Exception as exc:  # noqa: BLE001 - a cut file or a broken header: ValueError, EOFError, OSError

@@ -56,9 +56,8 @@ def model_gpus(wildcards):
     return model_spec(wildcards.model)["gpus"]
 
 
-# A local run's order (highest priority first): one-thread steps before any model job, else they wait for a
-# free core; model stages breadth-first (all answers and DepthQA jobs, all knockouts, all experiments), so the
-# run ends on its shortest model jobs.
+# A local run's order: one-thread steps before model jobs (else they wait for a free core), then model stages
+# breadth-first (answers and DepthQA jobs, knockouts, experiments), so the run ends on its shortest jobs.
 PRIORITY = {"step": 10, "answers": 3, "knockout": 2, "experiments": 1}
 
 # the other resources of every model job (each rule names its `gpu` resource, which the SLURM profiles key on)
@@ -76,8 +75,7 @@ def checkout_path(*parts):
 
 
 def figures(category, names, suffix=""):
-    """A plot rule's figures, each named once: <name> is its caption (workflow/report/<name>.rst, shown in
-    the report) and its files (figures/<name><suffix>.png and .pdf), outputs <name>_png and <name>_pdf."""
+    """Outputs <name>_png/_pdf: figures/<name><suffix>.png/.pdf, captioned by workflow/report/<name>.rst."""
     out = {}
     for name in names:
         caption = str(Path(workflow.basedir, "workflow", "report", f"{name}.rst"))
@@ -171,8 +169,7 @@ def judge_model_input():
 
 
 def gpu_jobs():
-    """(rule, wildcards) of every model job in the DAG, in the benchmark table's row order: the model rules
-    (those with a benchmark) over the runs of their file's analysis, a DepthQA model's jobs side by side."""
+    """(rule, wildcards) of every model job (a rule with a benchmark), in the benchmark table's row order."""
     model_rules = [r for r in workflow.rules if r.benchmark]
     runs = {"generate": qa_runs(), "pathways": pw_runs()}
     jobs = [
@@ -206,7 +203,6 @@ def all_targets():
 
 
 def display_names(models):
-    """Figure titles: each model's display_name, else its name."""
     return {m: model_spec(m).get("display_name", m) for m in models}
 
 
