@@ -134,8 +134,7 @@ def weights_key(spec: dict) -> dict:
 
 
 def prepare_model(name: str, spec: dict, out_dir: str | Path) -> dict:
-    """Link out_dir to model `name`'s snapshot, .prepared/<name>-<digest of weights_key> (reused, or built in
-    a temp dir and renamed, so a failed build never deletes a good one); its info."""
+    """Link out_dir to .prepared/<name>-<digest>: a snapshot reused, or built aside and renamed; its info."""
     out_dir = Path(out_dir)
     key = weights_key(spec)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
