@@ -9,10 +9,11 @@ import importlib
 import importlib.util
 import json
 import os
+import pickle
 import shutil
 import sys
 import tempfile
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from .errors import TruthflowError
@@ -176,6 +177,7 @@ def _build(name: str, key: dict, store: Path) -> None:
         else:
             raise TruthflowError(f"model '{name}': source needs one of 'embedded', 'hub', 'local', 'twin'")
         info = describe(tmp, name, key)
+        _pickle_tokenizer(tmp)
         (tmp / INFO_FILE).unlink(missing_ok=True)  # never write through a link
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=2))
         shutil.rmtree(store, ignore_errors=True)  # an incomplete snapshot of the same key
@@ -281,7 +283,7 @@ def load_model(
 def load_pretrained(source, dtype: str = "auto", gpus: int = 1):
     """(model, tokenizer, device) of a model directory or hub id, straight onto the job's GPU(s), else CPU."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     # auto: bf16 on a GPU, fp32 on a CPU (fp16 matmuls slow or missing, bf16 emulated without AVX512-BF16)
@@ -300,7 +302,31 @@ def load_pretrained(source, dtype: str = "auto", gpus: int = 1):
         if len(slot.indices) > 1:
             kwargs["max_memory"] = {i: torch.cuda.mem_get_info(i)[0] for i in slot.indices}
     model = AutoModelForCausalLM.from_pretrained(source, **kwargs).eval()
+    pickled = _tokenizer_pickle(source)
+    tokenizer = pickle.loads(pickled.read_bytes()) if pickled.exists() else _tokenizer(source)
+    return model, tokenizer, device
+
+
+def _tokenizer(source):
+    from transformers import AutoTokenizer
+
     tokenizer = AutoTokenizer.from_pretrained(source)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return model, tokenizer, device
+    return tokenizer
+
+
+def _tokenizer_pickle(model_dir) -> Path:
+    """Where a snapshot keeps its tokenizer, pickled by these transformers and tokenizers: building Gemma-3's
+    from its 262k-token tokenizer.json costs every job seconds of CPU, unpickling it a third."""
+    import tokenizers
+    import transformers
+
+    return Path(str(model_dir), f"tokenizer-{transformers.__version__}-{tokenizers.__version__}.pickle")
+
+
+def _pickle_tokenizer(model_dir: Path) -> None:
+    """Written while the snapshot is built (a prepared snapshot never changes afterwards); a tokenizer that
+    does not load is left for the model job to report."""
+    with suppress(Exception):
+        _tokenizer_pickle(model_dir).write_bytes(pickle.dumps(_tokenizer(model_dir)))
