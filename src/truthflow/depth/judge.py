@@ -1,8 +1,7 @@
 """Judges that score an answer 1–5 against a reference answer (METHOD B3), with an append-only verdict cache.
-Backends: `reference` (token-F1, offline), `openai` (an OpenAI-compatible chat endpoint), `hf` (a local
-transformers model); the LLM backends send the rubric prompt of `depth.judge.prompt` (feedback, then `[RESULT]
-<1-5>`). Greedy or sampled, `depth.judge.judgments` verdicts per answer; a sampled verdict's draw is seeded by
-the seed, its key and index alone, never its batch, so it repeats where the backend honours a seed."""
+Backends: `reference` (token-F1, offline), `openai` (an OpenAI-compatible endpoint), `hf` (a local model);
+the LLM ones send the rubric prompt of `depth.judge.prompt`. Greedy or sampled, `depth.judge.judgments`
+verdicts per answer; a sampled one is seeded by the seed, its key and index alone, never by its batch."""
 
 from __future__ import annotations
 

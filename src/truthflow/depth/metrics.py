@@ -87,8 +87,7 @@ def _node_scores(nodes: dict, scores: pl.DataFrame) -> tuple[dict, dict]:
 def discrepancy_values(
     nodes: dict, score_of: dict, bad_of: dict, a: int, b: int, forward: bool
 ) -> tuple[list, int, int, int]:
-    """One pair's discrepancy in one direction (module docstring): (the counted nodes' values, nodes left out,
-    unparseable verdicts among the nodes looked at, nodes looked at)."""
+    """One pair and direction (module docstring) -> (values, left out, unparseable verdicts, nodes seen)."""
     values, left_out, bad, looked = [], 0, 0, 0
     for nodeid, rec in sorted(nodes.items()):
         if forward:

@@ -1,5 +1,4 @@
-"""The DepthQA figures (seed 003): depthwise MIN-K% box plots and score-gap densities, one panel per model;
-an empty or thin table gives panels that say why, never an exception."""
+"""The DepthQA figures (seed 003), a panel per model; an empty or thin table gives notes, never an error."""
 
 from __future__ import annotations
 

@@ -68,8 +68,7 @@ class JudgePrompt:
 
 
 def has_system_role(tokenizer, chat_template_kwargs: dict | None = None) -> bool:
-    """Whether the chat template writes a system turn: some raise on one (Gemma, Mixtral-Instruct), others
-    drop it silently (Mistral-Instruct v0.2)."""
+    """Whether the template writes a system turn (Gemma raises on one, Mistral-Instruct v0.2 drops it)."""
     messages = [{"role": "system", "content": _PROBE}, {"role": "user", "content": "?"}]
     try:
         text = tokenizer.apply_chat_template(messages, tokenize=False, **(chat_template_kwargs or {}))

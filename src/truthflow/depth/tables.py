@@ -81,8 +81,7 @@ def d3_mink_by_group(depthwise_df: pl.DataFrame) -> pl.DataFrame:
 
 
 def score_gaps(per_question_df: pl.DataFrame, nodes_df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
-    """Per (model, group): the score gap (METHOD B4); an excluded group (no D2 predecessor, a missing score)
-    has a null gap and its reason in `excluded`. Returns the table and the number of excluded rows."""
+    """Per (model, group): the score gap (METHOD B4) or null and why (`excluded`); and the excluded count."""
     nodes = node_records(nodes_df)
     if not nodes:
         return pl.DataFrame(schema=GAP_SCHEMA), 0
@@ -113,8 +112,7 @@ def score_gaps(per_question_df: pl.DataFrame, nodes_df: pl.DataFrame) -> tuple[p
 def memorization_split(
     gaps_df: pl.DataFrame, d3_mink_by_group: pl.DataFrame, lower_q: float = 0.25, upper_q: float = 0.75
 ) -> pl.DataFrame:
-    """Per model, over groups with a gap: "25%" = D3 MIN-K% ≤ its lower_q quantile (most likely seen),
-    "75%" = D3 MIN-K% ≥ its upper_q quantile. Long: one row per (model, subset, group)."""
+    """Per model, long, over groups with a gap: "25%" = D3 MIN-K% ≤ its lower_q quantile, "75%" ≥ upper_q."""
     if not 0 <= lower_q < upper_q <= 1:
         raise TruthflowError(
             f"memorization split quantiles must satisfy 0 ≤ lower ({lower_q}) < upper ({upper_q}) ≤ 1"

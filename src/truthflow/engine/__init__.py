@@ -1,6 +1,5 @@
-"""The forward-pass engine: every pass of a model in truthflow runs here (a test holds it so). Submodules:
-batches (batching, OOM back-off), masks, hooks, passes (`Condition`s run by `resid_states`), logits (float32),
-decoding, backend (attention kernels)."""
+"""The forward-pass engine: every pass of a model in truthflow runs here (a test holds it so): batches,
+masks, hooks, passes (`Condition`s run by `resid_states`), logits (float32), decoding, backend (kernels)."""
 
 from .backend import describe as describe_attention
 from .batches import FAKE_OOM_ENV, run_batched

@@ -36,8 +36,7 @@ def attention(choice: str = "auto"):
 
 
 def kernel_that_runs(model, choice: str, masked: bool) -> str:
-    """The kernel SDPA takes under `choice` for this model's head shape, dtype and device, with an additive 4D
-    mask or without one: each allowed kernel is tried alone, in priority order, on a tiny input."""
+    """The kernel SDPA runs under `choice` for this model, 4D mask or not (each tried on a tiny input)."""
     text = model.config.get_text_config()
     dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
     param = next(model.parameters())
@@ -63,8 +62,7 @@ def describe(model, choice: str) -> str:
 
 @contextmanager
 def gradient_mode(model):
-    """Within the block, eager attention (the weights are read and differentiated) and frozen parameters (no
-    parameter gradient is ever computed); the model's own implementation and flags restored after it."""
+    """Within the block, eager attention and frozen parameters; the model's implementation, flags restored."""
     before = model.config._attn_implementation
     flags = [(p, p.requires_grad) for p in model.parameters()]
     model.set_attn_implementation("eager")

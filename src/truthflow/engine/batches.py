@@ -41,8 +41,7 @@ def run_batched(
     cost: Sequence[int] | None = None,
     token_budget: int | None = None,
 ) -> int:
-    """Call fn on consecutive slices of `order`, backing off on OOM (module docstring); cost[i]: the tokens
-    item i occupies (e.g. prompt + new tokens). Returns the smallest batch-size cap used."""
+    """Call fn on slices of `order` with the OOM back-off (cost[i]: item i's tokens); smallest cap used."""
     full = max(1, int(batch_size))
     full_budget = int(token_budget) if token_budget else None
     i, split_end, smallest = 0, 0, full  # items before order[split_end] run at the halved size
@@ -81,8 +80,7 @@ def run_batched(
 
 
 def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int, side: str = "right"):
-    """Token-id lists -> (input_ids [B, T] long, real-token mask [B, T] bool). Right padding keeps each row's
-    positions 0..n-1 (teacher-forced passes); left padding lines up the last tokens (generation)."""
+    """Token-id lists -> (input_ids, real-token mask) [B, T]; right-padded for passes, left for generation."""
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
     valid = torch.zeros((len(seqs), width), dtype=torch.bool)

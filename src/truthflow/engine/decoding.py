@@ -1,8 +1,7 @@
-"""Batched decoding: greedy, or sampled with temperature, top-p and a repetition penalty. Prompts are
-length-sorted, batched by a token budget and left-padded, with a dynamic KV cache (a static one recompiles for
-every batch width); the head a batch's prompts share is prefilled once. A sampled token depends only on the
-seed, the row's key (a question id) and the step: the exponential race argmax p_i / q_i over the top-p tokens
-(as vLLM samples), q ~ Exp(1) seeded by the three, so reruns, batch sizes and OOM splits agree up to ties."""
+"""Batched decoding: greedy, or sampled with temperature, top-p and a repetition penalty; a dynamic KV cache
+(a static one recompiles for each batch width), a batch's shared head prefilled once. A sampled token depends
+only on the seed, the row's key (a question id) and the step: the exponential race argmax p_i / q_i over the
+top-p tokens (as vLLM), q ~ Exp(1) seeded by the three: reruns, batch sizes, OOM splits agree but for ties."""
 
 from __future__ import annotations
 
@@ -98,8 +97,7 @@ def decode(
     decoding: Decoding | None = None,
     keys: Sequence[str] | None = None,
 ) -> list[list[int]]:
-    """The new token ids of every prompt (generation stops at any of stop_ids), in input order; shortest
-    prompts first. keys: one per prompt, the sampling key (required when sampling)."""
+    """New token ids per prompt (stopping at any of stop_ids), in input order; keys: a sampling key each."""
     decoding = decoding or Decoding()
     if decoding.sampled and (keys is None or len(keys) != len(encoded)):
         raise ValueError("sampled decoding needs one key per prompt")

@@ -1,5 +1,4 @@
-"""Float32 logits of a bf16 (or fp16) model: final norm, LM head and soft-cap in float32 on the last residual
-stream, so log-probabilities are not first rounded to bf16 (a logit of 20 on a grid of 0.125)."""
+"""Float32 logits of a bf16 model: norm, head, soft-cap in float32, so log-probs are not rounded to bf16."""
 
 from __future__ import annotations
 
@@ -61,8 +60,7 @@ def head_logits(model, hidden: torch.Tensor) -> torch.Tensor:
 
 
 def logits_at(model, resid: torch.Tensor, at: list[list[int]], offset: int = 0) -> torch.Tensor:
-    """Float32 logits [sum of len(at[r]), V] predicting the token after each position at[r] of row r, from a
-    residual stream [B, T, D] (positions offset..) under `unnormed`; only those rows meet the LM head."""
+    """Float32 logits after each position at[r] of row r of an `unnormed` stream [B, T, D] (from `offset`)."""
     row_of = torch.tensor([r for r, pos in enumerate(at) for _ in pos], device=resid.device)
     cols = torch.tensor([p - offset for pos in at for p in pos], device=resid.device)
     return float_logits(model, resid[row_of, cols])

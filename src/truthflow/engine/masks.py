@@ -54,8 +54,7 @@ def layer_windows(config) -> list[int | None]:
 
 
 def fold_window(mask: torch.Tensor, window: int | None, q_start: int = 0) -> torch.Tensor:
-    """mask [B, 1, Tq, Tk] (queries at positions q_start.., keys at 0..) with keys `window` or more tokens
-    behind the query blocked, as transformers' sliding-window mask does (key j visible iff j > i - window)."""
+    """mask [B, 1, Tq, Tk] (queries from q_start), key j blocked unless j > i - window (as transformers)."""
     if window is None:
         return mask
     tq, tk = mask.shape[-2:]

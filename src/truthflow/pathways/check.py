@@ -1,6 +1,5 @@
-"""The falsification test of the two-pathway finding (METHOD A7, A9, docs/method.md): per matched sample
-diff = E_Q − control knockout, a one-sided paired t-test, Holm over the run's cells and a ±SESOI equivalence
-test. `check`: each cell's sufficient statistics (n, mean, sd of diff); `family` decides, vectorised."""
+"""The falsification test (METHOD A7, A9): per matched sample diff = E_Q − control knockout, a one-sided
+paired t-test, Holm over the run's cells, a ±SESOI equivalence test; `check`: a cell's n, mean, sd of diff."""
 
 from __future__ import annotations
 

@@ -119,8 +119,7 @@ def mop_predict(
 
 
 def pr_states(up, down, x_clean, g, train, test, C: float = 1.0, max_iter: int = 2000):
-    """PR routing: training samples by their own group (Q-Anchored -> up, A-Anchored -> down), test samples
-    by the gate on x_clean. Returns (train states, test states, q_test, the gate's note)."""
+    """PR routing (Q-Anchored: up, else down) -> (train states by g, test ones by the gate, q_test, note)."""
     w, note = gate_probs(x_clean, g, train, test, C, max_iter)
     q_te = w >= GATE_THRESHOLD
     s_tr = np.where(g[train][:, None], up[train], down[train])

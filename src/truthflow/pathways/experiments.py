@@ -29,8 +29,7 @@ PER_SAMPLE_SCHEMA = {"id": pl.String, "group": pl.String, "correct": pl.Boolean}
 
 
 def experiment_layer(setting, auc: pl.DataFrame, n_layers: int, model: str = "the model") -> tuple[int, str]:
-    """Layer K (1-based) and why: an integer setting as given (checked against the model's depth); 'auto' as
-    docs/method.md's experiments state, or the middle layer when the probe is undefined."""
+    """Layer K (1-based) and why: an int setting (checked), 'auto' per docs/method.md or the middle layer."""
     if isinstance(setting, int) and not isinstance(setting, bool):
         if not 1 <= setting <= n_layers:
             raise TruthflowError(
@@ -72,8 +71,7 @@ def _group_rows(experiment, condition, values, groups, keep, at: dict, rate: boo
 
 
 def patching_rows(prob, prob_patch, prob_control, correct, groups, control_ok, at: dict) -> list[dict]:
-    """Token patching (A12, which defines the eligible samples and the flip rate); the control counts only
-    samples with a control (|E_Q| random non-E_Q question tokens given the same donor ids)."""
+    """Token patching (A12); the control counts only samples with one (|E_Q| other question tokens)."""
     eligible = correct.astype(bool) & (prob.mean(axis=0) >= 0.5)
     clean_ok = prob >= 0.5
     denom = np.maximum(clean_ok.sum(axis=0), 1)

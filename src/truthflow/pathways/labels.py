@@ -1,5 +1,4 @@
-"""Answer labelling (METHOD A2, docs/method.md): SQuAD-style normalization, alias containment with its
-character span, the echo rule, refusal flags."""
+"""Answer labelling (METHOD A2): SQuAD-style normalization, alias containment and span, echoes, refusals."""
 
 from __future__ import annotations
 
@@ -185,8 +184,7 @@ LABEL_SCHEMA |= {"match_end": pl.Int64, "echo_rejected": pl.Boolean, "refusal": 
 
 
 def label_frame(answers: pl.DataFrame, questions: pl.DataFrame) -> pl.DataFrame:
-    """answers: id, answer, ...; questions: id, answers (gold aliases), question (without it the echo rule is
-    off). Adds correct, the matched alias and its span, echo_rejected and the refusal flag."""
+    """answers (id, answer) + LABEL_SCHEMA, by questions' id, answers and question (if any: the echo rule)."""
     text = questions["question"] if "question" in questions.columns else [None] * questions.height
     gold = dict(zip(questions["id"], zip(questions["answers"].to_list(), text, strict=True), strict=True))
     rows = []

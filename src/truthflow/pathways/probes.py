@@ -1,6 +1,5 @@
-"""Per-layer cross-fitted correctness probes (METHOD A6; `crossfit` is the package's one), ΔP under knockout
-(A8), the Q-/A-Anchored split (A9) and the seeded bootstrap summary (A10). Per sample and layer the seeds are
-averaged (ΔP: mean; flip: the share of seeds whose prediction flips), so n counts distinct samples."""
+"""Per-layer cross-fitted correctness probes (A6), ΔP under knockout (A8), Q-/A-Anchored split (A9), bootstrap
+summary (A10); per sample and layer the seeds are averaged (flip: the share that flip): n counts samples."""
 
 from __future__ import annotations
 

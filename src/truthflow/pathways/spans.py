@@ -1,5 +1,4 @@
-"""Exact answer tokens E_A and question tokens E_Q (METHOD A3-A4, docs/method.md): character spans from
-deterministic extractors (or an LLM extractor), mapped to token positions by the tokenizer's offsets."""
+"""Exact answer and question tokens E_A, E_Q (METHOD A3-A4): extracted char spans, mapped by token offsets."""
 
 from __future__ import annotations
 
