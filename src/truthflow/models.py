@@ -326,7 +326,9 @@ def _tokenizer_pickle(model_dir) -> Path:
 
 
 def _pickle_tokenizer(model_dir: Path) -> None:
-    """Written while the snapshot is built (a prepared snapshot never changes afterwards); a tokenizer that
-    does not load is left for the model job to report."""
+    """Written while the snapshot is built (it never changes afterwards), never through a link into a local
+    source; a tokenizer that does not load is left for the model job to report."""
     with suppress(Exception):
-        _tokenizer_pickle(model_dir).write_bytes(pickle.dumps(_tokenizer(model_dir)))
+        data, path = pickle.dumps(_tokenizer(model_dir)), _tokenizer_pickle(model_dir)
+        path.unlink(missing_ok=True)
+        path.write_bytes(data)
