@@ -302,9 +302,14 @@ def load_pretrained(source, dtype: str = "auto", gpus: int = 1):
         if len(slot.indices) > 1:
             kwargs["max_memory"] = {i: torch.cuda.mem_get_info(i)[0] for i in slot.indices}
     model = AutoModelForCausalLM.from_pretrained(source, **kwargs).eval()
-    pickled = _tokenizer_pickle(source)
-    tokenizer = pickle.loads(pickled.read_bytes()) if pickled.exists() else _tokenizer(source)
-    return model, tokenizer, device
+    return model, _unpickled_tokenizer(source) or _tokenizer(source), device
+
+
+def _unpickled_tokenizer(source):
+    """The snapshot's pickled tokenizer; None where there is none or it does not unpickle (built instead)."""
+    with suppress(Exception):
+        return pickle.loads(_tokenizer_pickle(source).read_bytes())
+    return None
 
 
 def _tokenizer(source):
@@ -328,7 +333,7 @@ def _tokenizer_pickle(model_dir) -> Path:
 def _pickle_tokenizer(model_dir: Path) -> None:
     """Written while the snapshot is built (it never changes afterwards), never through a link into a local
     source; a tokenizer that does not load is left for the model job to report."""
+    path = _tokenizer_pickle(model_dir)
+    path.unlink(missing_ok=True)  # first: a source's own pickle must not outlive a tokenizer that fails
     with suppress(Exception):
-        data, path = pickle.dumps(_tokenizer(model_dir)), _tokenizer_pickle(model_dir)
-        path.unlink(missing_ok=True)
-        path.write_bytes(data)
+        path.write_bytes(pickle.dumps(_tokenizer(model_dir)))
