@@ -61,11 +61,11 @@ def test_job_model_threads_default_to_the_rule_threads(monkeypatch) -> None:
 def test_the_pickled_tokenizer_is_the_one_its_files_build(fixture, request) -> None:
     """prepare_model pickles the tokenizer that load_model would build from the snapshot's files; a job
     unpickles it. Both must tokenize, decode and template alike (a stale pickle would not)."""
-    from truthflow.models import _tokenizer, _tokenizer_pickle, load_pretrained
+    from truthflow.models import _tokenizer, _tokenizer_pickle, _unpickled_tokenizer
 
     model_dir = request.getfixturevalue(fixture)
     assert _tokenizer_pickle(model_dir).is_file()
-    _, pickled, _ = load_pretrained(model_dir)
+    pickled = _unpickled_tokenizer(model_dir)  # what load_pretrained uses, without loading the weights again
     built = _tokenizer(model_dir)
     assert type(pickled) is type(built) and pickled.get_vocab() == built.get_vocab()
     for attr in ("pad_token_id", "eos_token_id", "bos_token_id", "padding_side", "all_special_tokens"):
