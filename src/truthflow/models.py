@@ -43,10 +43,13 @@ def _gguf_from_embedded(package: str, workdir: Path) -> Path:
 def gguf_read_once():
     """One GGUF parse per file in the block: transformers parses it thrice (tokenizer, config, weights)."""
     import gguf
+    import numpy as np
     from transformers import modeling_gguf_pytorch_utils as hf_gguf
 
     real, real_load = gguf.GGUFReader, hf_gguf.load_gguf_checkpoint
-    parse, metadata = functools.cache(real), functools.cache(lambda path: real_load(path))
+    # the reader parses a plain view of the map: slicing a np.memmap runs Python code, once per vocab entry
+    plain = property(lambda r: r._data, lambda r, v: setattr(r, "_data", np.asarray(v)))
+    parse, metadata = functools.cache(type("Reader", (real,), {"data": plain})), functools.cache(real_load)
 
     def load(path, return_tensors=False, **kwargs):  # a copy: callers pop keys off the result
         if return_tensors or kwargs:

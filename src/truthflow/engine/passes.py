@@ -4,8 +4,7 @@ A `Condition` says how a pass differs from the clean one (keys knocked out, toke
 reweighted); `resid_states` runs conditions over the same samples, keeping the residual stream at one position
 per sample. The tokens every condition shares with the clean pass run once per batch on a KV cache
 (`first_change`, `head_cache`). Caches hold every position (`DynamicCache()`): a sliding-window cache keeps
-only the window, which a full-width mask cannot address.
-"""
+only the window, which a full-width mask cannot address."""
 
 from __future__ import annotations
 

@@ -4,8 +4,7 @@ flows through attention edges leaving E_Q. An empty cell set gives NaN; duplicat
 
 dL/dA needs the probabilities in the autograd graph: the stage runs under `eager` attention
 (`backend.gradient_mode`; `engine.attention_pass`). The batch loss is the SUM of per-sample mean losses, so
-batched equals one at a time.
-"""
+batched equals one at a time."""
 
 from __future__ import annotations
 
