@@ -105,7 +105,7 @@ def _script_modules(script):
 def deploy_script_rules():
     """Every script rule runs in envs/truthflow.yaml (--sdm conda) and takes as input `code`, the truthflow
     modules its script imports, so editing one reruns exactly its importers; prepare_model takes none
-    (PREPARE_VERSION keys it). Called after the last rule (a global `conda:` would hold snakemake too)."""
+    (PREPARE_VERSION keys it). Called after the last rule; a global conda directive would hold snakemake."""
     for r in workflow.rules:
         if r.script:
             r.conda_env = str(Path(workflow.basedir, "envs", "truthflow.yaml"))
