@@ -221,8 +221,8 @@ def pathways_caption(wildcards=None):
     split = pw["anchor_split"] + (f" (K={pw['fixed_layer']})" if pw["anchor_split"] == "fixed_layer" else "")
     window = f" (w={ko['window']})" if ko["mode"] == "window" else ""
     return (
-        f"knockout.mode={ko['mode']}{window}, knockout.target={ko['target']}, control draws: {ko['control_draws']} "
-        f"(matched random, seed {ko['control_seed']}), anchor_split={split}, "
+        f"knockout.mode={ko['mode']}{window}, knockout.target={ko['target']}, control draws: "
+        f"{ko['control_draws']} (matched random, seed {ko['control_seed']}), anchor_split={split}, "
         f"exact_tokens.extractor={pw['exact_tokens']['extractor']}, probe: logistic regression "
         f"(C={pw['probe']['C']}), test_size={pw['probe']['test_size']}, seeds={pw['probe']['seeds']}, "
         f"95% CI: bootstrap n={pw['bootstrap']['n']} seed={pw['bootstrap']['seed']}"
