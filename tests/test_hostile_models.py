@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -182,6 +183,27 @@ def test_gguf_is_parsed_once_per_conversion(tmp_path):
         assert gguf.GGUFReader(str(path)) is first
         assert first.tensors[0].data.tolist() == list(range(6))
     assert gguf.GGUFReader is real and real(path) is not first
+
+
+@pytest.mark.parametrize("cut", [None, 40], ids=["not a GGUF", "GGUF cut short"])
+def test_unreadable_gguf_is_one_line_naming_the_file(tmp_path, cut):
+    """A foreign file and a GGUF cut after its header both fail inside the GGUF reader; the user gets one
+    line with the file's path, not the reader's traceback."""
+    import gguf
+    import numpy as np
+
+    path = tmp_path / "src" / "model.gguf"
+    path.parent.mkdir()
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tensor("w", np.arange(6, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    path.write_bytes(path.read_bytes()[:cut] if cut else b"GGUF but not really")
+    spec = {"source": {"local": str(path.parent), "gguf_file": "model.gguf"}}
+    with pytest.raises(TruthflowError, match=rf"GGUF file '{re.escape(str(path))}' cannot be read \("):
+        prepare_model("m", spec, tmp_path / "models" / "m")
 
 
 def test_weights_key_ignores_run_settings():

@@ -69,11 +69,15 @@ def _convert_gguf(gguf_path: Path, out_dir: Path, dtype: str) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    with gguf_read_once():
-        tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-        quantized = AutoModelForCausalLM.from_pretrained(
-            gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
-        )
+    try:
+        with gguf_read_once():
+            tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+            quantized = AutoModelForCausalLM.from_pretrained(
+                gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
+            )
+    except Exception as exc:  # noqa: BLE001 - a cut or foreign file fails anywhere in the GGUF reader
+        why = f"{type(exc).__name__}: {str(exc)[:300]}"
+        raise TruthflowError(f"GGUF file '{gguf_path}' cannot be read ({why}); is it complete?") from None
     if hasattr(quantized.config, "quantization_config"):
         delattr(quantized.config, "quantization_config")
     plain = AutoModelForCausalLM.from_config(quantized.config, dtype=torch.float32)
@@ -325,8 +329,7 @@ def _tokenizer(source):
 
 
 def _tokenizer_pickle(model_dir) -> Path:
-    """Where a snapshot keeps its tokenizer, pickled by these transformers and tokenizers: building Gemma-3's
-    from its 262k-token tokenizer.json costs every job seconds of CPU, unpickling it a third."""
+    """A snapshot's tokenizer pickled by these transformers and tokenizers (Gemma-3's builds in seconds)."""
     import tokenizers
     import transformers
 
@@ -334,8 +337,7 @@ def _tokenizer_pickle(model_dir) -> Path:
 
 
 def _pickle_tokenizer(model_dir: Path) -> None:
-    """Written while the snapshot is built (it never changes afterwards), never through a link into a local
-    source; a tokenizer that does not load is left for the model job to report."""
+    """Written as the snapshot is built, never through a link; a failing tokenizer is the job's to report."""
     path = _tokenizer_pickle(model_dir)
     path.unlink(missing_ok=True)  # first: a source's own pickle must not outlive a tokenizer that fails
     with suppress(Exception):
