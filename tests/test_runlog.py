@@ -146,3 +146,26 @@ def test_redact_patterns(text: str, expected: str) -> None:
 def test_redact_env_values_but_not_short_placeholders() -> None:
     environ = {"OPENAI_API_KEY": "plainkey-without-prefix", "HUGGING_FACE_HUB_TOKEN": "none"}
     assert redact("a plainkey-without-prefix b none", environ=environ) == "a *** b none"
+
+
+def test_a_model_job_writes_its_own_benchmark_with_exact_peaks(tmp_path) -> None:
+    """The benchmark output holds the process's own peaks, read as the job ends: a job that touches 300 MiB
+    reports at least that much, CPU seconds at least those it burned, and NA for GPU memory on a CPU."""
+    import numpy as np
+    import polars as pl
+    from snakemake.iocontainers import Namedlist
+
+    bench = tmp_path / "benchmarks" / "job.tsv"
+    bench.parent.mkdir()
+    sm = SimpleNamespace(log=[], rule="r", output=Namedlist(fromdict={"benchmark": str(bench)}))
+    burned = {}
+
+    def main(sm) -> None:
+        start = __import__("time").process_time()
+        assert np.ones(300 * 2**20 // 8).sum() > 0  # 300 MiB written, so resident
+        burned["cpu"] = __import__("time").process_time() - start
+
+    assert run(sm, main) == 0
+    row = pl.read_csv(bench, separator="\t", null_values="NA").row(0, named=True)
+    assert row["max_rss"] >= 300 and row["cpu_s"] >= burned["cpu"] > 0 and row["s"] > 0
+    assert row["max_gpu"] is None

@@ -60,7 +60,16 @@ def test_outputs(demo_run):
     per_q = pl.read_parquet(res / "tables" / "depth_per_question.parquet")
     assert {"mink_10", "mink_20", "mink_30", "minkpp_20", "score"} <= set(per_q.columns)
     assert (res / "logs" / "generate_answers" / "gemma3-270m" / "nq.log").exists()
-    assert (res / "benchmarks" / "extract_pathways" / "gemma3-270m" / "nq.tsv").exists()
+    # each model job's own benchmark: exact peaks at its end; a job that held Gemma-3's fp32 weights (1.1 GB)
+    bench = pl.read_csv(res / "tables" / "benchmarks.tsv", separator="\t")
+    assert bench.columns == ["rule", "model", "dataset", "seconds", "cpu_seconds", "max_rss_mb", "max_gpu_mb"]
+    assert (
+        bench["seconds"].min() > 0
+        and bench["cpu_seconds"].min() > 0
+        and bench["max_gpu_mb"].null_count() == len(bench)
+    )
+    gemma = bench.filter(model="gemma3-270m", rule="extract_pathways")
+    assert gemma.height == len(TEST_SETS) and gemma["max_rss_mb"].min() > 1100
 
 
 def _job_times(log: Path) -> dict[tuple[str, str], tuple[datetime, datetime]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import resource
 import signal
 import sys
 import threading
@@ -124,11 +125,23 @@ def run(snakemake, main: Callable[[object], None]) -> None:
         except Exception:  # printed through the redacting stream; re-raising would print it again, unredacted
             traceback.print_exc(file=sys.stderr)
             sys.exit(1)
+        if bench := getattr(getattr(snakemake, "output", None), "benchmark", None):
+            _write_benchmark(bench)
         if handle:  # every rule log ends with what the job made, so no log is empty
             sys.stdout.flush()
             sys.stderr.flush()
             made = ", ".join(map(str, getattr(snakemake, "output", None) or [])) or "nothing"
             handle.write(f"rule {snakemake.rule}: done in {time.perf_counter() - t0:.1f} s; wrote {made}\n")
+
+
+def _write_benchmark(path: str) -> None:
+    """A job's benchmark, from the kernel as it ends (not sampled): wall s, CPU s, peak RSS MB, GPU MB."""
+    usage, torch = resource.getrusage(resource.RUSAGE_SELF), sys.modules.get("torch")
+    gpus = range(torch.cuda.device_count()) if torch and torch.cuda.is_initialized() else ()
+    gpu = sum(map(torch.cuda.max_memory_allocated, gpus)) / 2**20 if gpus else None
+    cpu, wall = usage.ru_utime + usage.ru_stime, time.time() - psutil.Process().create_time()
+    cells = [f"{v:.2f}" if v is not None else "NA" for v in (wall, cpu, usage.ru_maxrss / 1024, gpu)]
+    Path(path).write_text("s\tcpu_s\tmax_rss\tmax_gpu\n" + "\t".join(cells) + "\n")
 
 
 def _is_snakemake(proc: psutil.Process) -> bool:

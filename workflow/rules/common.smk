@@ -169,14 +169,13 @@ def judge_model_input():
 
 
 def gpu_jobs():
-    """(rule, wildcards) of every model job (a rule with a benchmark), in the benchmark table's row order."""
-    model_rules = [r for r in workflow.rules if r.benchmark]
-    runs = {"generate": qa_runs(), "pathways": pw_runs()}
+    """(rule, wildcards) of every model job (a rule with a benchmark output), in the benchmark table's order."""
+    model_rules = [r for r in workflow.rules if "benchmark" in r.output.keys()]
     jobs = [
         (r.name, dict(model=m, dataset=d))
         for r in model_rules
         if "dataset" in r.wildcard_names
-        for m, d in runs[Path(r.snakefile).stem]
+        for m, d in {"generate": qa_runs(), "pathways": pw_runs()}[Path(r.snakefile).stem]
     ]
     depth = [r.name for r in model_rules if "dataset" not in r.wildcard_names]
     return jobs + [(name, dict(model=m)) for m in config["depth"]["models"] for name in depth]
@@ -216,8 +215,7 @@ def pair_models(name):
 
 
 def pathways_caption(wildcards=None):
-    pw = config["pathways"]
-    ko = pw["knockout"]
+    pw, ko = config["pathways"], config["pathways"]["knockout"]
     split = pw["anchor_split"] + (f" (K={pw['fixed_layer']})" if pw["anchor_split"] == "fixed_layer" else "")
     window = f" (w={ko['window']})" if ko["mode"] == "window" else ""
     return (
@@ -233,15 +231,13 @@ def decoding_text(d):
     """A decoding section (depth.decoding, depth.judge.decoding) as a caption says it."""
     if d.get("mode", "greedy") == "greedy":
         return "greedy"
-    rp = d.get("repetition_penalty", 1.0)
-    penalty = f", repetition penalty {rp}" if rp != 1.0 else ""
+    penalty = f", repetition penalty {rp}" if (rp := d.get("repetition_penalty", 1.0)) != 1.0 else ""
     return f"sampled (temperature {d['temperature']}, top_p {d['top_p']}{penalty}, seed {d['seed']})"
 
 
 def depth_caption(wildcards=None):
     d = config["depth"]
-    m = d["memorization"]
-    judge = d["judge"]
+    m, judge = d["memorization"], d["judge"]
     verdicts = f", {judge['judgments']} verdicts per answer" if judge["judgments"] > 1 else ""
     return (
         f"MIN-K% k={d['mink']['k_plot']} (grid {d['mink']['k_grid']}) on the raw question with BOS; "
@@ -270,9 +266,8 @@ def check_gated_tokens():
     """Before any job: a gated hub model not prepared yet needs a token; name the model and the variable."""
     from truthflow.models import INFO_FILE, check_gated_token
 
-    used = set(config["pathways"]["models"]) | set(config["depth"]["models"])
     try:
-        for name in sorted(used):
+        for name in sorted(set(config["pathways"]["models"]) | set(config["depth"]["models"])):
             if not Path(model_dir(model=name), INFO_FILE).exists():
                 check_gated_token(name, model_spec(name)["source"])
     except TruthflowError as exc:

@@ -4,10 +4,9 @@ rule score_mink:
         model=model_dir,
     output:
         depth_dir("mink.parquet"),
+        benchmark=results_path("benchmarks", "score_mink", "{model}.tsv"),
     log:
         results_path("logs", "score_mink", "{model}.log"),
-    benchmark:
-        results_path("benchmarks", "score_mink", "{model}.tsv")
     priority: PRIORITY["answers"]
     threads: MODEL_THREADS
     resources:
@@ -27,10 +26,9 @@ rule answer_depthqa:
         prompt=prompt_file(config["depth"]["prompt"], "depth.prompt"),
     output:
         depth_dir("answers.parquet"),
+        benchmark=results_path("benchmarks", "answer_depthqa", "{model}.tsv"),
     log:
         results_path("logs", "answer_depthqa", "{model}.log"),
-    benchmark:
-        results_path("benchmarks", "answer_depthqa", "{model}.tsv")
     priority: PRIORITY["answers"]
     threads: MODEL_THREADS
     resources:

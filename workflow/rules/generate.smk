@@ -4,10 +4,9 @@ rule generate_answers:
         model=model_dir,
     output:
         results_path("answers", "{model}", "{dataset}.parquet"),
+        benchmark=results_path("benchmarks", "generate_answers", "{model}", "{dataset}.tsv"),
     log:
         results_path("logs", "generate_answers", "{model}", "{dataset}.log"),
-    benchmark:
-        results_path("benchmarks", "generate_answers", "{model}", "{dataset}.tsv")
     priority: PRIORITY["answers"]
     threads: MODEL_THREADS
     resources:

@@ -10,10 +10,9 @@ rule extract_pathways:
         resid_ko=pw_dir("resid_ko.npy"),
         resid_control=pw_dir("resid_control.npy"),
         saliency=pw_dir("saliency.parquet"),
+        benchmark=results_path("benchmarks", "extract_pathways", "{model}", "{dataset}.tsv"),
     log:
         results_path("logs", "extract_pathways", "{model}", "{dataset}.log"),
-    benchmark:
-        results_path("benchmarks", "extract_pathways", "{model}", "{dataset}.tsv")
     priority: PRIORITY["knockout"]
     threads: MODEL_THREADS
     resources:
@@ -121,10 +120,9 @@ rule extract_experiments:
         answer_only=pw_dir("exp_answer_only.npy"),
         pr=pw_dir("exp_pr.npy"),
         scores=pw_dir("exp_scores.parquet"),
+        benchmark=results_path("benchmarks", "extract_experiments", "{model}", "{dataset}.tsv"),
     log:
         results_path("logs", "extract_experiments", "{model}", "{dataset}.log"),
-    benchmark:
-        results_path("benchmarks", "extract_experiments", "{model}", "{dataset}.tsv")
     priority: PRIORITY["experiments"]
     threads: MODEL_THREADS
     resources:

@@ -1,6 +1,6 @@
 rule benchmark_table:
     input:
-        tables=[getattr(rules, r).benchmark.format(**w) for r, w in gpu_jobs()],
+        tables=[getattr(rules, r).output.benchmark.format(**w) for r, w in gpu_jobs()],
     output:
         results_path("tables", "benchmarks.tsv"),
     log:
@@ -33,11 +33,7 @@ rule table_html:
     input:
         table=results_path("tables", "{table}.tsv"),
     output:
-        report(
-            results_path("report", "{table}.html"),
-            category="Tables",
-            caption="../report/table.rst",
-        ),
+        report(results_path("report", "{table}.html"), category="Tables", caption="../report/table.rst"),
     log:
         results_path("logs", "table_html", "{table}.log"),
     wildcard_constraints:
