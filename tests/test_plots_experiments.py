@@ -328,7 +328,11 @@ def _pdf_font_subtypes(path: Path) -> set[str]:
 
 def _fake_snakemake(tmp_path, tables: dict[str, pl.DataFrame], show_caption: bool):
     class Named(dict):  # a Snakemake NamedList: indexed by name or read by attribute, iterated over its paths
-        __getattr__ = dict.__getitem__
+        def __getattr__(self, name):  # a missing name is an AttributeError, as in Snakemake
+            try:
+                return self[name]
+            except KeyError:
+                raise AttributeError(name) from None
 
         def __iter__(self):
             return iter(self.values())

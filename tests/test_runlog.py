@@ -167,5 +167,5 @@ def test_a_model_job_writes_its_own_benchmark_with_exact_peaks(tmp_path) -> None
 
     assert run(sm, main) == 0
     row = pl.read_csv(bench, separator="\t", null_values="NA").row(0, named=True)
-    assert row["max_rss"] >= 300 and row["cpu_s"] >= burned["cpu"] > 0 and row["s"] > 0
-    assert row["max_gpu"] is None
+    assert row["max_rss_mb"] >= 300 and row["cpu_seconds"] >= burned["cpu"] > 0 and row["seconds"] > 0
+    assert row["max_gpu_mb"] is None

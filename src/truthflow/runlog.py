@@ -26,6 +26,7 @@ _BREAK = re.compile(r"(\r\n|\r|\n)")
 # Tests stop a job at a known point: the first time this text reaches stdout or stderr, it SIGSTOPs itself.
 STOP_AT_ENV = "TRUTHFLOW_TEST_STOP_AT"
 PARENT_POLL_S = 1.0
+BENCHMARK_COLUMNS = ["seconds", "cpu_seconds", "max_rss_mb", "max_gpu_mb"]  # a model job's benchmark file
 
 
 class _Tee:
@@ -141,7 +142,7 @@ def _write_benchmark(path: str) -> None:
     gpu = sum(map(torch.cuda.max_memory_allocated, gpus)) / 2**20 if gpus else None
     cpu, wall = usage.ru_utime + usage.ru_stime, time.time() - psutil.Process().create_time()
     cells = [f"{v:.2f}" if v is not None else "NA" for v in (wall, cpu, usage.ru_maxrss / 1024, gpu)]
-    Path(path).write_text("s\tcpu_s\tmax_rss\tmax_gpu\n" + "\t".join(cells) + "\n")
+    Path(path).write_text("\t".join(BENCHMARK_COLUMNS) + "\n" + "\t".join(cells) + "\n")
 
 
 def _is_snakemake(proc: psutil.Process) -> bool:

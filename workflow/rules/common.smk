@@ -237,7 +237,8 @@ def decoding_text(d):
 
 def depth_caption(wildcards=None):
     d = config["depth"]
-    m, judge = d["memorization"], d["judge"]
+    m = d["memorization"]
+    judge = d["judge"]
     verdicts = f", {judge['judgments']} verdicts per answer" if judge["judgments"] > 1 else ""
     return (
         f"MIN-K% k={d['mink']['k_plot']} (grid {d['mink']['k_grid']}) on the raw question with BOS; "
