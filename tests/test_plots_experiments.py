@@ -211,6 +211,16 @@ def test_patching_legend_lists_only_what_is_drawn(tmp_path, spy):
     assert sum(np.isfinite(ln.get_ydata()).sum() for ln in diamonds) == 2 * len(DATASETS)
 
 
+def test_a_panel_with_only_the_control_draws_it_as_the_legend_does(tmp_path, spy):
+    """A panel without E_Q rows keeps the control's hatched look, the legend's: not the solid look of E_Q."""
+    rows = make_rows().filter(~((pl.col("model") == "m1") & (pl.col("condition") == "E_Q")))
+    plots_experiments.plot_patching(rows, MODELS, TITLES, tmp_path / "a.png", tmp_path / "a.pdf")
+    m1, m2 = spy[-1].fig.axes[:2]
+    assert len(m1.patches) == 2 * len(DATASETS) and all(b.get_hatch() == "////" for b in m1.patches)
+    bars = 2 * len(DATASETS)  # m2 has both conditions: E_Q solid, the control hatched
+    assert sorted(bool(b.get_hatch()) for b in m2.patches) == [False] * bars + [True] * bars
+
+
 def test_small_groups_are_points_not_bars(tmp_path, spy):
     rows = make_rows(small=("m1", "nq", "A-Anchored"))
     plots_experiments.plot_answer_only(rows, MODELS, TITLES, tmp_path / "a.png", tmp_path / "a.pdf")

@@ -73,17 +73,17 @@ def k_caption(rows, awareness, models: list[str], titles: dict[str, str]) -> str
 
 
 def _bar_panel(ax, sub: pl.DataFrame, conditions: list[str], published: pl.DataFrame, drawn: set) -> None:
-    """Bars per dataset, group-major, one per condition inside a group, with the 95% CI and n above; a group
-    below MIN_LINE_N is a point; the paper's value (`published`) a diamond on the first condition's bar."""
+    """Bars per dataset, group-major, one per condition present, looking as its place in `conditions` does in
+    the legend; CI and n above; a group below MIN_LINE_N is a point; `published`: diamonds on the first's."""
     datasets = datasets_in(sub)
-    present = [c for c in conditions if (sub["condition"] == c).any()]
+    present = [(ci, c) for ci, c in enumerate(conditions) if (sub["condition"] == c).any()]
     gap, width = 0.06, (0.8 - 0.06) / (2 * len(present))
-    for ci, cond in enumerate(present):
+    for pi, (ci, cond) in enumerate(present):
         for gi, group in enumerate(GROUPS):
             r = sub.filter((pl.col("condition") == cond) & (pl.col("group") == group) & (pl.col("n") > 0))
             r = r.filter(pl.col("value").is_not_nan()).join(published, on=["dataset", "group"], how="left")
             idx = np.array([datasets.index(d) for d in r["dataset"]])
-            x = idx - 0.4 + gi * gap + (gi * len(present) + ci + 0.5) * width
+            x = idx - 0.4 + gi * gap + (gi * len(present) + pi + 0.5) * width
             v, lo, hi = r.select(pl.col("value", "ci_low", "ci_high").cast(pl.Float64)).to_numpy().T
             big, col = r["n"].to_numpy() >= MIN_LINE_N, GROUP_COLOURS[group]
             err = [(v - lo)[big], (hi - v)[big]]
