@@ -86,12 +86,13 @@ def test_one_process_reuses_its_claim(tmp_path):
     assert (tmp_path / "gpu-0.lock").read_text().strip() == str(os.getpid())
 
 
-def test_claims_are_all_or_nothing(tmp_path):
+def test_claims_are_all_or_nothing(tmp_path, capsys):
     holder = _job(tmp_path, "holder", 1, 3, 60.0)  # another job holds GPU 0
     lock_dir = tmp_path / "locks"
     _wait_for_lock(lock_dir / "gpu-0.lock")
     with pytest.raises(TruthflowError, match="no 3 free GPU"):
         claim_devices(3, ["0", "1", "2"], lock_dir, poll_s=0.01, timeout_s=0.2)
+    assert "waiting for 3 GPU(s)" in capsys.readouterr().err  # said at the first wait, not after a minute
     assert not devices._HELD  # the partial claim of 1 and 2 was given back, so no job can deadlock on it
     assert claim_devices(2, ["0", "1", "2"], lock_dir, poll_s=0.01, timeout_s=5) == [1, 2]
     holder.kill()

@@ -80,7 +80,7 @@ def claim_devices(
     if n > len(keys):
         raise TruthflowError(f"a job asks for {n} GPUs but only {len(keys)} are visible")
     lock_dir.mkdir(parents=True, exist_ok=True)
-    t0 = last_log = time.monotonic()
+    t0, last_log = time.monotonic(), float("-inf")  # the first wait is said at once, then once a minute
     while True:
         got, new = [i for i, k in enumerate(keys) if k in _HELD][:n], []
         for i, k in enumerate(keys):
@@ -95,7 +95,7 @@ def claim_devices(
             raise TruthflowError(
                 f"no {n} free GPU(s) among {keys} after {timeout_s:.0f} s (locks in {lock_dir})"
             )
-        if now - last_log > 60 or now == t0:
+        if now - last_log > 60:
             print(f"waiting for {n} GPU(s) among {keys} (locks in {lock_dir})", file=sys.stderr, flush=True)
             last_log = now
         time.sleep(poll_s)
