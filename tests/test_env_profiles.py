@@ -57,3 +57,13 @@ def test_a_stale_profile_is_reported(tmp_path, monkeypatch):
     assert make_profiles.main(["--check"]) == 1
     assert make_profiles.main([]) == 0 and make_profiles.main(["--check"]) == 0
     assert "score_mink: {cpus_per_task: 8}" in cfg.read_text()
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_the_local_profile_overrides_nothing_a_cluster_profile_sets(profile):
+    """profiles/default is loaded with every --profile and wins over it (Snakemake 9): a key both set must
+    agree, or a cluster run silently takes the local value (a 5 s latency wait on a shared filesystem)."""
+    local = yaml.safe_load((REPO / "profiles" / "default" / "config.yaml").read_text())
+    cluster = yaml.safe_load((REPO / "profiles" / profile / "config.yaml").read_text())
+    clash = {k: (local[k], cluster[k]) for k in local.keys() & cluster.keys() if local[k] != cluster[k]}
+    assert not clash, f"profiles/default overrides profiles/{profile}: {clash}"
