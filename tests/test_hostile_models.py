@@ -166,17 +166,11 @@ def test_gguf_is_parsed_once_per_conversion(tmp_path):
     `gguf_read_once` the three reads share one parse, and the real reader is back after the block. (Checked
     by hand on Gemma-3-270M: byte-identical snapshot files, the conversion 45 s -> 25 s.)"""
     import gguf
-    import numpy as np
 
     from truthflow.models import gguf_read_once
 
     path = tmp_path / "m.gguf"
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_tensor("w", np.arange(6, dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    _tiny_gguf(path)
     real = gguf.GGUFReader
     with gguf_read_once():
         first = gguf.GGUFReader(path)
@@ -185,21 +179,26 @@ def test_gguf_is_parsed_once_per_conversion(tmp_path):
     assert gguf.GGUFReader is real and real(path) is not first
 
 
-@pytest.mark.parametrize("cut", [None, 40], ids=["not a GGUF", "GGUF cut short"])
-def test_unreadable_gguf_is_one_line_naming_the_file(tmp_path, cut):
-    """A foreign file and a GGUF cut after its header both fail inside the GGUF reader; the user gets one
-    line with the file's path, not the reader's traceback."""
+def _tiny_gguf(path) -> None:
+    """A one-tensor GGUF file (w = 0..5, float32) at path."""
     import gguf
     import numpy as np
 
-    path = tmp_path / "src" / "model.gguf"
-    path.parent.mkdir()
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_tensor("w", np.arange(6, dtype=np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+@pytest.mark.parametrize("cut", [None, 40], ids=["not a GGUF", "GGUF cut short"])
+def test_unreadable_gguf_is_one_line_naming_the_file(tmp_path, cut):
+    """A foreign file and a GGUF cut after its header both fail inside the GGUF reader; the user gets one
+    line with the file's path, not the reader's traceback."""
+    path = tmp_path / "src" / "model.gguf"
+    path.parent.mkdir()
+    _tiny_gguf(path)
     path.write_bytes(path.read_bytes()[:cut] if cut else b"GGUF but not really")
     spec = {"source": {"local": str(path.parent), "gguf_file": "model.gguf"}}
     with pytest.raises(TruthflowError, match=rf"GGUF file '{re.escape(str(path))}' cannot be read \("):
