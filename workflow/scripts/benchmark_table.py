@@ -5,9 +5,9 @@ from truthflow import runlog, validate
 
 def main(sm):
     frames = [
-        validate.read_tsv(path, runlog.BENCHMARK_COLUMNS, infer_schema_length=0).select(
+        validate.read_tsv(path, runlog.BENCHMARK_COLUMNS, infer_schema_length=0, null_values="NA").select(
             *(pl.lit(job[key]).alias(key) for key in ("rule", "model", "dataset")),
-            pl.col(runlog.BENCHMARK_COLUMNS).cast(pl.Float64, strict=False),
+            pl.col(runlog.BENCHMARK_COLUMNS).cast(pl.Float64),
         )
         for path, job in zip(sm.input.tables, sm.params.jobs, strict=True)
     ]
