@@ -335,21 +335,3 @@ def test_prepare_model_in_the_workflow(tiny_src, tmp_path):
     proc = snakemake(tmp_path, target, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / target).resolve() == good and tree_state(good) == before
-
-
-def test_a_broken_or_foreign_tokenizer_pickle_is_never_used(tiny_src, tmp_path):
-    """A corrupt pickle in a snapshot falls back to the tokenizer files; a local source's own pickle is
-    replaced by the one built from its files, never unpickled as found."""
-    from truthflow.models import _tokenizer, _tokenizer_pickle, load_pretrained
-
-    src = tmp_path / "src"
-    shutil.copytree(tiny_src, src)
-    _tokenizer_pickle(src).write_bytes(b"not a pickle")  # a local source that brings its own
-    models = tmp_path / "models"
-    prepare_model("m", {"source": {"local": str(src)}}, models / "m")
-    snapshot = (models / "m").resolve()
-    assert _tokenizer_pickle(snapshot).read_bytes() != b"not a pickle"
-    assert _tokenizer_pickle(src).read_bytes() == b"not a pickle"  # the source is only read
-    _tokenizer_pickle(snapshot).write_bytes(b"truncated")
-    _, tok, _ = load_pretrained(snapshot)
-    assert tok.get_vocab() == _tokenizer(snapshot).get_vocab()

@@ -80,7 +80,7 @@ def test_sigkill_mid_job_then_rerun_completes(pristine_run, tmp_path, victim):
         workdir, "--forcerun", target, "--", target, extra_env={STOP_AT_ENV: "generate smollm2-135m/nq"}
     )
     job = _wait_for(
-        lambda: [p for p in _session(proc.pid, "generate_answers.py") if _state(p) == "T"],
+        lambda: [p for p in _session(proc.pid) if _state(p) == "T"],  # forked from the warm process
         proc,
         "generate_answers to start",
     )
@@ -163,9 +163,7 @@ def test_sigkill_mid_job_then_rerun_gives_identical_outputs(pristine_run, tmp_pa
     # the job stops itself (SIGSTOP) when its progress bar first shows: model loaded, outputs being computed
     job_args = ("--forcerun", str(output), "--", str(output))  # this job alone
     proc = _start(workdir, *job_args, extra_env={STOP_AT_ENV: bar})
-    job = _wait_for(
-        lambda: [p for p in _session(proc.pid, f"{rule}.py") if _state(p) == "T"], proc, f"{rule} to start"
-    )
+    job = _wait_for(lambda: [p for p in _session(proc.pid) if _state(p) == "T"], proc, f"{rule} to start")
     for pid in job:
         os.kill(pid, signal.SIGKILL)
     assert proc.wait(timeout=300) != 0

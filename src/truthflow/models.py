@@ -9,11 +9,10 @@ import importlib
 import importlib.util
 import json
 import os
-import pickle
 import shutil
 import sys
 import tempfile
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import TruthflowError
@@ -68,6 +67,7 @@ def _convert_gguf(gguf_path: Path, out_dir: Path, dtype: str) -> None:
     """De-quantize a GGUF once into a plain transformers snapshot (GGUF models can't save_pretrained)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.initialization import no_init_weights
 
     try:
         with gguf_read_once():
@@ -80,7 +80,8 @@ def _convert_gguf(gguf_path: Path, out_dir: Path, dtype: str) -> None:
         raise TruthflowError(f"GGUF file '{gguf_path}' cannot be read ({why}); is it complete?") from None
     if hasattr(quantized.config, "quantization_config"):
         delattr(quantized.config, "quantization_config")
-    plain = AutoModelForCausalLM.from_config(quantized.config, dtype=torch.float32)
+    with no_init_weights():  # every weight is the GGUF's (a missing one is refused below)
+        plain = AutoModelForCausalLM.from_config(quantized.config, dtype=torch.float32)
     if missing := plain.load_state_dict(quantized.state_dict(), strict=False).missing_keys:
         raise TruthflowError(f"GGUF {gguf_path.name}: weights missing after conversion: {missing[:5]}")
     plain.tie_weights()
@@ -184,7 +185,6 @@ def _build(name: str, key: dict, store: Path) -> None:
         else:
             raise TruthflowError(f"model '{name}': source needs one of 'embedded', 'hub', 'local', 'twin'")
         info = describe(tmp, name, key)
-        _pickle_tokenizer(tmp)
         (tmp / INFO_FILE).unlink(missing_ok=True)  # never write through a link
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=2))
         shutil.rmtree(store, ignore_errors=True)  # an incomplete snapshot of the same key
@@ -321,14 +321,7 @@ def load_pretrained(source, dtype: str = "auto", gpus: int = 1):
         if len(slot.indices) > 1:
             kwargs["max_memory"] = {i: torch.cuda.mem_get_info(i)[0] for i in slot.indices}
     model = AutoModelForCausalLM.from_pretrained(source, **kwargs).eval()
-    return model, _unpickled_tokenizer(source) or _tokenizer(source), device
-
-
-def _unpickled_tokenizer(source):
-    """The snapshot's pickled tokenizer; None where there is none or it does not unpickle (built instead)."""
-    with suppress(Exception):
-        return pickle.loads(_tokenizer_pickle(source).read_bytes())
-    return None
+    return model, _tokenizer(source), device
 
 
 def _tokenizer(source):
@@ -338,19 +331,3 @@ def _tokenizer(source):
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
-
-
-def _tokenizer_pickle(model_dir) -> Path:
-    """A snapshot's tokenizer pickled by these transformers and tokenizers (Gemma-3's builds in seconds)."""
-    import tokenizers
-    import transformers
-
-    return Path(str(model_dir), f"tokenizer-{transformers.__version__}-{tokenizers.__version__}.pickle")
-
-
-def _pickle_tokenizer(model_dir: Path) -> None:
-    """Written as the snapshot is built, never through a link; a failing tokenizer is the job's to report."""
-    path = _tokenizer_pickle(model_dir)
-    path.unlink(missing_ok=True)  # first: a source's own pickle must not outlive a tokenizer that fails
-    with suppress(Exception):
-        path.write_bytes(pickle.dumps(_tokenizer(model_dir)))

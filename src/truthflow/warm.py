@@ -1,164 +1,136 @@
-"""A warm process for a local run's model jobs on a CPU: torch, transformers and each model loaded once, every
-job forked from it, so a job skips 5-10 s of imports and loading yet stays its own process (its log, signals,
-benchmark and failure). Snakemake starts a model job's script as ever; `delegate` hands it to the warm process
-where one listens (SOCKET_ENV, set by `start`) and exits with the forked job's exit code."""
+"""A warm process for a local run on a CPU: torch, transformers and each model imported and loaded once, every
+job forked from it, so a model job skips 5-10 s of imports and loading yet stays its own process (its log,
+signals, benchmark, failure). Snakemake starts a job's script as ever; the script's first line, `delegate`,
+hands it to the warm process where one listens (SOCKET_ENV, set by `start`) and exits with the job's code."""
 
 from __future__ import annotations
 
 import os
 import pickle
 import runpy
+import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import traceback
+from contextlib import suppress
 from pathlib import Path
 
 SOCKET_ENV = "TRUTHFLOW_WARM_SOCKET"
-_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+_KILLED = 255  # the job's process ended without its exit code (SIGKILL, the OOM killer)
 
 
-def start(min_jobs: int, model_jobs: int) -> subprocess.Popen | None:
-    """In snakemake (onstart of a local CPU run): the warm process, when `model_jobs` reach `min_jobs`."""
-    if model_jobs < min_jobs:
-        return None
+def start() -> subprocess.Popen:
+    """In snakemake (onstart): the warm process, its socket named in SOCKET_ENV for the jobs."""
     path = Path(tempfile.mkdtemp(prefix="truthflow-warm-"), "socket")
     server = subprocess.Popen([sys.executable, "-m", "truthflow.warm", str(path), str(os.getpid())])
     os.environ[SOCKET_ENV] = str(path)
     return server
 
 
-def stop(server: subprocess.Popen | None) -> None:
-    if server is not None and server.poll() is None:
-        server.terminate()
+def stop(server: subprocess.Popen) -> None:
+    server.terminate()
+    shutil.rmtree(Path(server.args[3]).parent, ignore_errors=True)
 
 
 def delegate(sm) -> None:
-    """In a job's script, before its heavy imports: run it in the warm process if one listens, then exit."""
-    path = os.environ.get(SOCKET_ENV)
-    if not path:
-        return
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    """Run this job's script (sys.argv) in the warm process if one listens, and exit with its code."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # whole messages, an end on either side
     try:
-        conn.connect(path)
-    except OSError:
-        return  # none listens (stopped, or started by another run): the job runs here
-    model = getattr(sm.input, "model", None)  # warm only on a machine without a GPU (the Snakefile)
-    request = pickle.dumps(
-        {
-            "argv": sys.argv,
-            "cwd": os.getcwd(),
-            "env": dict(os.environ),
-            "model": model,
-            "dtype": getattr(sm.params, "dtype", "auto"),
-        }  # fmt: skip
-    )
-    socket.send_fds(conn, [struct.pack("!I", len(request)) + request], [0, 1, 2])
-    for signum in _SIGNALS:  # forwarded to the job, which ends as it would on its own
-        signal.signal(signum, lambda s, _: conn.send(bytes([s])))
-    code = b""
-    while not code:
-        try:
-            code = conn.recv(1) or b"\xff"
-        except InterruptedError:
-            continue
-    if code == b"\xff":
-        print(f"truthflow: the {sm.rule} job's process was killed", file=sys.stderr)
-        sys.exit(1)
-    sys.exit(code[0])
+        conn.connect(os.environ[SOCKET_ENV])
+    except (KeyError, OSError):
+        return  # none listens (a cluster, GPU or conda run, or it has ended): the job runs in this process
+    model, dtype = getattr(sm.input, "model", None), getattr(sm.params, "dtype", None)
+    model = model and os.path.abspath(model)
+    request = {"argv": sys.argv, "cwd": os.getcwd(), "env": dict(os.environ), "model": model, "dtype": dtype}
+    socket.send_fds(conn, [pickle.dumps(request)], [0, 1, 2])
+
+    def forward(signum, frame):  # SIGTERM (snakemake stopping, a scheduler): the job ends as it would alone
+        with suppress(OSError):
+            conn.send(bytes([signum]))
+
+    signal.signal(signal.SIGTERM, forward)  # Ctrl-C's SIGINT reaches the job itself: its process group
+    code = (conn.recv(1) or bytes([_KILLED]))[0]
+    if code == _KILLED:
+        print(f"truthflow: the process of the {sm.rule} job was killed", file=sys.stderr)
+    sys.exit(code)
 
 
 def serve(path: str, parent: int) -> None:
-    """Import what model jobs import, then fork a job per connection until snakemake (`parent`) is gone."""
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    """Import what jobs import, then fork a job per connection until snakemake (`parent`) is gone."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(path)  # first: a job that starts meanwhile waits in the backlog
     listener.listen(64)
     import torch
 
     torch.set_num_threads(1)  # no thread pool before a fork: each job sets its own threads
-
-    import snakemake.script  # noqa: F401 - each job's script preamble
+    import snakemake.script  # noqa: F401 - the script's preamble
     from transformers.utils import logging as hf_logging
 
-    from . import jobs, models, runlog, validate  # noqa: F401
-    from .depth import mink, prompts  # noqa: F401
-    from .pathways import activations, experiments, extract  # noqa: F401
+    from . import jobs, models, plotting  # noqa: F401
+    from .depth import mink, plots, tables  # noqa: F401
+    from .pathways import check, experiments, extract, plots_experiments, probes  # noqa: F401
+    from .pathways import plots as _  # noqa: F401
 
     hf_logging.disable_progress_bar()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the jobs
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the jobs and snakemake, which stops this
     listener.settimeout(1.0)
     while os.getppid() == parent:
-        try:
-            conn, _ = listener.accept()
-        except TimeoutError:
-            continue
-        conn.settimeout(None)
-        request, fds = _receive(conn)
-        if request.get("model"):
-            try:
-                models.warm_model(request["model"], request["dtype"])
-            except Exception:  # noqa: BLE001 - the job loads the model itself and reports what fails
-                pass
-        sys.stdout.flush()
-        sys.stderr.flush()
-        if os.fork() == 0:
-            listener.close()
-            _run_job(conn, request, fds)
-        conn.close()
-        for fd in fds:
-            os.close(fd)
-    Path(path).unlink(missing_ok=True)
-
-
-def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
-    data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
-    size = struct.unpack("!I", data[:4])[0]
-    while len(data) < 4 + size:
-        data += conn.recv(4 + size - len(data))
-    return pickle.loads(data[4:]), fds
+        with suppress(TimeoutError):
+            conn = listener.accept()[0]
+            data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+            request = pickle.loads(data)
+            if request["model"]:
+                with suppress(Exception):  # the job loads it itself, and reports what fails
+                    models.warm_model(request["model"], request["dtype"])
+            sys.stderr.flush()
+            if os.fork() == 0:
+                listener.close()
+                _run_job(conn, request, fds)
+            conn.close()
+            for fd in fds:
+                os.close(fd)
+    with suppress(OSError):
+        os.unlink(path)
+        os.rmdir(Path(path).parent)
 
 
 def _run_job(conn: socket.socket, request: dict, fds: list[int]) -> None:
-    """In the forked job: the launcher's streams, directory and environment, then its script; no return."""
+    """In the forked job: the launcher's streams, directory, environment and script; never returns."""
     code = 1
     try:
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
-        for signum in (signal.SIGCHLD, *_SIGNALS):
-            signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         os.chdir(request["cwd"])
         os.environ.clear()
-        os.environ.update(request["env"])
-        del os.environ[SOCKET_ENV]  # the script runs here, not delegated again
-        sys.argv = list(request["argv"])
+        os.environ.update({k: v for k, v in request["env"].items() if k != SOCKET_ENV})  # never handed on
+        sys.argv = request["argv"]
         threading.Thread(target=_watch_launcher, args=(conn,), daemon=True).start()
         runpy.run_path(sys.argv[0], run_name="__main__")
         code = 0
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (exc.code is not None)
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
         if isinstance(exc.code, str):
             print(exc.code, file=sys.stderr)
-    except BaseException:  # noqa: BLE001 - the job's own failure, reported as a script's would be
+    except BaseException:  # noqa: BLE001 - the job's own failure, printed as a script's would be
         traceback.print_exc()
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001, S110
-                pass
-        try:
-            conn.sendall(bytes([min(int(code), 254)]))
-        finally:
-            os._exit(int(code))
+        with suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+            conn.send(bytes([min(code, _KILLED - 1)]))
+        os._exit(code)
 
 
 def _watch_launcher(conn: socket.socket) -> None:
-    """A signal the launcher forwards is raised here; the launcher gone (killed) ends the job by SIGTERM."""
+    """A signal the launcher forwards is raised here; the launcher gone (killed) stops the job by SIGTERM."""
     while data := conn.recv(1):
         os.kill(os.getpid(), data[0])
     os.kill(os.getpid(), signal.SIGTERM)

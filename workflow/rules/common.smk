@@ -267,12 +267,12 @@ _warm = []
 
 
 def start_warm():
-    """A local run on a CPU forks its model jobs from one warm process (truthflow.warm), where two or more run;
-    not in a conda env (jobs run its Python) nor where TRUTHFLOW_WARM=0."""
+    """A local run on a CPU forks its model jobs from one warm process (truthflow.warm); not in a conda env (jobs
+    run its Python) nor where TRUTHFLOW_WARM=0."""
     if workflow.local_exec and not gpu_machine() and os.environ.get("TRUTHFLOW_WARM") != "0":
-        if not workflow.deployment_settings.deployment_method:
-            jobs = workflow.dag.needrun_jobs()
-            _warm.append(warm.start(2, sum("benchmark" in j.rule.output.keys() for j in jobs)))
+        model_jobs = any("benchmark" in j.rule.output.keys() for j in workflow.dag.needrun_jobs())
+        if model_jobs and not workflow.deployment_settings.deployment_method:
+            _warm.append(warm.start())
 
 
 def stop_warm():

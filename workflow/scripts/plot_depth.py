@@ -1,3 +1,6 @@
+from truthflow import warm
+
+warm.delegate(snakemake)  # noqa: F821 - where a warm process listens, the job runs there and exits here
 from truthflow import report_tables, runlog, validate
 from truthflow.depth.plots import plot_depth_boxes, plot_score_gap_density
 

@@ -1,3 +1,6 @@
+from truthflow import warm
+
+warm.delegate(snakemake)  # noqa: F821 - where a warm process listens, the job runs there and exits here
 from truthflow import report_tables, runlog, validate
 from truthflow.pathways.check import caption as check_caption
 from truthflow.pathways.plots import plot_anchored, plot_check, plot_pathways, plot_probe_auc
