@@ -1,8 +1,6 @@
 """Published vs reproduced: the papers' values (workflow/report/published.tsv) next to this run's, and per
 model the qualitative checks (E_Q knockout beats the matched random control; MIN-K% rises with depth)."""
 
-from __future__ import annotations
-
 import polars as pl
 
 from .errors import TruthflowError
@@ -16,10 +14,8 @@ TABLE_OF_KIND |= {"awareness": "awareness", "detection": "detection"}
 DEPTH_METRICS = ("mean_score", "forward_discrepancy", "backward_discrepancy")
 TABLE_OF_KIND |= dict.fromkeys(DEPTH_METRICS, "depth_metrics")
 # the bar experiments: the condition compared and what its value is
-BARS = {
-    "patching": ("E_Q", "flip rate (%) under E_Q patching"),
-    "answer_only": ("-ΔP", "−ΔP (%) from the answer alone"),
-}
+BARS = {"patching": ("E_Q", "flip rate (%) under E_Q patching")}
+BARS |= {"answer_only": ("-ΔP", "−ΔP (%) from the answer alone")}
 DEPTH_VERDICTS = {None: "undefined (a depth is empty)", True: "holds", False: "does not hold"}
 
 

@@ -1,7 +1,5 @@
 """Config checks (`check_config`), schema defaults (`fill_defaults`, `schema_defaults`); no science import."""
 
-from __future__ import annotations
-
 import copy
 import re
 from collections.abc import Iterable, Mapping
@@ -15,6 +13,7 @@ from .errors import TruthflowError
 
 SCHEMA = Path(__file__).resolve().parent / "schemas" / "config.schema.yaml"  # package data
 SCHEMA_DOC = "src/truthflow/schemas/config.schema.yaml"
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 @cache
@@ -66,9 +65,6 @@ def fill_defaults(config: dict) -> dict:
     if config["pathways"]["datasets"] is None:
         config["pathways"]["datasets"] = [d for d in registry.qa_names() if d in config["datasets"]]
     return config
-
-
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 def check_path_names(config: dict) -> None:
@@ -137,8 +133,7 @@ def _duplicate_keys(node, path: str = ""):
 
 def check_config_files(paths) -> None:
     """A key given twice in a YAML config file (one Snakemake loaded) is an error."""
-    for path in paths:
-        path = Path(path)
+    for path in map(Path, paths):
         if not path.is_file():
             continue
         try:
@@ -156,12 +151,11 @@ def check_config_files(paths) -> None:
 
 def check_names(config: dict) -> None:
     """Every dataset is registered; every model/dataset named elsewhere in the config is defined, once."""
-    for name in config["datasets"]:
-        if name not in registry.names():
-            raise TruthflowError(
-                f"config key 'datasets.{name}': '{name}' is not a registered dataset (registered: "
-                f"{', '.join(registry.names())}); a new QA set is an entry in src/truthflow/registry.py"
-            )
+    if unknown := [name for name in config["datasets"] if name not in registry.names()]:
+        raise TruthflowError(
+            f"config key 'datasets.{unknown[0]}': '{unknown[0]}' is not a registered dataset (registered: "
+            f"{', '.join(registry.names())}); a new QA set is an entry in src/truthflow/registry.py"
+        )
     pw, depth, figures = config["pathways"], config["depth"], config["figures"]
     models, datasets = set(config["models"]), set(config["datasets"])
     listed = {f"pathways.{k}": pw[k] for k in ("models", "datasets")} | {"depth.models": depth["models"]}
@@ -205,8 +199,7 @@ def check_names(config: dict) -> None:
         raise TruthflowError("config key 'depth.models' is set but 'datasets.depthqa' is not defined")
     if pw["anchor_split"] == "fixed_layer" and pw.get("fixed_layer") is None:
         raise TruthflowError("config key 'pathways.fixed_layer' must be set when anchor_split is fixed_layer")
-    span = pw.get("check", {}).get("layers")
-    if isinstance(span, list) and span[0] > span[1]:
+    if isinstance(span := pw.get("check", {}).get("layers"), list) and span[0] > span[1]:
         raise TruthflowError(
             f"config key 'pathways.check.layers' is [from, to] with from <= to (1-based), got {span}"
         )

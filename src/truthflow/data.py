@@ -1,8 +1,6 @@
 """Dataset loading (hub, or local files in each set's layout) into one schema: id, dataset, question, answers,
 own fields; ids do not depend on `n` or `seed`; unusable rows, too large an `n` go to a dropped table."""
 
-from __future__ import annotations
-
 import csv
 import json
 import logging
@@ -62,8 +60,7 @@ def _read_json_records(path: Path, text: str, field: str | None) -> list[dict]:
             obj = [{"_key": k, **v} for k, v in obj.items()]
     if not isinstance(obj, list):
         raise TruthflowError(f"{path}: expected a JSON list of records (set `field:` for nested lists)")
-    bad = next((i for i, r in enumerate(obj) if not isinstance(r, dict)), None)
-    if bad is not None:
+    if (bad := next((i for i, r in enumerate(obj) if not isinstance(r, dict)), None)) is not None:
         raise TruthflowError(f"{path}: record {bad} is a {type(obj[bad]).__name__}, not a JSON object")
     return obj
 
@@ -71,10 +68,9 @@ def _read_json_records(path: Path, text: str, field: str | None) -> list[dict]:
 def _read_delimited(path: Path, delimiter: str) -> list[dict]:
     """TSV/CSV with standard quoting; a ragged row is an error naming its line (polars' names none)."""
     kind = "tab" if delimiter == "\t" else "comma"
-    records: list[dict] = []
     with path.open(encoding="utf-8", newline="") as fh:
         reader = csv.reader(fh, delimiter=delimiter, strict=True)
-        header, start = None, 1
+        records, header, start = [], None, 1
         try:
             for row in reader:
                 lineno, start = start, reader.line_num + 1
@@ -124,10 +120,8 @@ def read_local_records(path: str | Path, fmt: str = "auto", field: str | None = 
             return _read_delimited(path, "\t" if fmt == "tsv" else ",")
         text = path.read_text(encoding="utf-8")
         return _json_lines(path, text) if fmt == "jsonl" else _read_json_records(path, text, field)
-    except UnicodeDecodeError as exc:
-        raise TruthflowError(
-            f"'{path}': not UTF-8 text (byte {exc.start}); is format '{fmt}' right?"
-        ) from None
+    except UnicodeDecodeError as e:
+        raise TruthflowError(f"'{path}': not UTF-8 text (byte {e.start}); is format '{fmt}' right?") from None
 
 
 def load_hub_records(
@@ -240,8 +234,7 @@ def _depthqa_questions(records: list[dict], where: str) -> tuple[pl.DataFrame, l
         ref, question = str(rec.get("answer") or ""), str(rec["question"]).strip()
         row = {"id": qid, "dataset": "depthqa", "question": question, "answers": [ref] if ref else []}
         rows.append(row | {"depth": depth, "reference_answer": ref, "domain": rec.get("domain")})
-    df = pl.DataFrame(rows, schema_overrides={"answers": pl.List(pl.String), "domain": pl.String})
-    return df, dropped
+    return pl.DataFrame(rows, schema_overrides={"answers": pl.List(pl.String), "domain": pl.String}), dropped
 
 
 def _graph_error(message: str) -> TruthflowError:
@@ -252,7 +245,7 @@ def depthqa_nodes(
     nodes: list[dict], node_to_q: list[dict], depth_of: dict[str, int], where: dict[str, str]
 ) -> pl.DataFrame:
     """The nodes table (NODES_SCHEMA), checked closed: named nodes exist, map to a question of their depth."""
-    wn, wm = where.get("nodes", "nodes"), where.get("node_to_q", "node_to_q")
+    wn, wm, wq = (where.get(k, k) for k in ("nodes", "node_to_q", "questions"))
     if not nodes and not node_to_q:
         return pl.DataFrame(schema=NODES_SCHEMA)
     if not nodes or not node_to_q:
@@ -266,8 +259,7 @@ def depthqa_nodes(
         if qid_of.setdefault(nid, qid) != qid:
             raise _graph_error(f"{wm}: node '{nid}' maps to two questions, '{qid_of[nid]}' and '{qid}'")
         if qid not in depth_of:
-            questions = where.get("questions", "questions")
-            raise _graph_error(f"{wm}: node '{nid}' maps to question '{qid}', which is not in {questions}")
+            raise _graph_error(f"{wm}: node '{nid}' maps to question '{qid}', which is not in {wq}")
     rows: dict[str, dict] = {}
     for i, rec in enumerate(nodes):
         if rec.get("nodeid") in (None, ""):

@@ -3,8 +3,6 @@ sees more (a local run with --resources gpu=K: all would load onto cuda:0) claim
 flock per device, held until the process exits (even if SIGKILLed). TRUTHFLOW_GPU_ASSIGN = auto (lock if more
 are visible than asked for) | lock | off; TRUTHFLOW_GPU_LOCK_DIR: the lock directory."""
 
-from __future__ import annotations
-
 import errno
 import fcntl
 import os

@@ -1,7 +1,5 @@
 """Answers (METHOD A1): base models get `Q: ...\\nA:` and stop at a newline, chat models their template."""
 
-from __future__ import annotations
-
 import itertools
 import sys
 import time

@@ -1,8 +1,6 @@
 """One retry policy for hub downloads: transient failures (network, HTTP 429 and 5xx) are retried with
 exponential waits; deterministic ones (unknown repo, gated, bad revision, offline) fail at once."""
 
-from __future__ import annotations
-
 import logging
 import os
 

@@ -1,7 +1,5 @@
 """What the model rules' scripts share: the rule's model loaded on the job's resources, and its answers."""
 
-from __future__ import annotations
-
 import polars as pl
 
 from .generation import answer_questions

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 
 import yaml
@@ -68,22 +68,18 @@ class Dims:
 def predict(m: Dims, dtype: str, gpus: int, batch: int, budget: int, saliency_batch: int) -> dict[str, float]:
     """Peak GiB per GPU of each job kind, and the weights' share."""
     b, g, t = BYTES.get(dtype, 2), max(1, gpus), ROW_TOKENS
-    fixed = (HEAD_GIB + OVERHEAD_GIB) * GIB
     weights = m.params * b / g
+    base = (HEAD_GIB + OVERHEAD_GIB) * GIB + weights  # of every job: the fixed share and the weights
     act = 4 * m.hidden + 3 * m.intermediate * m.experts_per_token  # one layer's activations, per token
     per_token = 2 * m.layers * m.kv_heads * m.head_dim * b / g + act * b  # + KV cache
     saved = act + 2 * (m.heads + 2 * m.kv_heads) * m.head_dim  # what the backward keeps per token and layer
     # saliency: all layers' eager attention probabilities [B, H, T, T] and gradients at once, the saved
     # activations, one layer's float32 softmax
-    saliency = saliency_batch * (
-        (2 * m.layers * m.heads * t * t * b + m.layers * t * saved * b) / g + m.heads * t * t * 4
-    )
-    out = {
-        "weights": weights,
-        "generation": fixed + weights + budget * per_token,
-        "passes": fixed + weights + batch * t * per_token + batch * t * t * b,  # + the 4D mask
-        "saliency": fixed + weights + saliency,
-    }
+    probs = 2 * m.layers * m.heads * t * t * b
+    saliency = saliency_batch * ((probs + m.layers * t * saved * b) / g + m.heads * t * t * 4)
+    out = {"weights": weights, "generation": base + budget * per_token}
+    out["passes"] = base + batch * t * per_token + batch * t * t * b  # + the 4D mask
+    out["saliency"] = base + saliency
     return {k: v / GIB for k, v in out.items()}
 
 
@@ -119,30 +115,29 @@ def _largest(fits, low: int, high: int) -> int:
 def plan_model(name: str, spec: dict, dims: Dims, jobs: set[str], saliency_batch: int) -> dict:
     """Refuse `name` if its smallest jobs exceed the GPU; else the fitting batch sizes and the peaks."""
     mem, gpus, dtype = float(spec["gpu_mem_gb"]), int(spec["gpus"]), spec["dtype"]
+    at = partial(predict, dims, dtype, gpus)  # (batch, budget, saliency_batch) on the config's GPUs
 
     def smallest(g: int) -> float:
         return max(v for k, v in predict(dims, dtype, g, 1, ROW_TOKENS, 1).items() if k in jobs)
 
     if smallest(gpus) > mem:
         need = next((g for g in range(gpus + 1, 65) if smallest(g) <= mem), None)
-        weights = predict(dims, dtype, gpus, 1, 1, 1)["weights"]
+        weights = at(1, 1, 1)["weights"]
         hint = f"; {need} GPUs would hold it (models.{name}.gpus)" if need else ""
         raise TruthflowError(
             f"model '{name}' cannot fit: predicted peak {smallest(gpus):.1f} GiB per GPU (weights "
             f"{weights:.1f} GiB over {gpus} GPU(s), {dtype}) exceeds the {mem:g} GiB available "
             f"(models.{name}.gpu_mem_gb){hint}"
         )
-    fixed = predict(dims, dtype, gpus, 0, 0, 0)["generation"]  # weights, head, overhead
+    fixed = at(0, 0, 0)["generation"]  # weights, head, overhead
     cap = fixed + HEADROOM * (mem - fixed)
-    batch = spec.get("batch_size") or _largest(
-        lambda x: predict(dims, dtype, gpus, x, ROW_TOKENS, 1)["passes"] <= cap, 1, MAX_BATCH
-    )
+    batch = spec.get("batch_size") or _largest(lambda x: at(x, ROW_TOKENS, 1)["passes"] <= cap, 1, MAX_BATCH)
     budget = spec.get("token_budget") or _largest(
-        lambda x: predict(dims, dtype, gpus, 1, x, 1)["generation"] <= cap, ROW_TOKENS, MAX_BUDGET
+        lambda x: at(1, x, 1)["generation"] <= cap, ROW_TOKENS, MAX_BUDGET
     )
-    at = predict(dims, dtype, gpus, batch, budget, saliency_batch)
+    peaks = at(batch, budget, saliency_batch)
     return {"batch_size": batch, "token_budget": budget, "params": dims.params, "smallest": smallest(gpus),
-            **{k: at[k] for k in ("weights", *sorted(jobs))}}  # fmt: skip
+            **{k: peaks[k] for k in ("weights", *sorted(jobs))}}  # fmt: skip
 
 
 def fit_to_memory(config: dict, full: dict | None = None) -> dict[str, dict]:
@@ -159,7 +154,6 @@ def fit_to_memory(config: dict, full: dict | None = None) -> dict[str, dict]:
         dims, derive = found
         jobs = {"generation", "passes"} | ({"saliency"} if name in pw["models"] else set())
         plans[name] = plan = plan_model(name, spec, dims, jobs, pw["experiments"]["saliency_batch_size"])
-        if derive:
-            for key in DERIVED:
-                given.setdefault(key, plan[key])
+        for key in DERIVED if derive else ():
+            given.setdefault(key, plan[key])
     return plans

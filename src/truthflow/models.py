@@ -1,7 +1,5 @@
 """Model preparation (hub, local directory, embedded GGUF, random-weight twin) and loading."""
 
-from __future__ import annotations
-
 import copy
 import functools
 import hashlib

@@ -1,8 +1,6 @@
 """The plotting layer of every figure: TrueType PDF fonts, registry names and colours, panels with a legend
 and caption below; a group under MIN_LINE_N samples is a point, a line never crosses a layer without rows."""
 
-from __future__ import annotations
-
 import textwrap
 from collections.abc import Mapping
 from pathlib import Path
@@ -109,10 +107,8 @@ def marker(text: str, m: str = "o", col: str = "0.3", ms: float = 3.5) -> tuple[
 def note(ax, lines: list[tuple[str, str]] | list[str], loc: str = "lower left") -> None:
     """A box of small coloured notes wrapped to the panel's width; a plain string is in NOTE_COLOUR."""
     chars = max(24, int(ax.get_position().width * ax.figure.figure.get_figwidth() * 15))
-    rows = [
-        TextArea("\n".join(textwrap.wrap(text, chars)), textprops={"fontsize": 6.5, "color": col})
-        for text, col in ((x, NOTE_COLOUR) if isinstance(x, str) else x for x in lines)
-    ]
+    pairs = ((x, NOTE_COLOUR) if isinstance(x, str) else x for x in lines)
+    rows = [TextArea(textwrap.fill(t, chars), textprops={"fontsize": 6.5, "color": c}) for t, c in pairs]
     if rows:
         child = VPacker(children=rows, align="right" if loc.endswith("right") else "left", pad=0, sep=2)
         box = AnchoredOffsetbox(loc, child=child, borderpad=0.4, zorder=6)
@@ -186,9 +182,8 @@ def draw_styles(ax, sub: pl.DataFrame, column: str, styles: dict, ds: str, n_lay
 
 def band_by_layer(ax, sub: pl.DataFrame, col: str, n_layers: int = 0) -> pl.DataFrame:
     """Mean AUC per layer over seeds, a min..max band, over 1..n_layers (a lone layer: a point); the frame."""
-    agg = sub.group_by("layer").agg(
-        m=pl.col("auc").mean(), lo=pl.col("auc").min(), hi=pl.col("auc").max(), seeds=pl.len()
-    )
+    auc = pl.col("auc")
+    agg = sub.group_by("layer").agg(m=auc.mean(), lo=auc.min(), hi=auc.max(), seeds=pl.len())
     x = np.arange(1, max(n_layers, int(agg["layer"].max())) + 1)
     full = pl.DataFrame({"layer": x}).join(agg, on="layer", how="left")
     m, lo, hi = (full[c].cast(pl.Float64).to_numpy() for c in ("m", "lo", "hi"))

@@ -1,7 +1,5 @@
 """What the Snakefile does with the config before any job, each refusal one line naming the key or file."""
 
-from __future__ import annotations
-
 import os
 from collections.abc import Iterable, Mapping
 

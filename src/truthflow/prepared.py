@@ -1,7 +1,5 @@
 """A prepared model's info file and loaded handle, apart from truthflow.models so twins need not import it."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 INFO_FILE = "truthflow_model.json"

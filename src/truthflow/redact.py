@@ -1,7 +1,5 @@
 """`redact` masks secrets with `***`: secret variables (read per call), `add_secret`'s, credential shapes."""
 
-from __future__ import annotations
-
 import os
 import re
 from collections.abc import Mapping

@@ -1,11 +1,10 @@
 """All datasets truthflow knows (QA_SETS); it imports only errors.py, so other edits rerun no download."""
 
-from __future__ import annotations
-
 import hashlib
 import json
 import re
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 
 from .errors import TruthflowError
@@ -15,10 +14,9 @@ Span = tuple[int, int]
 
 def get_field(rec: dict, key: str):
     """Dotted lookup ('answer.aliases') into nested dicts."""
-    cur = rec
     for part in key.split("."):
-        cur = cur.get(part) if isinstance(cur, dict) else None
-    return cur
+        rec = rec.get(part) if isinstance(rec, dict) else None
+    return rec
 
 
 def as_list(value) -> list[str]:
@@ -28,10 +26,8 @@ def as_list(value) -> list[str]:
     if isinstance(value, str):
         s = value.strip()
         if s.startswith("["):
-            try:
+            with suppress(json.JSONDecodeError):
                 return [str(v) for v in json.loads(s)]
-            except json.JSONDecodeError:
-                pass
         return [s] if s else []
     return [str(v) for v in value]
 
@@ -100,10 +96,8 @@ def popqa_spans(question: str, row: dict) -> list[Span] | None:
     subj, prop = row.get("subj"), row.get("prop")
     if not subj:
         return None
-    spans: list[Span] = []
     i = question.find(subj) if subj in question else question.lower().find(subj.lower())
-    if i >= 0:
-        spans.append((i, i + len(subj)))
+    spans: list[Span] = [(i, i + len(subj))] if i >= 0 else []
     for word in POPQA_PROP_WORDS.get((prop or "").lower(), []):
         for m in re.finditer(rf"\b{re.escape(word)}\b", question, re.IGNORECASE):
             if not any(s <= m.start() < e for s, e in spans):
@@ -139,34 +133,15 @@ def _nq(rec: dict) -> dict:
 
 # order = the order of tables, figure legends and the default pathways.datasets; colours: seaborn tab10
 QA_SETS: tuple[QASet, ...] = (
-    QASet(
-        "popqa",
-        "PopQA",
-        "#1f77b4",
-        Hub("akariasai/PopQA", split="test"),
-        _popqa,
-        required=("question", "possible_answers"),
-        int_fields=("s_pop",),
-        question_spans=popqa_spans,
-    ),
-    QASet(
-        "triviaqa",
-        "TriviaQA",
-        "#ff7f0e",
-        Hub("mandarjoshi/trivia_qa", "rc.nocontext"),
-        _triviaqa,
-        id_fields=("question_id", "QuestionId"),
-    ),
-    QASet(
-        "hotpotqa",
-        "HotpotQA",
-        "#2ca02c",
-        Hub("hotpotqa/hotpot_qa", "distractor"),
-        lambda rec: {**_nq(rec), "type": rec.get("type"), "level": rec.get("level")},
-        id_fields=("_id", "id"),
-    ),
+    QASet("popqa", "PopQA", "#1f77b4", Hub("akariasai/PopQA", split="test"), _popqa,
+          required=("question", "possible_answers"), int_fields=("s_pop",), question_spans=popqa_spans),
+    QASet("triviaqa", "TriviaQA", "#ff7f0e", Hub("mandarjoshi/trivia_qa", "rc.nocontext"), _triviaqa,
+          id_fields=("question_id", "QuestionId")),
+    QASet("hotpotqa", "HotpotQA", "#2ca02c", Hub("hotpotqa/hotpot_qa", "distractor"),
+          lambda rec: {**_nq(rec), "type": rec.get("type"), "level": rec.get("level")},
+          id_fields=("_id", "id")),
     QASet("nq", "NQ", "#d62728", Hub("google-research-datasets/nq_open"), _nq),
-)
+)  # fmt: skip
 
 # DepthQA is not a QA set of the pathways analysis: its loader (data.load_depthqa) reads a question graph
 DEPTHQA = "depthqa"

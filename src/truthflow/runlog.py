@@ -1,8 +1,6 @@
 """Glue for `script:` rules (Snakemake hands them only the log's path): `run` tees stdout, stderr and logging
 into it, secrets masked, progress bars thinned; an error, SIGTERM or SIGINT ends the job in one line."""
 
-from __future__ import annotations
-
 import logging
 import os
 import re

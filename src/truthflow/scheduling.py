@@ -1,7 +1,5 @@
 """How a local run shares its cores among model jobs; only the Snakefile imports it (edits rerun nothing)."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 

@@ -1,7 +1,5 @@
 """Confidence intervals of the tables and figures (numpy only: a plot job imports no model or probe code)."""
 
-from __future__ import annotations
-
 import numpy as np
 
 # fewer samples have no CI: a bootstrap over 2-4 values has a handful of possible means (two zeros: [0, 0])

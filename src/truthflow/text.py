@@ -1,7 +1,5 @@
 """Text normalization shared by the stages: stop words, and the normalized words answers are matched on."""
 
-from __future__ import annotations
-
 import re
 import string
 

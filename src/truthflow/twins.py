@@ -2,8 +2,6 @@
 math: Llama-3's rope scaling, Mistral's sliding window, Qwen3's q/k norms and tied head, Gemma-3's layer mix,
 scaled embeddings and soft-cap, Mixtral's 2-of-4 experts. Tokenizer: a byte-level stand-in, or a real one."""
 
-from __future__ import annotations
-
 import json
 from pathlib import Path
 

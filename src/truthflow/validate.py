@@ -1,8 +1,6 @@
 """Readers for the workflow's own intermediate files, which Snakemake takes as finished even when cut short or
 left from other data: a read error, missing column, wrong shape or foreign id is one line naming the file."""
 
-from __future__ import annotations
-
 import os
 import re
 from collections.abc import Iterable, Sequence

@@ -1,9 +1,8 @@
 """A warm process for a local run on a CPU: torch, transformers and each model imported and loaded once, every
 job forked from it, so a model job skips 5-10 s of imports and loading yet stays its own process (its log,
-signals, benchmark, failure). Snakemake starts a job's script as ever; the script's first line, `delegate`,
-hands it to the warm process where one listens (SOCKET_ENV, set by `start`) and exits with the job's code."""
-
-from __future__ import annotations
+signals, benchmark, failure). Snakemake starts a job's script as ever; its first line, `delegate`, hands it to
+the warm process where one listens (SOCKET_ENV, set by `start`) and exits with the job's code. Scripts import
+this module by name, so it is no job's code input: editing it reruns nothing."""
 
 import os
 import pickle

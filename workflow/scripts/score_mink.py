@@ -1,6 +1,6 @@
-from truthflow import warm
+import importlib
 
-warm.delegate(snakemake)  # noqa: F821 - where a warm process listens, the job runs there and exits here
+importlib.import_module("truthflow.warm").delegate(snakemake)  # noqa: F821 - by name: not the job's code
 import polars as pl
 
 from truthflow import jobs, runlog, validate

@@ -3,8 +3,6 @@ Backends: `reference` (token-F1, offline), `openai` (an OpenAI-compatible endpoi
 the LLM ones send the rubric prompt of `depth.judge.prompt`. Greedy or sampled, `depth.judge.judgments`
 verdicts per answer; a sampled one is seeded by the seed, its key and index alone, never by its batch."""
 
-from __future__ import annotations
-
 import hashlib
 import inspect
 import json
@@ -36,9 +34,12 @@ _RESULT = re.compile(
     r"\[RESULT\]\s*:?\s*(?:score\s*(?:of)?\s*:?\s*|result\s*:?\s*)?[(\[]?\s*([1-5])(?![0-9.])", re.IGNORECASE
 )
 _INTEGER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
-
-
 Verdict = namedtuple("Verdict", "score reason raw", defaults=[None])  # score: 1-5, None when unparseable
+# score: the mean of the parsed verdicts (null: none), score_sd their sample SD (null below 2); judgments: all
+# verdicts in index order (null: unparseable); reason: the first verdict's; cached: all came from the cache
+SCORES_SCHEMA = {"qid": pl.Utf8, "score": pl.Float64, "score_sd": pl.Float64, "n_judgments": pl.Int64}
+SCORES_SCHEMA |= {"n_unparseable": pl.Int64, "judgments": pl.List(pl.Int64), "reason": pl.Utf8}
+SCORES_SCHEMA |= {"backend": pl.Utf8, "cached": pl.Boolean}
 
 
 # The reference scorer's source is part of its cache keys (judge_method): an edit here makes new keys.
@@ -103,8 +104,7 @@ def draw_seed(seed: int, key: str, index: int) -> int:
 
 
 def judge_model_name(settings: Mapping) -> str:
-    backend = settings["backend"]
-    if backend == "reference":
+    if (backend := settings["backend"]) == "reference":
         return REFERENCE_MODEL
     if not settings["model"]:
         raise TruthflowError(
@@ -179,11 +179,11 @@ class OpenAIJudge:
             timeout=float(settings["timeout_s"]),
         )
         self.url = str(self.client.base_url).rstrip("/") + "/chat/completions"
-        self.max_new_tokens, self.prompt = int(settings["max_new_tokens"]), judge_prompt(settings)
         decoding = settings["decoding"]
         sampling = {"temperature": float(decoding["temperature"]), "top_p": float(decoding["top_p"])}
-        self.sampling = sampling if sampled(settings) else {"temperature": 0}
-        self.openai, self.failed = openai, None
+        sampling = sampling if sampled(settings) else {"temperature": 0}
+        self.request = dict(model=self.model, max_tokens=int(settings["max_new_tokens"]), **sampling)
+        self.openai, self.failed, self.prompt = openai, None, judge_prompt(settings)
         for name in ("httpx", "httpx2", "httpcore"):  # no line per request in the rule log
             logging.getLogger(name).setLevel(logging.WARNING)
 
@@ -217,9 +217,7 @@ class OpenAIJudge:
         seed = {} if row.get("seed") is None else {"seed": row["seed"]}
         reply = None
         try:
-            reply = self.client.chat.completions.create(
-                model=self.model, messages=messages, max_tokens=self.max_new_tokens, **self.sampling, **seed
-            )
+            reply = self.client.chat.completions.create(messages=messages, **self.request, **seed)
             return read_verdict(reply.choices[0].message.content)
         except self.openai.OpenAIError as exc:
             self.failed = self._error(exc)
@@ -258,10 +256,9 @@ class HFJudge:
             return load_model(Path(self.model_id), dtype)
         try:  # a hub id or a plain directory: the same device assignment as the model jobs
             model, tokenizer, device = load_pretrained(self.model_id, dtype)
-        except OSError as exc:
+        except OSError as e:
             raise TruthflowError(
-                f"depth.judge.model '{self.model_id}' cannot be loaded (dir or hub id?): "
-                f"{_one_line(str(exc))}"
+                f"depth.judge.model '{self.model_id}' cannot be loaded (dir or hub id?): {_one_line(str(e))}"
             ) from None
         return LoadedModel(model=model, tokenizer=tokenizer, info={"name": self.model_id}, device=device)
 
@@ -283,13 +280,11 @@ class HFJudge:
         from ..generation import generate_answers
 
         size, limit = int(self.settings["batch_size"]), int(self.settings["max_new_tokens"])
-        desc, chunk = f"judge {self.model_id}", max(1, size * 4)  # chunks: verdicts reach the cache as made
+        chunk = max(1, size * 4)  # chunks: verdicts reach the cache as made
+        options = dict(stop_at_newline=False, chat=self.chat, desc=f"judge {self.model_id}")
         for start in range(0, len(rows), chunk):
             prompts = [self._prompt(r) for r in rows[start : start + chunk]]
-            outs = generate_answers(
-                self.lm, prompts, size, limit, stop_at_newline=False, chat=self.chat, desc=desc
-            )
-            for offset, out in enumerate(outs):
+            for offset, out in enumerate(generate_answers(self.lm, prompts, size, limit, **options)):
                 yield start + offset, read_verdict(out["answer"])
 
 
@@ -338,13 +333,6 @@ def read_cache(cache_path: str | Path) -> dict[str, dict]:
     return cache
 
 
-# score: the mean of the parsed verdicts (null: none), score_sd their sample SD (null below 2); judgments: all
-# verdicts in index order (null: unparseable); reason: the first verdict's; cached: all came from the cache
-SCORES_SCHEMA = {"qid": pl.Utf8, "score": pl.Float64, "score_sd": pl.Float64, "n_judgments": pl.Int64}
-SCORES_SCHEMA |= {"n_unparseable": pl.Int64, "judgments": pl.List(pl.Int64), "reason": pl.Utf8}
-SCORES_SCHEMA |= {"backend": pl.Utf8, "cached": pl.Boolean}
-
-
 def judge_all(
     rows: Iterable[dict], settings: Mapping, cache_path: str | Path, progress: bool = True
 ) -> pl.DataFrame:
@@ -353,8 +341,7 @@ def judge_all(
     greedy unparseable verdict is not cached, a sampled one is (asking again until one parses would bias)."""
     rows, backend, method = list(rows), settings["backend"], judge_method(settings)
     draws = range(int(settings["judgments"])) if sampled(settings) else [None]
-    seed = int(settings["decoding"]["seed"])
-    verdicts = read_cache(cache_path)
+    seed, verdicts = int(settings["decoding"]["seed"]), read_cache(cache_path)
     keys, todo = [], {}  # keys: per row, the key of each of its verdicts
     for row in rows:
         texts = (row["question"], row["answer"], row["reference"])

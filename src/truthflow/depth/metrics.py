@@ -10,8 +10,6 @@ questions, as in the authors' code. A question's score is the mean of its verdic
 question without a parsed verdict out of the mean score, a node missing its own or a neighbour's score out of
 the discrepancy; rows count what they left out, and one with n = 0 has a note saying why."""
 
-from __future__ import annotations
-
 from functools import partial
 
 import numpy as np
@@ -38,15 +36,18 @@ METRICS_SCHEMA = {
     "unparseable": pl.Utf8,  # the policy
     "note": pl.Utf8,
 }
+DISCREPANCIES = {
+    "forward_discrepancy": (True, "predecessors' mean score"),
+    "backward_discrepancy": (False, "first successor's score"),
+}
 
 
 def question_scores(per_question_df: pl.DataFrame, unparseable: str) -> pl.DataFrame:
     """model, qid, depth, score (null: left out), n_unparseable: one question's score under the policy."""
     if unparseable not in UNPARSEABLE:
         raise TruthflowError(f"depth.metrics.unparseable must be one of {UNPARSEABLE}, got {unparseable!r}")
-    columns = ("model", "qid", "depth", "judgments")
+    columns, rows = ("model", "qid", "depth", "judgments"), []
     require_columns(per_question_df, columns, "per-question table")
-    rows = []
     for model, qid, depth, verdicts in per_question_df.select(columns).iter_rows():
         # no verdict row: one that did not parse
         verdicts = list(verdicts) if verdicts is not None else [None]
@@ -107,12 +108,6 @@ def discrepancy_values(
     return values, left_out, bad, looked
 
 
-DISCREPANCIES = {
-    "forward_discrepancy": (True, "predecessors' mean score"),
-    "backward_discrepancy": (False, "first successor's score"),
-}
-
-
 def depth_metrics(
     per_question_df: pl.DataFrame,
     nodes_df: pl.DataFrame,
@@ -122,8 +117,7 @@ def depth_metrics(
 ) -> pl.DataFrame:
     """Per model, long: mean score per depth and, with a graph, the discrepancies per pair and overall."""
     scores, nodes = question_scores(per_question_df, unparseable), node_records(nodes_df)
-    row = partial(_row, policy=unparseable, boot=(n_boot, seed))
-    rows = []
+    row, rows = partial(_row, policy=unparseable, boot=(n_boot, seed)), []
     for (model,), sub in sorted(scores.group_by("model")):
         for d in (1, 2, 3):
             at = sub.filter(pl.col("depth") == d)
@@ -135,14 +129,12 @@ def depth_metrics(
             continue
         score_of, bad_of = _node_scores(nodes, sub)
         for metric, (forward, gate_side) in DISCREPANCIES.items():
-            per_pair = [
-                ((a, b), *discrepancy_values(nodes, score_of, bad_of, a, b, forward)) for a, b in PAIRS
-            ]
-            for (a, b), values, left, bad, looked in per_pair:
+            per_pair = [discrepancy_values(nodes, score_of, bad_of, a, b, forward) for a, b in PAIRS]
+            for (a, b), (values, left, bad, looked) in zip(PAIRS, per_pair, strict=True):
                 note = f"depth {a} <-> depth {b}" if values else _why_empty(looked, left, gate_side)
                 rows.append(row(model, metric, f"{a}-{b}", b, values, left, bad, note))
-            pooled = [v for _, values, *_ in per_pair for v in values]
-            left, bad, looked = (sum(p[i] for p in per_pair) for i in (2, 3, 4))
+            pooled = [v for values, *_ in per_pair for v in values]
+            left, bad, looked = (sum(p[i] for p in per_pair) for i in (1, 2, 3))
             note = "both pairs' counted nodes" if pooled else _why_empty(looked, left, gate_side)
             rows.append(row(model, metric, "overall", None, pooled, left, bad, note))
     return pl.DataFrame(rows, schema=METRICS_SCHEMA)

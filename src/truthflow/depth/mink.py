@@ -1,7 +1,5 @@
 """MIN-K% (Shi et al., arXiv 2310.16789) and Min-K%++ (Zhang et al., arXiv 2404.02936) of raw text (B1)."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Sequence
 from functools import partial

@@ -1,7 +1,5 @@
 """The DepthQA figures (seed 003), a panel per model; an empty or thin table gives notes, never an error."""
 
-from __future__ import annotations
-
 import numpy as np
 import polars as pl
 import seaborn as sns
@@ -15,6 +13,9 @@ SIDE_COLOURS = {"lower": "tab:green", "upper": "tab:orange"}
 MINK_COLUMNS = {"model": pl.String, "depth": pl.Int64, "mink": pl.Float64}
 SPLIT_COLUMNS = {"model": pl.String, "side": pl.String, "subset": pl.String, "gap": pl.Float64}
 NO_DATA = {"ha": "center", "va": "bottom", "fontsize": 7, "color": "0.4"}
+BOXES = {"widths": 0.55, "patch_artist": True, "manage_ticks": False}
+BOXES |= {"medianprops": {"color": "black", "linewidth": 1.2}}
+BOXES |= {"flierprops": {"marker": "o", "markersize": 3, "markeredgecolor": "0.3", "alpha": 0.6}}
 
 
 def _panels(models: list[str], titles: dict[str, str], **kw):
@@ -32,25 +33,14 @@ def plot_depth_boxes(depthwise_df: pl.DataFrame, models, titles, out_png, out_pd
     top, depthwise_df = 0.0, plotting.table(depthwise_df, MINK_COLUMNS)
     for ax, model in zip(axes, models or [""], strict=False):
         part = depthwise_df.filter(pl.col("model") == model)
-        values = {
-            d: part.filter(pl.col("depth") == d)["mink"].drop_nulls().drop_nans().to_numpy()
-            for d in (1, 2, 3)
-        }
+        values = {d: part.filter(depth=d)["mink"].drop_nulls().drop_nans().to_numpy() for d in (1, 2, 3)}
         ax.set_xticks([1, 2, 3], [f"Depth {d}\n(n={len(values[d])})" for d in (1, 2, 3)])
         ax.set_xlim(0.4, 3.6)
         present = [d for d in (1, 2, 3) if len(values[d])]
         if not present:  # y is shared: ticks stay
             plotting.note(ax, [("no MIN-K% values for this model", "0.35")], loc="center")
             continue
-        boxes = ax.boxplot(
-            [values[d] for d in present],
-            positions=present,
-            widths=0.55,
-            patch_artist=True,
-            manage_ticks=False,
-            medianprops={"color": "black", "linewidth": 1.2},
-            flierprops={"marker": "o", "markersize": 3, "markeredgecolor": "0.3", "alpha": 0.6},
-        )
+        boxes = ax.boxplot([values[d] for d in present], positions=present, **BOXES)
         for patch, d in zip(boxes["boxes"], present, strict=True):
             patch.set(facecolor=DEPTH_COLOURS[d], edgecolor="0.2")
         for d in set((1, 2, 3)) - set(present):

@@ -6,8 +6,6 @@ template). The judge prompt (`depth.judge.prompt`) holds `system`, `task` (the u
 `{response}`, `{reference}`, `{rubric}`) and `rubric`; literal braces are written twice ({{ }}). A relative
 path is looked up in the working directory, then in the checkout (shipped files: prompts/)."""
 
-from __future__ import annotations
-
 import hashlib
 import string
 from dataclasses import dataclass

@@ -3,8 +3,6 @@ tables. `per_question_df`: one row per (model, question): model, qid, depth, min
 (the judge's 1–5, null when missing). `nodes_df`: the DepthQA graph (NODE_COLUMNS); empty (no graph), it gives
 empty group tables. A group is one D3 node with its ancestors (direct_predecessors), named by `group`."""
 
-from __future__ import annotations
-
 import polars as pl
 
 from ..errors import TruthflowError
@@ -46,10 +44,9 @@ def group_members(nodes_df: pl.DataFrame) -> pl.DataFrame:
             continue
         seen, stack = {d3}, [d3]
         while stack:  # the seen set also keeps a cyclic (broken) graph from looping
-            for parent in nodes[stack.pop()]["direct_predecessors"]:
-                if parent not in seen:
-                    seen.add(parent)
-                    stack.append(parent)
+            new = set(nodes[stack.pop()]["direct_predecessors"]) - seen
+            seen |= new
+            stack.extend(new)
         rows += [(rec["group"], d3, n, nodes[n]["depth"], nodes[n]["qid"]) for n in sorted(seen)]
     schema = {"group": pl.Utf8, "d3_node": pl.Utf8, "nodeid": pl.Utf8, "depth": pl.Int64, "qid": pl.Utf8}
     return pl.DataFrame(rows, schema=schema, orient="row")
@@ -137,16 +134,11 @@ def pooled_by_depth(per_question_df: pl.DataFrame, k: float) -> pl.DataFrame:
     col = mink_column(k)
     require_columns(per_question_df, ["model", "qid", "depth", col], "per-question table")
     value = pl.col(col).cast(pl.Float64)
+    stats = {"n": value.count(), "mean": value.mean(), "std": value.std(), "median": value.median()}
+    stats |= {f"q{q * 100:g}": value.quantile(q, interpolation="linear") for q in (0.25, 0.75)}
     return (
         per_question_df.group_by("model", "depth")
-        .agg(
-            value.count().alias("n"),
-            value.mean().alias("mean"),
-            value.std().alias("std"),
-            value.median().alias("median"),
-            value.quantile(0.25, interpolation="linear").alias("q25"),
-            value.quantile(0.75, interpolation="linear").alias("q75"),
-        )
+        .agg(**stats)
         .with_columns(pl.lit(k_label(k)).alias("k"))
         .select(list(POOLED_SCHEMA))
         .cast(POOLED_SCHEMA)

@@ -3,8 +3,6 @@
 decoding step; benchmarks/README.md): `auto`, the default, leaves it out (flash without a 4D mask, efficient
 with one, math last); `models.<name>.attention` overrides it. Saliency: eager attention (`gradient_mode`)."""
 
-from __future__ import annotations
-
 from contextlib import contextmanager, suppress
 
 import torch

@@ -2,8 +2,6 @@
 tokens (rows x the longest row's cost). A CUDA OOM halves the batch that ran out of memory and retries it
 (its rows differ by float rounding only); every other batch is the one a run without the OOM makes."""
 
-from __future__ import annotations
-
 import gc
 import itertools
 import os

@@ -1,7 +1,5 @@
 """Forward hooks on the decoder layers: residual capture at one position per row, early stop, layer masks."""
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 from functools import partial
 

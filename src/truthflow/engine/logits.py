@@ -1,7 +1,5 @@
 """Float32 logits of a bf16 model: norm, head, soft-cap in float32, so log-probs are not rounded to bf16."""
 
-from __future__ import annotations
-
 import math
 from contextlib import ExitStack, contextmanager
 

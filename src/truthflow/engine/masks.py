@@ -2,8 +2,6 @@
 silently wrong under eager attention in transformers 5.x. A 4D mask bypasses transformers' own masks, so each
 layer type's sliding window is folded in here (`model_mask`)."""
 
-from __future__ import annotations
-
 import math
 
 import torch

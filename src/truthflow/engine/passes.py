@@ -6,8 +6,6 @@ per sample. The tokens every condition shares with the clean pass run once per b
 (`first_change`, `head_cache`). Caches hold every position (`DynamicCache()`): a sliding-window cache keeps
 only the window, which a full-width mask cannot address."""
 
-from __future__ import annotations
-
 import copy
 from collections.abc import Sequence
 from contextlib import suppress

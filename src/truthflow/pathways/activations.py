@@ -4,8 +4,6 @@ states at layer K (exp_*.npy, from extract_experiments). float16 .npy, memory-ma
 by batch, read one layer at a time), so memory stays bounded in N and L. N samples (samples.parquet's rows,
 in order), L layers, D the hidden size, C control draws, F the reweighting factors."""
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 from contextlib import contextmanager
 

@@ -1,8 +1,6 @@
 """The falsification test (METHOD A7, A9): per matched sample diff = E_Q − control knockout, a one-sided
 paired t-test, Holm over the run's cells, a ±SESOI equivalence test; `check`: a cell's n, mean, sd of diff."""
 
-from __future__ import annotations
-
 import math
 
 import numpy as np
@@ -58,8 +56,7 @@ def per_sample_means(samples: pl.DataFrame, knockout: str, lo: int = 1, hi=None)
 
 
 def check(samples: pl.DataFrame, auc=None, layers="second_half", probe_status=None) -> pl.DataFrame:
-    """Per (layer range, measure) of one (model, dataset): n matched samples, mean E_Q and control values,
-    mean and sd of the per-sample diff E_Q − control, from run_probes' two tables (`auc` may be None)."""
+    """Per (layer range, measure): a CELL_SCHEMA row, from run_probes' two tables (`auc` may be None)."""
     unmatched = samples.filter(~pl.col("matched"))["id"].n_unique() if samples.height else 0
     no_control = not samples.filter(pl.col("knockout") == CONTROL).height
     status = probe_status or ("no random-control draws (knockout.control_draws = 0)" if no_control else None)
@@ -197,10 +194,9 @@ def _family(rows: pl.DataFrame, cfg: dict) -> pl.DataFrame:
     n, sd, mean = (rows[c].fill_null(np.nan).to_numpy().astype(float) for c in ("n_samples", "sd", "diff"))
     fam = verdicts(np.where(tested, mean, np.nan), sd, n, sign, sesoi, cfg["alpha"])
     cell = verdicts(mean, sd, n, sign, sesoi, cfg["alpha"], correct=False)  # per cell, untested ones too
-    m = max(int(tested.sum()), 1)
     for i, r in enumerate(records):
         # an untested cell's planning numbers at Bonferroni's level, the strictest step of Holm
-        level = float(fam["level"][i]) if tested[i] else cfg["alpha"] / m
+        level = float(fam["level"][i]) if tested[i] else cfg["alpha"] / max(int(tested.sum()), 1)
         r.update(sesoi=sesoi, level=level, mde=None, n_needed=None, p_value=None)
         if n[i] > 1 and sd[i] > 0:
             p = float(cell["p"][i])

@@ -3,8 +3,6 @@ Per sample: a label y (1 = correct), a group g (True = Q-Anchored), hidden state
 estimate is cross-fitted (probes.crossfit), else a null auc and a status saying why; ValueError: caller bugs.
 A seed (an int or ints) gives numpy streams: 0 for the RandomGate, 1 the VanillaExperts split, 2 PR's one."""
 
-from __future__ import annotations
-
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -151,8 +149,7 @@ def _inner_split(y, train, seed: Seed) -> tuple[np.ndarray, np.ndarray] | str:
     """Stratified split of train, round(PR_VAL_SIZE · n) of each class (1..n−1) to validation; or why not."""
     if reason := split_reason(y[train], 2):
         return f"inner validation split impossible: {reason}"
-    rng = _rng(seed, 2)
-    val = []
+    rng, val = _rng(seed, 2), []
     for c in (0, 1):
         idx = train[y[train] == c]
         m = min(max(1, round(PR_VAL_SIZE * len(idx))), len(idx) - 1)
@@ -186,8 +183,7 @@ def _baseline_row(name: str, seed: int, score, y: np.ndarray) -> dict:
     if n_pos in (0, row["n"]):  # an AUC needs one sample of each class, no more
         counts = f"{n_pos} correct, {row['n'] - n_pos} wrong"
         return {**row, "status": f"undefined: one class only among the finite scores ({counts})"}
-    dropped = len(y) - row["n"]
-    status = "ok" if not dropped else f"ok ({dropped} non-finite scores dropped)"
+    status = "ok" if row["n"] == len(y) else f"ok ({len(y) - row['n']} non-finite scores dropped)"
     return {**row, "auc": roc_auc(y[ok], score[ok]), "status": status}
 
 
@@ -201,10 +197,9 @@ def detection_table(
     if not np.isin(y, [0, 1]).all():
         raise ValueError("y must hold 0/1 (or bools) only")
     y = y.astype(int)
-    n, C, max_iter = len(y), probe["C"], probe["max_iter"]
+    n, C, max_iter, k = len(y), probe["C"], probe["max_iter"], n_folds(probe["test_size"])
     if x.shape[0] != n or len(g) != n:
         raise ValueError(f"x has {x.shape[0]} rows, y {n}, groups {len(g)}")
-    k = n_folds(probe["test_size"])
     reason = split_reason(y, k)
     try:
         pr_reason, cands = None, _pr_candidates(states, factors)

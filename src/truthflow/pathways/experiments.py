@@ -1,8 +1,6 @@
 """Section 3.2-5 experiments per Q-/A-Anchored group at layer K (docs/method.md A12-A17): token patching,
 answer-only, knowledge boundary, saliency, awareness; cached states scored by the ΔP stage's probes at K."""
 
-from __future__ import annotations
-
 import numpy as np
 import polars as pl
 

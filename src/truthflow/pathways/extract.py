@@ -2,8 +2,6 @@
 E_A token and the drop table (METHOD A3-A7); the new states and scores of the Section 3.2-5 experiments at
 layer K (A12-A17)."""
 
-from __future__ import annotations
-
 import random
 import zlib
 

@@ -2,8 +2,6 @@
 (E_Q ids replaced by a donor's), the answer alone, Pathway Reweighting (attention on E_Q -> answer edges
 scaled); and the detection baselines (P(True), answer-token log-probabilities)."""
 
-from __future__ import annotations
-
 import random
 import zlib
 

@@ -1,7 +1,5 @@
 """Answer labelling (METHOD A2): SQuAD-style normalization, alias containment and span, echoes, refusals."""
 
-from __future__ import annotations
-
 import re
 from dataclasses import dataclass
 
@@ -55,10 +53,9 @@ def _option_words(qw: list[Word], question: str, j: int, step: int) -> list[str]
     words (connectors inside) up to punctuation, a coordinator or stop word; left, a capitalized name or j."""
     cap = [(question[s].isupper() and s > 0) or question[s].isdigit() for _, s, _ in qw]
     usable = [_is_content(w) or c for (w, _, _), c in zip(qw, cap, strict=True)]
-    out: list[str] = []
     if not (0 <= j < len(qw)) or not usable[j] or qw[j][0] in COORDINATORS:
-        return out
-    capitalized, k = cap[j], j
+        return []
+    out, capitalized, k = [], cap[j], j
     while 0 <= k < len(qw) and len(out) < MAX_OPTION_WORDS:
         w = qw[k][0]
         if out:
@@ -91,8 +88,7 @@ def choice_options(question: str, alias: str) -> list[list[str]]:
                     coord, by_comma, j = True, False, j + step
                 elif not by_comma:
                     break
-                opt = _option_words(qw, question, j, step)
-                if not opt:
+                if not (opt := _option_words(qw, question, j, step)):
                     break
                 far = j + step * len(opt)  # the first word beyond this option
                 # an option after a comma is closed on its far side: by the end, a coordinator or , ; ?
@@ -108,10 +104,9 @@ def choice_options(question: str, alias: str) -> list[list[str]]:
 
 def _echo_by_copy(ans: list[str], a: int, n: int, q: list[str]) -> bool:
     """Whether ans[a:a+n] lies in a longer run copied from the question, with a content word beyond it."""
-    left = a
+    left, right = a, a + n
     while left > 0 and _find_all(q, ans[left - 1 : a + n]):
         left -= 1
-    right = a + n
     while right < len(ans) and _find_all(q, ans[a : right + 1]):
         right += 1
     return any(_is_content(w) for w in ans[left:a] + ans[a + n : right])
@@ -159,11 +154,9 @@ def match_answer(answer: str, aliases: list[str], question: str | None = None) -
         n, starts = len(target), _find_all(tokens, target)
         if not starts:
             continue
-        if q_tokens is None:
-            hit = starts[0]
-        elif n == 1 and target[0] in POLAR:  # the answer's first yes/no decides
+        if q_tokens is not None and n == 1 and target[0] in POLAR:  # the answer's first yes/no decides
             hit = starts[0] if next(w for w in tokens if w in POLAR) == target[0] else -1
-        elif not _find_all(q_tokens, target):
+        elif q_tokens is None or not _find_all(q_tokens, target):
             hit = starts[0]
         else:
             options = choice_options(question, alias)
@@ -195,12 +188,7 @@ def label_frame(answers: pl.DataFrame, questions: pl.DataFrame) -> pl.DataFrame:
 
 
 def accuracy_table(labelled: pl.DataFrame, model: str, dataset: str) -> pl.DataFrame:
-    return labelled.select(
-        pl.lit(model).alias("model"),
-        pl.lit(dataset).alias("dataset"),
-        pl.len().cast(pl.Int64).alias("n"),
-        pl.col("correct").sum().cast(pl.Int64).alias("n_correct"),
-        pl.col("correct").mean().fill_null(float("nan")).alias("accuracy"),
-        pl.col("refusal").sum().cast(pl.Int64).alias("n_refusal"),
-        pl.col("echo_rejected").sum().cast(pl.Int64).alias("n_echo_rejected"),
-    )
+    n = {c: pl.col(c).sum().cast(pl.Int64).alias(f"n_{c}") for c in ("correct", "refusal", "echo_rejected")}
+    keys = pl.lit(model).alias("model"), pl.lit(dataset).alias("dataset"), pl.len().cast(pl.Int64).alias("n")
+    accuracy = pl.col("correct").mean().fill_null(float("nan")).alias("accuracy")
+    return labelled.select(*keys, n["correct"], accuracy, n["refusal"], n["echo_rejected"])

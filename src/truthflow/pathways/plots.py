@@ -1,8 +1,6 @@
 """The Two Pathways figures, one panel per model of a pair (seeds 000-002, 004): the line figure (A11) and its
 random-control twin, the falsification figure (E_Q vs control, unsplit), the probe AUC; one table each."""
 
-from __future__ import annotations
-
 from functools import partial
 
 import polars as pl

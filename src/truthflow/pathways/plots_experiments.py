@@ -1,8 +1,6 @@
 """The figures of the Section 3.2-5 experiments (docs/method.md A12-A16), a panel column per model of a pair,
 from the aggregated tables (densities, boxes: per-sample values); none raises on empty or degenerate ones."""
 
-from __future__ import annotations
-
 from functools import partial
 
 import numpy as np
@@ -23,14 +21,10 @@ GROUP_COLOURS = {"Q-Anchored": "#542788", "A-Anchored": "#b35806"}
 ROWS_TABLE_SCHEMA = {**TABLE_KEYS, **ROW_SCHEMA}
 AWARENESS_TABLE_SCHEMA = {**TABLE_KEYS, **AWARENESS_SCHEMA}
 VALUES = dict.fromkeys(["s_pop", "s_eq_ea"], pl.Float64)  # per-sample values
-TABLES = {
-    "rows": (ROWS_TABLE_SCHEMA, ("note",)),
-    "awareness": (AWARENESS_TABLE_SCHEMA, ("n", "n_q", "n_a")),
-    "per_sample": (dict.fromkeys(["model", "dataset", "id", "group"], pl.String) | VALUES, tuple(VALUES)),
-}
+TABLES = {"rows": (ROWS_TABLE_SCHEMA, ("note",)), "awareness": (AWARENESS_TABLE_SCHEMA, ("n", "n_q", "n_a"))}
+TABLES["per_sample"] = (dict.fromkeys(["model", "dataset", "id", "group"], pl.String) | VALUES, tuple(VALUES))
 REQUIRED = {name: [c for c in s if c not in ("k_layer", *opt)] for name, (s, opt) in TABLES.items()}
-PUBLISHED_SCHEMA = dict.fromkeys(["kind", "model", "dataset", "anchor"], pl.String)
-PUBLISHED_SCHEMA["published"] = pl.Float64
+PUBLISHED_SCHEMA = dict.fromkeys("kind model dataset anchor".split(), pl.String) | {"published": pl.Float64}
 SALIENCY = r"$S(E_Q \rightarrow E_A)$"
 # the bar figures: experiment -> (conditions with their legend suffixes, y label)
 PATCHED = {"E_Q": r", $E_Q$ patched", "random": ", random tokens (control)"}
@@ -38,8 +32,7 @@ BARS = dict(patching=(PATCHED, "Prediction flip rate (%)"), answer_only=({"-ΔP"
 BAR = {"lw": 0.8, "zorder": 2, "error_kw": {"ecolor": "0.15", "elinewidth": 0.8, "capsize": 1.8}}
 N_LABEL = {"xytext": (0, 2), "textcoords": "offset points", "rotation": 90, "ha": "center", "va": "bottom"}
 N_LABEL |= {"fontsize": 6, "color": "0.3", "zorder": 4}
-BOX = {"widths": 0.55, "patch_artist": True, "showfliers": False}
-BOX["medianprops"] = {"color": "black", "lw": 1.4}
+BOX = dict(widths=0.55, patch_artist=True, showfliers=False, medianprops={"color": "black", "lw": 1.4})
 _finish = plotting.finish  # module attribute: tests replace it to inspect the legend
 
 
@@ -138,8 +131,7 @@ def plot_bars(experiment, rows, models, titles, out_png, out_pdf, caption: str =
         missing = [c for c in list(names)[1:] if not (sub["condition"] == c).any()]  # the random control
         used.append((ax, notes + ["no random-token control rows"] * bool(missing)))
     if used:  # one scale for the pair; headroom for the n labels and the notes
-        low = min(0.0, *(ax.dataLim.y0 for ax, _ in used))
-        high = max(ax.dataLim.y1 for ax, _ in used)
+        low, high = min(0.0, *(ax.dataLim.y0 for ax, _ in used)), max(ax.dataLim.y1 for ax, _ in used)
         span, n_lines = max(high - low, 1.0), max(len(n) for _, n in used)
         for ax, notes in used:
             ax.set_ylim(low - 0.05 * span * (low < 0), high + (0.22 + 0.09 * n_lines) * span)
@@ -273,8 +265,7 @@ def plot_saliency(per_sample, models, titles, out_png, out_pdf, caption: str = "
 
 def plot_awareness(awareness, rows, models, titles, out_png, out_pdf, caption: str = "") -> None:
     """Pathway awareness (A16): probe AUC by layer per dataset, chance dashed, layer K (unprobed) dotted."""
-    aw = _table("awareness", awareness)
-    ks = experiment_layers(rows, aw)
+    aw, ks = _table("awareness", awareness), experiment_layers(rows, awareness)
     fig, axes = plotting.panels(models, titles)
     drawn, band, at_k, low = set(), False, False, 0.3
     for ax, model, sub in plotting.per_model(axes[0], aw, models, "no awareness rows"):

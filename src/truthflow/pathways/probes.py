@@ -1,8 +1,6 @@
 """Per-layer cross-fitted correctness probes (A6), ΔP under knockout (A8), Q-/A-Anchored split (A9), bootstrap
 summary (A10); per sample and layer the seeds are averaged (flip: the share that flip): n counts samples."""
 
-from __future__ import annotations
-
 from itertools import product
 
 import numpy as np

@@ -6,8 +6,6 @@ dL/dA needs the probabilities in the autograd graph: the stage runs under `eager
 (`backend.gradient_mode`; `engine.attention_pass`). The batch loss is the SUM of per-sample mean losses, so
 batched equals one at a time."""
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 from typing import NamedTuple
 

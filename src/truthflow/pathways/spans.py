@@ -1,7 +1,5 @@
 """Exact answer and question tokens E_A, E_Q (METHOD A3-A4): extracted char spans, mapped by token offsets."""
 
-from __future__ import annotations
-
 import re
 import sys
 from itertools import accumulate, chain, pairwise
@@ -17,10 +15,8 @@ from .probes import roc_auc
 FRAME_WORDS = set("answer question called named known type kind sort example year".split())
 ABBREVIATIONS = set("dr mr mrs ms st jr sr mt ft no vs gen col lt sgt capt".split())
 # titles that precede a name: an entity run keeps the name after them
-TITLE_WORDS = set(
-    """king queen emperor empress prince princess president saint sir lord lady pope pharaoh sultan tsar czar
-duke duchess dr professor""".split()
-)
+TITLE_WORDS = set("king queen emperor empress prince princess president saint sir lord lady pope".split())
+TITLE_WORDS |= set("pharaoh sultan tsar czar duke duchess dr professor".split())
 MAX_EA_WORDS = 4  # an entity or number run longer than this is cut to its first MAX_EA_WORDS words
 MAX_EA_PHRASE = 3  # a lowercase answer phrase longer than this is cut to its first MAX_EA_PHRASE words
 MAX_SUBJECT_WORDS = 3  # a longer subject chunk keeps its last (head) words
@@ -100,9 +96,8 @@ def _sentence_end(text: str) -> int:
     """End of the first sentence: the first . ! ? ; before a space or the end, not after "F." or "Dr."."""
     for m in re.finditer(r"[.!?;](?=\s|$)", text):
         prev = re.search(r"([\w']+)$", text[: m.start()]) if m.group(0) == "." else None
-        if prev and (re.fullmatch(r"[A-Z]", prev.group(1)) or prev.group(1).lower() in ABBREVIATIONS):
-            continue
-        return m.start()
+        if not (prev and (re.fullmatch(r"[A-Z]", prev.group(1)) or prev.group(1).lower() in ABBREVIATIONS)):
+            return m.start()
     return len(text)
 
 
@@ -200,15 +195,13 @@ def short_answer_span(answer: str, question: str) -> tuple[int, int] | None:
     # 3. a lowercase phrase in the first clause, else in the sentence
     cb = _CLAUSE_BREAK.search(line, words[0][2], end)
     for hi in (cb.start() if cb else end, end):
-        runs = [r for r in map(trimmed, _runs(_words(line, start, hi), phrase_word, line)) if r]
-        if runs:
+        if runs := [r for r in map(trimmed, _runs(_words(line, start, hi), phrase_word, line)) if r]:
             # the head: English noun phrases end in it ("a professional skier" -> "skier"), so the probe's
             # position stays; one with a connector ("god of war") has its head before it and is kept whole
             run = runs[0][:MAX_EA_PHRASE]
             return span_of(run if any(w.lower() in NAME_CONNECTORS for w, _, _ in run) else run[-1:])
     # 4. only a restatement of the question
-    caps = [r for r in map(trimmed, _runs(words, named, line)) if r]
-    if caps:
+    if caps := [r for r in map(trimmed, _runs(words, named, line)) if r]:
         return span_of(caps[0])
     rest = [w for w in words if not _is_stop(w[0])] or words
     return rest[-1][1], rest[-1][2]
@@ -239,12 +232,10 @@ def _named_spans(question: str) -> list[tuple[int, int]]:
     """Quoted spans, capitalized runs and numbers of a mixed-case question."""
     spans = [m.span(1 if m.group(1) else 2) for m in _QUOTED.finditer(question)]
     # capitalized runs, connectors inside ("Statue of Liberty"); not text.NAME_CONNECTORS: E_Q would change
-    connector = r"(?:of(?:\s+the)?|de|la|le|von|van|der|du|da|del|di)"
-    cap = r"[A-Z][\w'\-\.]*"
+    connector, cap = r"(?:of(?:\s+the)?|de|la|le|von|van|der|du|da|del|di)", r"[A-Z][\w'\-\.]*"
     runs = re.finditer(rf"\b{cap}(?:\s+(?:{connector}\s+)?{cap})*", question)
     for m in chain(runs, re.finditer(r"\b\d[\d,]*(?:\.\d+)?\b", question)):  # then numbers
-        s, e = m.start(), m.end()
-        words = m.group(0).split()
+        (s, e), words = m.span(), m.group(0).split()
         if not question[:s].strip() and words[0].lower() in STOPWORDS:  # a sentence-initial "What", "The"
             if len(words) == 1:
                 continue
@@ -297,8 +288,7 @@ def position_only_auc(correct: np.ndarray, value: np.ndarray) -> float:
 
 
 def class_table(samples: pl.DataFrame, model: str, dataset: str) -> pl.DataFrame:
-    """Per answer class of one (model, dataset): n, mean |E_A| and |E_Q|, the median E_Q share of the question
-    tokens, samples without a matched control, and the AUCs of |E_A| and probe position alone (A3)."""
+    """Per answer class of one (model, dataset): CLASS_TABLE_SCHEMA's counts, means and AUCs (METHOD A3)."""
     auc_len, auc_pos = (position_only_auc(samples["correct"], samples[c]) for c in ("n_ea", "probe_position"))
     cls = pl.when(pl.col("correct")).then(pl.lit("correct")).otherwise(pl.lit("wrong"))
     table = samples.group_by(cls.alias("class")).agg(
