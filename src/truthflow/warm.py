@@ -4,6 +4,7 @@ signals, benchmark, failure). Snakemake starts a job's script as ever; its first
 the warm process where one listens (SOCKET_ENV, set by `start`) and exits with the job's code. Scripts import
 this module by name, so it is no job's code input: editing it reruns nothing."""
 
+import gc
 import os
 import pickle
 import runpy
@@ -63,6 +64,8 @@ def serve(path: str, parent: int) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(path)  # first: a job that starts meanwhile waits in the backlog
     listener.listen(64)
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):  # read as the libraries load: one-thread jobs
+        os.environ[var] = "1"  # stay one thread (not one per CPU each); model jobs set torch's threads
     import torch
 
     torch.set_num_threads(1)  # no thread pool before a fork: each job sets its own threads
@@ -87,6 +90,7 @@ def serve(path: str, parent: int) -> None:
                 with suppress(Exception):  # the job loads it itself, and reports what fails
                     models.warm_model(request["model"], request["dtype"])
             sys.stderr.flush()
+            gc.freeze()  # a job's collections skip (and so never copy) the objects it inherits
             if os.fork() == 0:
                 listener.close()
                 _run_job(conn, request, fds)
