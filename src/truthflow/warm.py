@@ -38,15 +38,15 @@ def stop(server: subprocess.Popen) -> None:
 
 def delegate(sm) -> None:
     """Run this job's script (sys.argv) in the warm process if one listens, and exit with its code."""
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # whole messages, an end on either side
-    try:
-        conn.connect(os.environ[SOCKET_ENV])
-    except (KeyError, OSError):
-        return  # none listens (a cluster, GPU or conda run, or it has ended): the job runs in this process
     model, dtype = getattr(sm.input, "model", None), getattr(sm.params, "dtype", None)
     model = model and os.path.abspath(model)
     request = {"argv": sys.argv, "cwd": os.getcwd(), "env": dict(os.environ), "model": model, "dtype": dtype}
-    socket.send_fds(conn, [pickle.dumps(request)], [0, 1, 2])
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # whole messages, an end on either side
+    try:
+        conn.connect(os.environ[SOCKET_ENV])
+        socket.send_fds(conn, [pickle.dumps(request)], [0, 1, 2])
+    except (KeyError, OSError):
+        return  # none listens (a cluster, GPU or conda run, or it has ended): the job runs in this process
 
     def forward(signum, frame):  # SIGTERM (snakemake stopping, a scheduler): the job ends as it would alone
         with suppress(OSError):
