@@ -56,7 +56,8 @@ def main() -> None:
     print(f"the model jobs of {args.dataset} ({', '.join(RULES)}, every model), {args.rounds} round(s):")
     for warm, label in ((True, "warm process (default)"), (False, "a process per job (TRUTHFLOW_WARM=0)")):
         wall, seconds, cpu = (sum(x) / len(x) for x in zip(*seen[warm], strict=True))
-        print(f"  {label:38s} wall {wall:6.1f} s; jobs {seconds:6.1f} s, {cpu:6.1f} CPU-s")
+        rounds = " / ".join(f"{r[0]:.1f}" for r in seen[warm])  # each round starts every process afresh
+        print(f"  {label:38s} wall {wall:6.1f} s (rounds: {rounds}); jobs {seconds:6.1f} s, {cpu:6.1f} CPU-s")
     ratio = sum(r[0] for r in seen[True]) / sum(r[0] for r in seen[False])
     print(f"  ratio warm/plain, wall: {ratio:.2f}")
 
