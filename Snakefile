@@ -54,16 +54,10 @@ report: "workflow/report/workflow.rst"
 onstart:
     stop_jobs_on_sigterm()  # Snakemake's own SIGTERM handler waits for the running jobs: hours, for a model
     check_gated_tokens()
-    start_warm()
 
 
 onsuccess:
-    stop_warm()
     print(finished_message(), file=sys.stderr)
-
-
-onerror:
-    stop_warm()
 
 
 rule all:

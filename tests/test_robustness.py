@@ -80,7 +80,7 @@ def test_sigkill_mid_job_then_rerun_completes(pristine_run, tmp_path, victim):
         workdir, "--forcerun", target, "--", target, extra_env={STOP_AT_ENV: "generate smollm2-135m/nq"}
     )
     job = _wait_for(
-        lambda: [p for p in _session(proc.pid) if _state(p) == "T"],  # forked from the warm process
+        lambda: [p for p in _session(proc.pid) if _state(p) == "T"],  # the job's own process
         proc,
         "generate_answers to start",
     )

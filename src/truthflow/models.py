@@ -285,20 +285,8 @@ def load_model(
     return LoadedModel(model=model, tokenizer=tokenizer, info=info, device=device, attention=attention)
 
 
-_WARM: dict = {}  # (snapshot, dtype): (model, tokenizer, device) of truthflow.warm's process, for its jobs
-
-
-def warm_model(source, dtype: str) -> None:
-    """Load a snapshot once in the warm process (truthflow.warm): the jobs forked from it share it."""
-    key = (os.path.realpath(source), dtype)
-    if key not in _WARM:
-        _WARM[key] = load_pretrained(source, dtype)
-
-
 def load_pretrained(source, dtype: str = "auto", gpus: int = 1):
     """(model, tokenizer, device) of a model directory or hub id, straight onto the job's GPU(s), else CPU."""
-    if warm := _WARM.get((os.path.realpath(source), dtype)):
-        return warm
     import torch
     from transformers import AutoModelForCausalLM
 

@@ -12,7 +12,7 @@ envvars:
     "PYTHONPATH",
 
 
-from truthflow import registry, warm  # noqa: E402
+from truthflow import registry  # noqa: E402
 from truthflow.depth import prompts  # noqa: E402
 from truthflow.report_tables import TABLES as REPORT_TABLES, caption as table_caption  # noqa: E402
 from truthflow.scheduling import gpu_machine, model_slots, model_threads, torch_threads  # noqa: E402
@@ -261,23 +261,6 @@ def finished_message():
         f"truthflow: {len(shown)} figures in {figures}/{listing}\n"
         "Every figure and table with its caption, in one HTML report: snakemake --report report.zip"
     )
-
-
-_warm = []
-
-
-def start_warm():
-    """A local run on a CPU forks its model jobs from one warm process (truthflow.warm); not in a conda env (jobs
-    run its Python) nor where TRUTHFLOW_WARM=0."""
-    if workflow.local_exec and not gpu_machine() and os.environ.get("TRUTHFLOW_WARM") != "0":
-        model_jobs = any("benchmark" in j.rule.output.keys() for j in workflow.dag.needrun_jobs())
-        if model_jobs and not workflow.deployment_settings.deployment_method:
-            _warm.append(warm.start())
-
-
-def stop_warm():
-    for server in _warm:
-        warm.stop(server)
 
 
 def check_gated_tokens():

@@ -1,6 +1,3 @@
-import importlib
-
-importlib.import_module("truthflow.warm").delegate(snakemake)  # noqa: F821 - by name: not the job's code
 from truthflow import runlog, validate
 from truthflow.jobs import load_job_model
 from truthflow.pathways import activations

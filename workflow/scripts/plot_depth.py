@@ -1,6 +1,3 @@
-import importlib
-
-importlib.import_module("truthflow.warm").delegate(snakemake)  # noqa: F821 - by name: not the job's code
 from truthflow import report_tables, runlog, validate
 from truthflow.depth.plots import plot_depth_boxes, plot_score_gap_density
 

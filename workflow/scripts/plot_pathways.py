@@ -1,6 +1,3 @@
-import importlib
-
-importlib.import_module("truthflow.warm").delegate(snakemake)  # noqa: F821 - by name: not the job's code
 from truthflow import report_tables, runlog, validate
 from truthflow.pathways.check import caption as check_caption
 from truthflow.pathways.plots import plot_anchored, plot_check, plot_pathways, plot_probe_auc

@@ -1,6 +1,3 @@
-import importlib
-
-importlib.import_module("truthflow.warm").delegate(snakemake)  # noqa: F821 - by name: not the job's code
 import polars as pl
 
 from truthflow import jobs, runlog, validate
