@@ -41,3 +41,20 @@ def test_experiment_files_round_trip(tmp_path):
     assert [(float(up[0, 0]), float(down[0, 0])) for up, down in pairs.values()] == [(0, 1), (2, 3)]
     with pytest.raises(TruthflowError, match="expected"):
         activations.read_experiment(paths, 4, 8, 3, "samples.parquet")
+
+
+def test_resid_files_are_stored_layer_major(tmp_path):
+    """One layer of a resid file is one contiguous block on disk: the probes read a layer in one go."""
+    paths = _paths(tmp_path, activations.RESID)
+    with activations.written(paths, activations.resid_shapes(4, 3, 8, 2)) as resid:
+        clean, ko = activations.knockout_out(*resid)
+        clean[:, 1] = 7  # layer 2 of every sample, written through the [N, L, D] view
+        ko[1][2, 0] = 5  # control draw 0, sample 3, layer 1
+    stored_clean = np.load(paths["resid_clean"])
+    stored_control = np.load(paths["resid_control"])
+    assert stored_clean.shape == (3, 4, 8) and stored_control.shape == (2, 3, 4, 8)
+    assert (stored_clean[1] == 7).all() and (stored_clean[[0, 2]] == 0).all()
+    assert stored_control[0, 0, 2].max() == 5 and stored_control.sum() == 5 * 8
+    (clean_seen,) = activations.read_resid(paths, 4, "samples.parquet", names=["resid_clean"])
+    layer = clean_seen[:, 1]
+    assert layer.flags["C_CONTIGUOUS"] and layer.shape == (4, 8)

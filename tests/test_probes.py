@@ -174,3 +174,27 @@ def test_auc_by_layer_summarises_the_seeds():
     t = auc_by_layer(auc)
     assert t["layer"].to_list() == [1, 2] and t["mean_auc"].to_list() == [0.55, 0.75]
     assert t["min_auc"].to_list() == [0.5, 0.7] and t["n_seeds"].to_list() == [2, 2]
+
+
+def test_probes_in_worker_processes_equal_one_process(tmp_path):
+    """Layers fitted side by side in worker processes, from memory-mapped layer-major files as probe_deltap
+    reads them, give the very probabilities of the one-process loop."""
+    from truthflow.pathways import activations
+
+    rng = np.random.default_rng(1)
+    n, layers, d = 40, 3, 6
+    labels = np.array([0, 1] * (n // 2))
+    paths = {name: str(tmp_path / f"{name}.npy") for name in activations.RESID}
+    with activations.written(paths, activations.resid_shapes(n, layers, d, 1)) as resid:
+        clean, (ko, control) = activations.knockout_out(*resid)
+        clean[:] = rng.normal(size=(n, layers, d))
+        clean[:, :, 0] += labels[:, None] * 2 - 1
+        ko[:] = rng.normal(size=(n, layers, d))
+        control[:] = clean
+    states = activations.read_resid(paths, n, "samples.parquet")
+    kos, ids = [states[1], *states[2]], [f"s{i}" for i in range(n)]
+    probe = {**PROBE, "seeds": [0, 1]}
+    auc_one, samples_one = run_probes(states[0], kos, labels, ids, probe, workers=1)
+    auc_two, samples_two = run_probes(states[0], kos, labels, ids, probe, workers=2)
+    assert auc_one.equals(auc_two) and samples_one.equals(samples_two)
+    assert samples_one.filter(pl.col("knockout") == "target")["delta_p"].abs().max() > 1  # not all zero

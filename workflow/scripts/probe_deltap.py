@@ -12,7 +12,9 @@ def main(sm):
     cfg = sm.params.cfg
     labels, matched = samples["correct"].to_numpy().astype(int), samples["control_matched"].to_numpy()
     split = {"split": cfg["anchor_split"], "fixed_layer": cfg["fixed_layer"]}
-    auc, per_sample = run_probes(clean, [ko, *control], labels, samples["id"], cfg["probe"], matched, **split)
+    auc, per_sample = run_probes(
+        clean, [ko, *control], labels, samples["id"], cfg["probe"], matched, workers=sm.threads, **split
+    )
     summary = summarize(per_sample, cfg["bootstrap"]["n"], cfg["bootstrap"]["seed"])
     status = auc["status"][0] if auc.height and auc["status"][0] != "ok" else None
     # the check's per-cell statistics; the verdicts need every cell (Holm): rule pathways_tables

@@ -93,11 +93,42 @@ def knockout_effect(prob: np.ndarray, prob_ko: np.ndarray) -> tuple[np.ndarray, 
     return p, 100.0 * (p_ko - p) / p, pred != (prob_ko >= 0.5)
 
 
+def layer_probs(states: list, layer: int, labels: np.ndarray, seeds, k: int, C: float, max_iter: int):
+    """crossfit_seeds on one layer (0-based) of each state array ([N, L, D] views, clean first): the layer
+    alone is read, so memory stays bounded in L."""
+    x, *x_ko = (np.asarray(r[:, layer], dtype=np.float32) for r in states)
+    return crossfit_seeds(x, x_ko, labels, seeds, k, C, max_iter)
+
+
+def per_layer_probs(states: list, labels: np.ndarray, seeds, k: int, probe: dict, workers: int = 1):
+    """layer_probs for every layer, in layer order; `workers` processes fit layers side by side.
+
+    A worker gets the memory-mapped arrays as file references (joblib's memmapping reducer), reads its own
+    layer, and runs one BLAS thread per worker when workers fill the cores (joblib's default thread limit).
+    Each fit is the same single call as in one process, so the probabilities are the same."""
+    n_layers = states[0].shape[1]
+    args = (labels, seeds, k, probe["C"], probe["max_iter"])
+    if workers <= 1 or n_layers == 1:
+        return [layer_probs(states, layer, *args) for layer in range(n_layers)]
+    from joblib import Parallel, delayed
+
+    jobs = (delayed(layer_probs)(states, layer, *args) for layer in range(n_layers))
+    return Parallel(n_jobs=min(workers, n_layers))(jobs)
+
+
 def run_probes(
-    resid_clean, resid_kos: list, labels: np.ndarray, ids: list[str], probe: dict, matched=None, **split
+    resid_clean,
+    resid_kos: list,
+    labels: np.ndarray,
+    ids: list[str],
+    probe: dict,
+    matched=None,
+    workers: int = 1,
+    **split,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Cross-fitted probes per layer and seed; resid_kos: the target knockout, then the control draws; split:
-    `anchors`' kwargs. Returns (AUC table, ΔP table per sample × layer × knockout, seeds, draws averaged)."""
+    `anchors`' kwargs; workers: processes fitting layers side by side. Returns (AUC table, ΔP table per
+    sample × layer × knockout, seeds, draws averaged)."""
     n, n_layers, _ = resid_clean.shape
     seeds, k = probe["seeds"], n_folds(probe["test_size"])
     if reason := split_reason(labels, k):
@@ -105,10 +136,9 @@ def run_probes(
         return pl.DataFrame([row], schema=AUC_SCHEMA), pl.DataFrame(schema=DELTAP_SCHEMA)
     matched = np.ones(n, dtype=bool) if matched is None else np.asarray(matched, dtype=bool)
     prob = np.zeros((len(resid_kos) + 1, len(seeds), n, n_layers))  # clean, then each knockout
-    for layer in range(n_layers):
-        # one layer of each (memory-mapped) array at a time: memory stays bounded in n and L
-        x, *x_ko = (np.asarray(r[:, layer], dtype=np.float32) for r in [resid_clean, *resid_kos])
-        prob[..., layer] = crossfit_seeds(x, x_ko, labels, seeds, k, probe["C"], probe["max_iter"])
+    states = [resid_clean, *resid_kos]
+    for layer, probs in enumerate(per_layer_probs(states, labels, seeds, k, probe, workers)):
+        prob[..., layer] = probs
     frames = []
     groups = [(TARGET, prob[1:2])] + ([(CONTROL, prob[2:])] if len(resid_kos) > 1 else [])
     for name, pk in groups:
