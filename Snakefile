@@ -10,19 +10,22 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-# the embedded demo is the default; a --configfile replaces it instead of being merged into it
+# the embedded demo is the default; a --configfile replaces it instead of being merged into it (no documented
+# API says whether one was given; --replace-workflow-config would also drop config.yaml under a lone --config)
 if not workflow.overwrite_configfiles:
 
     configfile: "config.yaml"
 
 
-# the config checked, the batches fitted to the GPUs, the defaults filled (truthflow.preflight): a refusal is
-# one line naming the key, before any job
-sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+# the checkout, where the Snakefile is (workflow.source_path would copy a file into Snakemake's source cache)
+CHECKOUT = Path(workflow.basedir)
+sys.path.insert(0, str(CHECKOUT / "src"))
 from truthflow.errors import TruthflowError  # noqa: E402
 from truthflow.preflight import prepare_config  # noqa: E402
 from truthflow.runlog import stop_jobs_on_sigterm  # noqa: E402
 
+# the config checked, the batches fitted to the GPUs, the defaults filled (truthflow.preflight): a refusal is
+# one line naming the key, before any job
 try:
     prepare_config(config, workflow.configfiles, os.environ)
 except TruthflowError as exc:
@@ -45,14 +48,11 @@ include: "workflow/rules/depth.smk"
 include: "workflow/rules/report.smk"
 
 
-deploy_script_rules()
-
-
 report: "workflow/report/workflow.rst"
 
 
 onstart:
-    stop_jobs_on_sigterm()  # Snakemake's own SIGTERM handler waits for the running jobs: hours, for a model
+    stop_jobs_on_sigterm()
     check_gated_tokens()
 
 

@@ -148,24 +148,55 @@ def test_redact_env_values_but_not_short_placeholders() -> None:
     assert redact("a plainkey-without-prefix b none", environ=environ) == "a *** b none"
 
 
-def test_a_model_job_writes_its_own_benchmark_with_exact_peaks(tmp_path) -> None:
-    """The benchmark output holds the process's own peaks, read as the job ends: a job that touches 300 MiB
-    reports at least that much, CPU seconds at least those it burned, and NA for GPU memory on a CPU."""
-    import numpy as np
-    import polars as pl
-    from snakemake.iocontainers import Namedlist
+class _FakeCuda:
+    """torch.cuda of a job that used two devices, peaks 1 MiB and 3 MiB."""
 
-    bench = tmp_path / "benchmarks" / "job.tsv"
-    bench.parent.mkdir()
-    sm = SimpleNamespace(log=[], rule="r", output=Namedlist(fromdict={"benchmark": str(bench)}))
-    burned = {}
+    peaks = {0: 2**20, 1: 3 * 2**20}
 
-    def main(sm) -> None:
-        start = __import__("time").process_time()
-        assert np.ones(300 * 2**20 // 8).sum() > 0  # 300 MiB written, so resident
-        burned["cpu"] = __import__("time").process_time() - start
+    def is_initialized(self) -> bool:
+        return True
 
-    assert run(sm, main) == 0
-    row = pl.read_csv(bench, separator="\t", null_values="NA").row(0, named=True)
-    assert row["max_rss_mb"] >= 300 and row["cpu_seconds"] >= burned["cpu"] > 0 and row["seconds"] > 0
-    assert row["max_gpu_mb"] is None
+    def device_count(self) -> int:
+        return len(self.peaks)
+
+    def max_memory_allocated(self, device: int) -> int:
+        return self.peaks[device]
+
+
+@pytest.mark.parametrize(("torch", "expected"), [(None, "NA"), (SimpleNamespace(cuda=_FakeCuda()), "4.00")])
+def test_a_model_job_writes_its_peak_gpu_memory(tmp_path, monkeypatch, torch, expected) -> None:
+    """Snakemake's `benchmark:` samples processes, which never see GPU memory: the job writes torch's peak,
+    summed over its devices (1 + 3 MiB), or NA where it loaded no CUDA."""
+    monkeypatch.setitem(sys.modules, "torch", torch)  # None: a job that never imported torch
+    out = tmp_path / "job.gpu.tsv"
+    sm = SimpleNamespace(log=[], rule="r", output=SimpleNamespace(gpu_memory=str(out)))
+    assert run(sm, lambda sm: None) == 0
+    assert out.read_text() == f"max_gpu_mb\n{expected}\n"
+
+
+def test_the_benchmark_table_joins_snakemakes_benchmark_and_the_jobs_gpu_peak(tmp_path) -> None:
+    """A row per job: its rule and wildcards, wall s, CPU s and peak RSS from the file Snakemake's
+    `benchmark:` writes (its own header, so a renamed column fails here), GPU MiB from the job's file."""
+    from snakemake.benchmark import BenchmarkRecord
+
+    header = BenchmarkRecord.get_header()
+
+    def benchmark_file(name: str, values: dict[str, str]) -> str:
+        path = tmp_path / name
+        path.write_text("\t".join(header) + "\n" + "\t".join(values.get(c, "NA") for c in header) + "\n")
+        return str(path)
+
+    bench = benchmark_file("bench.tsv", {"s": "12.5", "max_rss": "1234.5", "cpu_time": "20.25"})
+    quick = benchmark_file("quick.tsv", {"s": "0.3"})  # a job that ended before Snakemake's first sample
+    gpu, none = tmp_path / "a.gpu.tsv", tmp_path / "b.gpu.tsv"
+    gpu.write_text("max_gpu_mb\n512.00\n")
+    none.write_text("max_gpu_mb\nNA\n")
+    jobs = [
+        {"rule": "extract_pathways", "model": "m", "dataset": "nq"},
+        {"rule": "r", "model": "m", "dataset": "x"},
+    ]
+
+    table = runlog.benchmark_table([bench, quick], [str(gpu), str(none)], jobs)
+    assert table.columns == ["rule", "model", "dataset", "seconds", "cpu_seconds", "max_rss_mb", "max_gpu_mb"]
+    assert table.row(0) == ("extract_pathways", "m", "nq", 12.5, 20.25, 1234.5, 512.0)
+    assert table.row(1) == ("r", "m", "x", 0.3, None, None, None)

@@ -2,13 +2,23 @@
 
 import pytest
 
-from truthflow.scheduling import model_slots, model_threads, torch_threads
+from truthflow.scheduling import model_slots, model_threads, torch_threads, visible_gpus
 
 
 def test_model_slots():
-    assert model_slots(None, gpu_machine=False) == 2  # CPU: two jobs overlap each other's loading
-    assert model_slots(None, gpu_machine=True) == 1  # a GPU but no --resources gpu=K: never share it
-    assert model_slots(3, gpu_machine=True) == 3  # one job per GPU given
+    assert model_slots(0) == 2  # CPU: two jobs overlap each other's loading
+    assert model_slots(1) == 1  # one GPU: never shared
+    assert model_slots(3) == 3  # one job per visible GPU
+
+
+def test_visible_gpus_are_the_device_nodes_cuda_visible_devices_lists(tmp_path):
+    for name in ("nvidia0", "nvidia1", "nvidia2", "nvidiactl", "nvidia-uvm"):
+        (tmp_path / name).touch()
+    assert visible_gpus({}, tmp_path) == 3  # nvidiactl and nvidia-uvm are no GPUs
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2,0"}, tmp_path) == 2
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}, tmp_path) == 0
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, tmp_path) == 3  # no more than the machine has
+    assert visible_gpus({}, tmp_path / "absent") == 0
 
 
 @pytest.mark.parametrize(
@@ -38,7 +48,7 @@ def test_two_demo_model_jobs_never_oversubscribe():
     """On any machine, the demo's --cores 8 gives model jobs torch threads that sum to at most the CPUs
     (when the CPUs are at least the jobs), so two concurrent jobs never fight over cores."""
     for cpus in (1, 2, 3, 4, 8, 16, 64):
-        slots = model_slots(None, gpu_machine=False)
+        slots = model_slots(0)
         threads = model_threads(8, slots)
         concurrent = 8 // threads
         assert concurrent * torch_threads(threads, 8, cpus) <= max(cpus, concurrent)
@@ -46,15 +56,16 @@ def test_two_demo_model_jobs_never_oversubscribe():
 
 @pytest.mark.workflow
 def test_model_jobs_get_their_share_in_a_real_dry_run(tmp_path):
-    """The one real dry run of this family: the Snakefile reads --cores and --resources gpu=K off Snakemake
-    (two model jobs at once, a GPU each: 16 // 2 = 8 threads) and hands the job its torch threads. The other
-    cases (--cores 8 alone: 4 threads on a CPU machine) are the hand cases above."""
+    """The one real dry run of this family: the Snakefile reads --cores off Snakemake (on a CPU machine two
+    model jobs at once: 16 // 2 = 8 threads; `--resources gpu=2` as a GPU run passes it) and hands the job its
+    torch threads. The other cases (one job per visible GPU) are the hand cases above."""
     import re
 
     from conftest import small_config, snakemake, write_config
 
     write_config(tmp_path, small_config())
-    proc = snakemake(tmp_path, "-n", "--cores", "16", "--resources", "gpu=2", timeout=300)
+    no_gpu = {"CUDA_VISIBLE_DEVICES": ""}  # a CPU machine's share, on a GPU machine too
+    proc = snakemake(tmp_path, "-n", "--cores", "16", "--resources", "gpu=2", timeout=300, extra_env=no_gpu)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     block = out[out.index("rule generate_answers:") :]

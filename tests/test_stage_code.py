@@ -14,6 +14,8 @@ import pytest
 from conftest import REPO
 
 RULES = REPO / "workflow" / "rules"
+RULE_BLOCK = r"(?ms)^rule (\w+):\n(.*?)(?=^\S|\Z)"
+SCRIPT = r"script:\s*\n?\s*\"([^\"]+)\""
 
 
 def _script_modules():
@@ -31,8 +33,8 @@ def stage_code(stage: str) -> dict[str, set[str]]:
     modules = _script_modules()
     text = (RULES / f"{stage}.smk").read_text()
     code = {}
-    for rule, body in re.findall(r"(?ms)^rule (\w+):\n(.*?)(?=^\S|\Z)", text):
-        script = re.search(r"script:\s*\n?\s*\"([^\"]+)\"", body)
+    for rule, body in re.findall(RULE_BLOCK, text):
+        script = re.search(SCRIPT, body)
         if script:
             cwd = os.getcwd()
             os.chdir(REPO)  # relative to the working directory, as in a run from the checkout
@@ -65,3 +67,20 @@ def test_editing_a_pathways_module_plans_no_depth_rule(code):
         for rule, files in code["depth"].items()
     }
     assert not any(planned.values()), planned
+
+
+def test_every_script_rule_declares_its_code_and_environment_where_it_is_defined():
+    """Nothing edits a rule after parsing: each script rule's own text names its conda environment and, but
+    prepare_model (PREPARE_VERSION keys it), code_inputs of its own script, not of another one."""
+    checked = 0
+    for smk in sorted(RULES.glob("*.smk")):
+        for rule, body in re.findall(RULE_BLOCK, smk.read_text()):
+            if not (script := re.search(SCRIPT, body)):
+                continue
+            assert re.search(r'conda:\n\s+"\.\./\.\./envs/truthflow\.yaml"\n', body), f"{smk.name}: {rule}"
+            expected = [] if rule == "prepare_model" else [Path(script.group(1)).name]
+            assert re.findall(r'code=code_inputs\("([^"]+)"\)', body) == expected, f"{smk.name}: {rule}"
+            checked += 1
+    assert checked >= 20
+    workflow_text = "".join(f.read_text() for f in [REPO / "Snakefile", *RULES.glob("*.smk")])
+    assert not re.search(r"set_input|\.conda_env\b|deploy_script_rules", workflow_text)

@@ -4,7 +4,6 @@ into it, secrets masked, progress bars thinned; an error, SIGTERM or SIGINT ends
 import logging
 import os
 import re
-import resource
 import signal
 import sys
 import threading
@@ -24,7 +23,10 @@ _BREAK = re.compile(r"(\r\n|\r|\n)")
 # Tests stop a job at a known point: the first time this text reaches stdout or stderr, it SIGSTOPs itself.
 STOP_AT_ENV = "TRUTHFLOW_TEST_STOP_AT"
 PARENT_POLL_S = 1.0
-BENCHMARK_COLUMNS = ["seconds", "cpu_seconds", "max_rss_mb", "max_gpu_mb"]  # a model job's benchmark file
+# the benchmark table's columns and where each comes from: Snakemake's `benchmark:` file of a model job (it
+# samples the job's process tree: every 0.5 s for 15 s, then every 30 s), or the job's own `gpu_memory` file
+BENCHMARK_COLUMNS = {"seconds": "s", "cpu_seconds": "cpu_time", "max_rss_mb": "max_rss"}
+GPU_MEMORY_COLUMN = "max_gpu_mb"  # torch's peak allocated CUDA memory, which no process sampling sees
 
 
 class _Tee:
@@ -124,8 +126,8 @@ def run(snakemake, main: Callable[[object], None]) -> None:
         except Exception:  # printed through the redacting stream; re-raising would print it again, unredacted
             traceback.print_exc(file=sys.stderr)
             sys.exit(1)
-        if bench := getattr(getattr(snakemake, "output", None), "benchmark", None):
-            _write_benchmark(bench)
+        if gpu_memory := getattr(getattr(snakemake, "output", None), "gpu_memory", None):
+            _write_gpu_memory(gpu_memory)
         if handle:  # every rule log ends with what the job made, so no log is empty
             sys.stdout.flush()
             sys.stderr.flush()
@@ -133,14 +135,32 @@ def run(snakemake, main: Callable[[object], None]) -> None:
             handle.write(f"rule {snakemake.rule}: done in {time.perf_counter() - t0:.1f} s; wrote {made}\n")
 
 
-def _write_benchmark(path: str) -> None:
-    """A job's benchmark, from the kernel as it ends (not sampled): wall s, CPU s, peak RSS MB, GPU MB."""
-    usage, torch = resource.getrusage(resource.RUSAGE_SELF), sys.modules.get("torch")
+def _write_gpu_memory(path: str) -> None:
+    """The job's peak allocated GPU memory in MiB, summed over its devices, as it ends; NA where none."""
+    torch = sys.modules.get("torch")
     gpus = range(torch.cuda.device_count()) if torch and torch.cuda.is_initialized() else ()
-    gpu = sum(map(torch.cuda.max_memory_allocated, gpus)) / 2**20 if gpus else None
-    cpu, wall = usage.ru_utime + usage.ru_stime, time.time() - psutil.Process().create_time()
-    cells = [f"{v:.2f}" if v is not None else "NA" for v in (wall, cpu, usage.ru_maxrss / 1024, gpu)]
-    Path(path).write_text("\t".join(BENCHMARK_COLUMNS) + "\n" + "\t".join(cells) + "\n")
+    peak = f"{sum(map(torch.cuda.max_memory_allocated, gpus)) / 2**20:.2f}" if gpus else "NA"
+    Path(path).write_text(f"{GPU_MEMORY_COLUMN}\n{peak}\n")
+
+
+def benchmark_table(benchmarks: list[str], gpu_memory: list[str], jobs: list[dict]):
+    """One row per model job: its `jobs` entry (rule, model, dataset), then BENCHMARK_COLUMNS read from its
+    Snakemake benchmark file and max_gpu_mb from its own file; NA where Snakemake sampled nothing."""
+    import polars as pl
+
+    from .validate import read_tsv
+
+    def row(bench: str, gpu: str, job: dict) -> pl.DataFrame:
+        sampled = read_tsv(bench, list(BENCHMARK_COLUMNS.values()), infer_schema_length=0, null_values="NA")
+        peak = read_tsv(gpu, [GPU_MEMORY_COLUMN], infer_schema_length=0, null_values="NA")
+        return pl.concat([sampled, peak], how="horizontal").select(
+            *(pl.lit(job[key]).alias(key) for key in ("rule", "model", "dataset")),
+            *(pl.col(src).cast(pl.Float64).alias(name) for name, src in BENCHMARK_COLUMNS.items()),
+            pl.col(GPU_MEMORY_COLUMN).cast(pl.Float64),
+        )
+
+    rows = [row(*files) for files in zip(benchmarks, gpu_memory, jobs, strict=True)]
+    return pl.concat(rows) if rows else pl.DataFrame()
 
 
 def _is_snakemake(proc: psutil.Process) -> bool:
@@ -152,7 +172,10 @@ def _is_snakemake(proc: psutil.Process) -> bool:
 
 
 def _watch_snakemake() -> threading.Event:
-    """SIGTERM to this job once its snakemake is gone, even by SIGKILL (orphaned model jobs run for hours)."""
+    """SIGTERM to this job once its snakemake is gone, even by SIGKILL (orphaned model jobs run for hours):
+    Snakemake cannot, being dead. Shown by tests/test_hostile_intermediates.py::
+    test_a_job_dies_with_the_snakemake_that_started_it and test_robustness.py::
+    test_killing_snakemake_stops_its_jobs[SIGKILL]."""
     stop, chain = threading.Event(), [psutil.Process(), *psutil.Process().parents()]
     top = next((i for i in range(1, len(chain)) if _is_snakemake(chain[i])), None)
     if top is None:
@@ -171,7 +194,9 @@ def _watch_snakemake() -> threading.Event:
 
 
 def stop_jobs_on_sigterm() -> None:
-    """In the main snakemake process (onstart): a SIGTERM to snakemake also stops its local script jobs."""
+    """In the main snakemake process (onstart): a SIGTERM to snakemake also stops its local script jobs, where
+    Snakemake's own handler waits for them to end (hours, for a model job). Shown by
+    tests/test_robustness.py::test_killing_snakemake_stops_its_jobs[SIGTERM]."""
     previous = signal.getsignal(signal.SIGTERM)
 
     def handler(signum, frame) -> None:

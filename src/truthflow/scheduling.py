@@ -1,12 +1,14 @@
 """How a local run shares its cores among model jobs; only the Snakefile imports it (edits rerun nothing)."""
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 
 
-def model_slots(gpus: int | None, gpu_machine: bool) -> int:
-    """Model jobs a local run holds at once: one per GPU of `--resources gpu=K`; one on a GPU machine without
-    it; else two on half the cores each, so one's single-threaded phases overlap the other's passes."""
-    return int(gpus) if gpus else (1 if gpu_machine else 2)
+def model_slots(gpus: int) -> int:
+    """Model jobs a local run holds at once: one per visible GPU; without one, two on half the cores each, so
+    one's single-threaded phases overlap the other's passes."""
+    return gpus if gpus > 0 else 2
 
 
 def model_threads(cores: int | None, slots: int, default: int = 8) -> int:
@@ -20,6 +22,10 @@ def torch_threads(threads: int, cores: int | None, cpus: int) -> int:
     return max(1, min(threads, cpus * threads // cores)) if cores else 0
 
 
-def gpu_machine() -> bool:
-    """Whether this machine has an NVIDIA GPU (a /dev/nvidia<N> node: no torch import at parse time)."""
-    return any(Path("/dev").glob("nvidia[0-9]*"))
+def visible_gpus(environ: Mapping[str, str] = os.environ, dev: Path = Path("/dev")) -> int:
+    """NVIDIA GPUs a job of this machine sees: its /dev/nvidia<N> nodes (no torch import at parse time), at
+    most as many as CUDA_VISIBLE_DEVICES lists where it is set ("" hides them all)."""
+    nodes = len(list(dev.glob("nvidia[0-9]*")))
+    if (listed := environ.get("CUDA_VISIBLE_DEVICES")) is None:
+        return nodes
+    return min(nodes, len([key for key in listed.split(",") if key.strip()]))

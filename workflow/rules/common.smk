@@ -3,7 +3,7 @@ import modulefinder
 import os
 from pathlib import Path
 
-SRC = str(Path(workflow.basedir) / "src")  # on sys.path since the Snakefile
+SRC = str(CHECKOUT / "src")  # on sys.path since the Snakefile
 # script jobs (local, SLURM or in a conda env) import the package from this checkout, before an installed one
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")]))
 
@@ -15,7 +15,7 @@ envvars:
 from truthflow import registry  # noqa: E402
 from truthflow.depth import prompts  # noqa: E402
 from truthflow.report_tables import TABLES as REPORT_TABLES, caption as table_caption  # noqa: E402
-from truthflow.scheduling import gpu_machine, model_slots, model_threads, torch_threads  # noqa: E402
+from truthflow.scheduling import model_slots, model_threads, torch_threads, visible_gpus  # noqa: E402
 
 # the config as the Snakefile checked it and filled its defaults (truthflow.preflight.prepare_config)
 RUN = config["run"]
@@ -32,13 +32,10 @@ def _local_cores():
     return cores if isinstance(cores, int) and cores < 1024 else None
 
 
-# model jobs share local cores by slots (scheduling.model_slots); cluster profiles set threads (set-threads)
+# model jobs share local cores by slots, one per visible GPU (scheduling.model_slots): read off the machine,
+# as Snakemake offers no API to read --resources; cluster profiles set threads (set-threads)
 _cores = _local_cores()
-_gpus = workflow.global_resources.get("gpu")  # --resources gpu=K
-_gpus = getattr(_gpus, "value", _gpus)
-MODEL_THREADS = model_threads(
-    _cores, model_slots(_gpus if isinstance(_gpus, int) and _gpus > 0 else None, gpu_machine())
-)
+MODEL_THREADS = model_threads(_cores, model_slots(visible_gpus()))
 _cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 TORCH_THREADS = torch_threads(MODEL_THREADS, _cores, _cpus)
 
@@ -71,14 +68,14 @@ def results_path(*parts):
 
 def checkout_path(*parts):
     """A checkout file as an input path relative to the working directory (survives a moved checkout)."""
-    return os.path.relpath(Path(workflow.basedir, *parts), Path.cwd())
+    return os.path.relpath(CHECKOUT.joinpath(*parts), Path.cwd())
 
 
 def figures(category, names, suffix=""):
     """Outputs <name>_png/_pdf: figures/<name><suffix>.png/.pdf, captioned by workflow/report/<name>.rst."""
     out = {}
     for name in names:
-        caption = str(Path(workflow.basedir, "workflow", "report", f"{name}.rst"))
+        caption = str(CHECKOUT / "workflow" / "report" / f"{name}.rst")
         png = results_path("figures", f"{name}{suffix}.png")
         out[f"{name}_png"] = report(png, category=category, caption=caption)
         out[f"{name}_pdf"] = results_path("figures", f"{name}{suffix}.pdf")
@@ -102,16 +99,12 @@ def _script_modules(script):
     return sorted(os.path.relpath(f, Path.cwd()) for f in files if f)
 
 
-def deploy_script_rules():
-    """Every script rule runs in envs/truthflow.yaml (--sdm conda) and takes as input `code`, the truthflow
-    modules its script imports, so editing one reruns exactly its importers; prepare_model takes none
-    (PREPARE_VERSION keys it). Called after the last rule; a global conda directive would hold snakemake."""
-    for r in workflow.rules:
-        if r.script:
-            r.conda_env = str(Path(workflow.basedir, "envs", "truthflow.yaml"))
-            if r.name != "prepare_model":
-                script = str(Path(r.snakefile).parent / r.script)
-                r.set_input(code=lambda wildcards, script=script: _script_modules(script))
+def code_inputs(script):
+    """The input `code` of a script's rules, the truthflow modules workflow/scripts/<script> imports, so an
+    edit to one reruns exactly its importers (Snakemake watches the script alone); found as a job is planned.
+    prepare_model takes none (PREPARE_VERSION keys it)."""
+    path = str(CHECKOUT / "workflow" / "scripts" / script)
+    return lambda wildcards: _script_modules(path)
 
 
 def model_dir(wildcards=None, model=None):
@@ -169,8 +162,8 @@ def judge_model_input():
 
 
 def gpu_jobs():
-    """(rule, wildcards) of every model job (a rule with a benchmark output), in the benchmark table's order."""
-    model_rules = [r for r in workflow.rules if "benchmark" in r.output.keys()]
+    """(rule, wildcards) of every model job (one with a benchmark directive), in the benchmark table order."""
+    model_rules = [r for r in workflow.rules if r.benchmark]
     jobs = [
         (r.name, dict(model=m, dataset=d))
         for r in model_rules

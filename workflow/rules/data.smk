@@ -1,6 +1,7 @@
 rule download_dataset:
     input:
         local=lambda w: local_source(w.dataset),
+        code=code_inputs("download_dataset.py"),
     output:
         data=results_path("data", "{dataset}.parquet"),
         # rows dropped from the source (duplicate_id, no_question, no_gold_answer) and n_exceeds_rows
@@ -11,6 +12,8 @@ rule download_dataset:
     localrule: True
     params:
         spec=lambda w: config["datasets"][w.dataset],
+    conda:
+        "../../envs/truthflow.yaml"
     script:
         "../scripts/download_dataset.py"
 
@@ -18,6 +21,7 @@ rule download_dataset:
 rule download_depthqa:
     input:
         local=lambda w: local_source("depthqa"),
+        code=code_inputs("download_depthqa.py"),
     output:
         questions=results_path("data", "depthqa.parquet"),
         nodes=results_path("data", "depthqa_nodes.parquet"),
@@ -28,5 +32,7 @@ rule download_depthqa:
     localrule: True
     params:
         spec=config["datasets"].get("depthqa"),
+    conda:
+        "../../envs/truthflow.yaml"
     script:
         "../scripts/download_depthqa.py"

@@ -2,11 +2,14 @@ rule score_mink:
     input:
         data=rules.download_depthqa.output.questions,
         model=model_dir,
+        code=code_inputs("score_mink.py"),
     output:
         depth_dir("mink.parquet"),
-        benchmark=results_path("benchmarks", "score_mink", "{model}.tsv"),
+        gpu_memory=results_path("benchmarks", "score_mink", "{model}.gpu.tsv"),
     log:
         results_path("logs", "score_mink", "{model}.log"),
+    benchmark:
+        results_path("benchmarks", "score_mink", "{model}.tsv")
     priority: PRIORITY["answers"]
     threads: MODEL_THREADS
     resources:
@@ -15,6 +18,8 @@ rule score_mink:
     params:
         **model_params("dtype", "attention"),
         k_grid=config["depth"]["mink"]["k_grid"],
+    conda:
+        "../../envs/truthflow.yaml"
     script:
         "../scripts/score_mink.py"
 
@@ -24,11 +29,14 @@ rule answer_depthqa:
         data=rules.download_depthqa.output.questions,
         model=model_dir,
         prompt=prompt_file(config["depth"]["prompt"], "depth.prompt"),
+        code=code_inputs("answer_depthqa.py"),
     output:
         depth_dir("answers.parquet"),
-        benchmark=results_path("benchmarks", "answer_depthqa", "{model}.tsv"),
+        gpu_memory=results_path("benchmarks", "answer_depthqa", "{model}.gpu.tsv"),
     log:
         results_path("logs", "answer_depthqa", "{model}.log"),
+    benchmark:
+        results_path("benchmarks", "answer_depthqa", "{model}.tsv")
     priority: PRIORITY["answers"]
     threads: MODEL_THREADS
     resources:
@@ -39,6 +47,8 @@ rule answer_depthqa:
         max_new_tokens=config["depth"]["max_new_tokens"],
         max_prompt_tokens=config["generation"]["max_prompt_tokens"],
         decoding=config["depth"]["decoding"],
+    conda:
+        "../../envs/truthflow.yaml"
     script:
         "../scripts/answer_depthqa.py"
 
@@ -50,6 +60,7 @@ rule judge_answers:
         # an hf judge named as a configured model's dir (resources/models/<name>) is prepared first
         judge_model=judge_model_input(),
         prompt=prompt_file(config["depth"]["judge"]["prompt"], "depth.judge.prompt"),
+        code=code_inputs("judge_answers.py"),
     output:
         depth_dir("scores.parquet"),
     log:
@@ -62,6 +73,8 @@ rule judge_answers:
         judge=config["depth"]["judge"],
         # verdicts are cached here, outside results/, so a rerun or a crash never pays twice
         cache="resources/judge_cache/{model}.jsonl",
+    conda:
+        "../../envs/truthflow.yaml"
     script:
         "../scripts/judge_answers.py"
 
@@ -73,6 +86,7 @@ rule depth_tables:
         nodes=rules.download_depthqa.output.nodes,
         answer_prompt=rules.answer_depthqa.input.prompt,
         judge_prompt=rules.judge_answers.input.prompt,
+        code=code_inputs("depth_tables.py"),
     output:
         per_question=results_path("tables", "depth_per_question.parquet"),
         depthwise=results_path("tables", "depth_depthwise.parquet"),
@@ -91,6 +105,8 @@ rule depth_tables:
         metrics=config["depth"]["metrics"],
         judge_backend=config["depth"]["judge"]["backend"],
         prompt_keys={"answer": "depth.prompt", "judge": "depth.judge.prompt"},
+    conda:
+        "../../envs/truthflow.yaml"
     script:
         "../scripts/depth_tables.py"
 
@@ -103,6 +119,7 @@ rule plot_depth:
         **captions(DEPTH_FIGURES),
         depthwise=results_path("tables", "depth_depthwise.parquet"),
         subsets=results_path("tables", "depth_memorization_subsets.parquet"),
+        code=code_inputs("plot_depth.py"),
     output:
         **figures("Depth", DEPTH_FIGURES),
     log:
@@ -113,5 +130,7 @@ rule plot_depth:
         titles=display_names(config["figures"]["depth"]),
         caption=depth_caption,
         show_caption=config["figures"]["caption"],
+    conda:
+        "../../envs/truthflow.yaml"
     script:
         "../scripts/plot_depth.py"

@@ -11,5 +11,7 @@ rule prepare_model:
     localrule: True
     params:
         key=lambda w: weights_key(model_spec(w.model)),
+    conda:
+        "../../envs/truthflow.yaml"
     script:
         "../scripts/prepare_model.py"

@@ -3,6 +3,7 @@ rule extract_pathways:
         labels=rules.label_answers.output.labels,
         data=rules.download_dataset.output.data,
         model=model_dir,
+        code=code_inputs("extract_pathways.py"),
     output:
         samples=pw_dir("samples.parquet"),
         dropped=pw_dir("dropped.parquet"),
@@ -10,9 +11,11 @@ rule extract_pathways:
         resid_ko=pw_dir("resid_ko.npy"),
         resid_control=pw_dir("resid_control.npy"),
         saliency=pw_dir("saliency.parquet"),
-        benchmark=results_path("benchmarks", "extract_pathways", "{model}", "{dataset}.tsv"),
+        gpu_memory=results_path("benchmarks", "extract_pathways", "{model}", "{dataset}.gpu.tsv"),
     log:
         results_path("logs", "extract_pathways", "{model}", "{dataset}.log"),
+    benchmark:
+        results_path("benchmarks", "extract_pathways", "{model}", "{dataset}.tsv")
     priority: PRIORITY["knockout"]
     threads: MODEL_THREADS
     resources:
@@ -30,6 +33,8 @@ rule extract_pathways:
         knockout=config["pathways"]["knockout"],
         # saliency runs here (its clean pass gives resid_clean); the rest of the experiments wait for K
         saliency_batch_size=config["pathways"]["experiments"]["saliency_batch_size"],
+    conda:
+        "../../envs/truthflow.yaml"
     script:
         "../scripts/extract_pathways.py"
 
@@ -40,6 +45,7 @@ rule probe_deltap:
         resid_clean=rules.extract_pathways.output.resid_clean,
         resid_ko=rules.extract_pathways.output.resid_ko,
         resid_control=rules.extract_pathways.output.resid_control,
+        code=code_inputs("probe_deltap.py"),
     output:
         auc=pw_dir("probe_auc.parquet"),
         deltap=pw_dir("deltap.parquet"),
@@ -50,6 +56,8 @@ rule probe_deltap:
     priority: PRIORITY["step"]
     params:
         cfg={k: config["pathways"][k] for k in ("probe", "anchor_split", "fixed_layer", "bootstrap", "check")},
+    conda:
+        "../../envs/truthflow.yaml"
     script:
         "../scripts/probe_deltap.py"
 
@@ -62,6 +70,7 @@ rule pathways_tables:
         samples=per_run(rules.extract_pathways.output.samples),
         check=per_run(rules.probe_deltap.output.check),
         data_dropped=expand(rules.download_dataset.output.dropped, dataset=config["pathways"]["datasets"]),
+        code=code_inputs("pathways_tables.py"),
     output:
         summary=results_path("tables", "pathways_summary.parquet"),
         check=results_path("tables", "pathways_check.parquet"),
@@ -77,6 +86,8 @@ rule pathways_tables:
     params:
         runs=pw_runs(),
         check=config["pathways"]["check"],
+    conda:
+        "../../envs/truthflow.yaml"
     script:
         "../scripts/pathways_tables.py"
 
@@ -90,6 +101,7 @@ rule plot_pathways:
         summary=results_path("tables", "pathways_summary.parquet"),
         auc=results_path("tables", "probe_auc.parquet"),
         check=results_path("tables", "pathways_check.parquet"),
+        code=code_inputs("plot_pathways.py"),
     output:
         **figures("Pathways", PATHWAYS_FIGURES, "_{pair}"),
     log:
@@ -102,6 +114,8 @@ rule plot_pathways:
         show_caption=config["figures"]["caption"],
         target=config["pathways"]["knockout"]["target"],
         check=config["pathways"]["check"],
+    conda:
+        "../../envs/truthflow.yaml"
     script:
         "../scripts/plot_pathways.py"
 
@@ -115,14 +129,17 @@ rule extract_experiments:
         data=rules.download_dataset.output.data,
         auc=rules.probe_deltap.output.auc,
         model=model_dir,
+        code=code_inputs("extract_experiments.py"),
     output:
         patch=pw_dir("exp_patch.npy"),
         answer_only=pw_dir("exp_answer_only.npy"),
         pr=pw_dir("exp_pr.npy"),
         scores=pw_dir("exp_scores.parquet"),
-        benchmark=results_path("benchmarks", "extract_experiments", "{model}", "{dataset}.tsv"),
+        gpu_memory=results_path("benchmarks", "extract_experiments", "{model}", "{dataset}.gpu.tsv"),
     log:
         results_path("logs", "extract_experiments", "{model}", "{dataset}.log"),
+    benchmark:
+        results_path("benchmarks", "extract_experiments", "{model}", "{dataset}.tsv")
     priority: PRIORITY["experiments"]
     threads: MODEL_THREADS
     resources:
@@ -131,6 +148,8 @@ rule extract_experiments:
     params:
         **model_params("chat", "dtype", "attention", "chat_template_kwargs"),
         experiments=config["pathways"]["experiments"],
+    conda:
+        "../../envs/truthflow.yaml"
     script:
         "../scripts/extract_experiments.py"
 
@@ -142,6 +161,7 @@ rule pathway_experiments:
         deltap=rules.probe_deltap.output.deltap,
         resid_clean=rules.extract_pathways.output.resid_clean,
         data=rules.download_dataset.output.data,
+        code=code_inputs("pathway_experiments.py"),
     output:
         rows=pw_dir("exp_rows.parquet"),
         awareness=pw_dir("exp_awareness.parquet"),
@@ -154,6 +174,8 @@ rule pathway_experiments:
         experiments=config["pathways"]["experiments"],
         probe=config["pathways"]["probe"],
         bootstrap=config["pathways"]["bootstrap"],
+    conda:
+        "../../envs/truthflow.yaml"
     script:
         "../scripts/pathway_experiments.py"
 
@@ -161,6 +183,7 @@ rule pathway_experiments:
 rule experiment_tables:
     input:
         **{k: per_run(path) for k, path in rules.pathway_experiments.output.items()},
+        code=code_inputs("experiment_tables.py"),
     output:
         rows=results_path("tables", "pathways_experiments.parquet"),
         rows_tsv=results_path("tables", "pathways_experiments.tsv"),
@@ -172,6 +195,8 @@ rule experiment_tables:
     log:
         results_path("logs", "experiment_tables.log"),
     localrule: True
+    conda:
+        "../../envs/truthflow.yaml"
     script:
         "../scripts/experiment_tables.py"
 
@@ -188,6 +213,7 @@ rule plot_experiments:
         awareness=results_path("tables", "pathways_awareness.parquet"),
         per_sample=results_path("tables", "pathways_experiment_samples.parquet"),
         published=checkout_path("workflow", "report", "published.tsv"),
+        code=code_inputs("plot_experiments.py"),
     output:
         **figures("Pathways experiments", EXPERIMENT_FIGURES, "_{pair}"),
     log:
@@ -197,5 +223,7 @@ rule plot_experiments:
         models=lambda w: pair_models(w.pair),
         titles=lambda w: display_names(pair_models(w.pair)),
         show_caption=config["figures"]["caption"],
+    conda:
+        "../../envs/truthflow.yaml"
     script:
         "../scripts/plot_experiments.py"

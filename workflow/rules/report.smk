@@ -1,6 +1,8 @@
 rule benchmark_table:
     input:
-        tables=[getattr(rules, r).output.benchmark.format(**w) for r, w in gpu_jobs()],
+        tables=[getattr(rules, r).benchmark.format(**w) for r, w in gpu_jobs()],
+        gpu_memory=[getattr(rules, r).output.gpu_memory.format(**w) for r, w in gpu_jobs()],
+        code=code_inputs("benchmark_table.py"),
     output:
         results_path("tables", "benchmarks.tsv"),
     log:
@@ -8,6 +10,8 @@ rule benchmark_table:
     localrule: True
     params:
         jobs=[{"rule": r, "dataset": "depthqa", **w} for r, w in gpu_jobs()],
+    conda:
+        "../../envs/truthflow.yaml"
     script:
         "../scripts/benchmark_table.py"
 
@@ -20,11 +24,14 @@ rule compare_published:
             config["depth"]["models"], rules.depth_tables, "depthwise", "pooled", depth_metrics="metrics"
         ),
         published=checkout_path("workflow", "report", "published.tsv"),
+        code=code_inputs("compare_published.py"),
     output:
         results_path("tables", "published_vs_reproduced.tsv"),
     log:
         results_path("logs", "compare_published.log"),
     localrule: True
+    conda:
+        "../../envs/truthflow.yaml"
     script:
         "../scripts/compare_published.py"
 
@@ -32,6 +39,7 @@ rule compare_published:
 rule table_html:
     input:
         table=results_path("tables", "{table}.tsv"),
+        code=code_inputs("table_html.py"),
     output:
         report(results_path("report", "{table}.html"), category="Tables", caption="../report/table.rst"),
     log:
@@ -42,5 +50,7 @@ rule table_html:
     params:
         title=lambda w: REPORT_TABLES[w.table][0],
         caption=lambda w: table_caption(checkout_path("workflow", "report", REPORT_TABLES[w.table][1])),
+    conda:
+        "../../envs/truthflow.yaml"
     script:
         "../scripts/table_html.py"
