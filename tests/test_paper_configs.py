@@ -61,15 +61,16 @@ def test_paper_depth_config_runs_the_authors_settings():
     import yaml
 
     from truthflow.config import fill_defaults
-    from truthflow.depth.prompts import load_answer_prompt
+    from truthflow.depth import authors
     from truthflow.engine.decoding import Decoding
 
     cfg = fill_defaults(yaml.safe_load((REPO / "configs" / "paper-depth.yaml").read_text()))
     depth = cfg["depth"]
     assert Decoding.from_config(depth["decoding"]) == Decoding(1.0, 0.9, 1.03, 42)
     assert depth["max_new_tokens"] == 1024
-    prompt = load_answer_prompt(depth["prompt"])
-    assert "###Question:" in prompt.user and prompt.system and prompt.no_system_role == "fold"
+    # the authors' own prompt text, which rule authors_prompts reads from their repository
+    assert Path(depth["prompt"]) == authors.PROMPT_FILES["answer"]
+    assert Path(depth["judge"]["prompt"]) == authors.PROMPT_FILES["judge"]
     judge = depth["judge"]
     assert judge["decoding"] == {"mode": "sampled", "temperature": 1.0, "top_p": 0.9, "seed": 42}
     assert judge["judgments"] == 1 and judge["max_new_tokens"] == 1024

@@ -197,6 +197,13 @@ def check_names(config: dict) -> None:
         )
     if depth["models"] and "depthqa" not in datasets:
         raise TruthflowError("config key 'depth.models' is set but 'datasets.depthqa' is not defined")
+    for name in depth["released_answers"]:
+        key = f"config key 'depth.released_answers.{name}'"
+        if name not in models or name in depth["models"] or "depthqa" not in datasets:
+            raise TruthflowError(
+                f"{key}: a released answers file needs its model defined under 'models', left out of "
+                f"depth.models (its answers are read, not generated), and 'datasets.depthqa' (its graph)"
+            )
     if pw["anchor_split"] == "fixed_layer" and pw.get("fixed_layer") is None:
         raise TruthflowError("config key 'pathways.fixed_layer' must be set when anchor_split is fixed_layer")
     if isinstance(span := pw.get("check", {}).get("layers"), list) and span[0] > span[1]:

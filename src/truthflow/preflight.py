@@ -5,6 +5,7 @@ from collections.abc import Iterable, Mapping
 
 from .config import check_config, fill_defaults
 from .data import check_local_sources
+from .depth import authors
 from .depth.judge import check_judge_config
 from .depth.prompts import load_answer_prompt
 from .memplan import fit_to_memory
@@ -18,7 +19,9 @@ def prepare_config(
     fit_to_memory(config, check_config(config, configfiles))
     fill_defaults(config)
     check_local_sources(config)
-    if config["depth"]["models"]:
-        check_judge_config(config["depth"]["judge"], os.environ if environ is None else environ)
-        load_answer_prompt(config["depth"]["prompt"])
+    depth = config["depth"]
+    if depth["models"] or depth["released_answers"]:
+        check_judge_config(depth["judge"], os.environ if environ is None else environ)
+    if depth["models"] and not authors.pending(depth["prompt"]):  # rule authors_prompts checks its files
+        load_answer_prompt(depth["prompt"])
     return config

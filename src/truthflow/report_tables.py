@@ -30,6 +30,11 @@ TABLES = {
         "depth_metrics.rst",
     ),
     "depth_prompts": ("DepthQA: the prompt files of this run, by content digest", "depth_prompts.rst"),
+    "depth_released_metrics": (
+        "DepthQA, the judge stage alone: the authors' metrics over released answers",
+        "depth_released_metrics.rst",
+    ),
+    "depth_released_prompts": ("DepthQA: the released answers' judge prompt", "depth_released_prompts.rst"),
     "published_vs_reproduced": ("Published vs reproduced", "compare.rst"),
     "benchmarks": ("Benchmarks", "benchmarks.rst"),
 }

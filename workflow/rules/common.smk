@@ -13,7 +13,7 @@ envvars:
 
 
 from truthflow import registry  # noqa: E402
-from truthflow.depth import prompts  # noqa: E402
+from truthflow.depth import authors, prompts  # noqa: E402
 from truthflow.report_tables import TABLES as REPORT_TABLES, caption as table_caption  # noqa: E402
 from truthflow.scheduling import model_slots, model_threads, torch_threads, visible_gpus  # noqa: E402
 
@@ -149,8 +149,9 @@ def optional_inputs(active, rule, *names, **renamed):
 
 
 def prompt_file(value, key):
-    """The prompt file config key `key` names, resolved as its readers do, as an input (edits rerun them)."""
-    return str(prompts.resolve(value, key))
+    """The prompt file config key `key` names, resolved as its readers do, as an input (edits rerun them);
+    one of the authors' prompt files not made yet as is, for rule authors_prompts to make."""
+    return str(value if authors.pending(value) else prompts.resolve(value, key))
 
 
 def judge_model_input():
@@ -176,7 +177,7 @@ def gpu_jobs():
 
 def all_targets():
     """Every output of the configured analyses, read off the rules that make them."""
-    depth = config["depth"]["models"]
+    depth, released = config["depth"]["models"], config["depth"]["released_answers"]
     made = [rules.accuracy_table] if qa_runs() else []
     if pw_runs():
         made += [rules.pathways_tables, rules.experiment_tables]
@@ -184,8 +185,12 @@ def all_targets():
         made += [rules.depth_tables] + ([rules.plot_depth] if config["figures"]["depth"] else [])
     elif "depthqa" in config["datasets"]:
         made.append(rules.download_depthqa)
+    if released:
+        made.append(rules.released_metrics)
+    if depth or pw_runs() or released:
+        made.append(rules.compare_published)
     if depth or pw_runs():
-        made += [rules.compare_published, rules.benchmark_table]
+        made.append(rules.benchmark_table)
     targets = [str(f) for r in made for f in r.output]
     if pw_runs():
         pairs = [pair_name(p) for p in config["figures"]["pathways"]]

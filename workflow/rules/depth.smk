@@ -53,10 +53,61 @@ rule answer_depthqa:
         "../scripts/answer_depthqa.py"
 
 
+from truthflow.depth import authors
+
+RELEASED = config["depth"]["released_answers"]
+
+
+rule authors_prompts:
+    output:
+        source="resources/depthqa_authors/prompts.py",
+        answer=str(authors.PROMPT_FILES["answer"]),
+        judge=str(authors.PROMPT_FILES["judge"]),
+    log:
+        "resources/logs/authors_prompts.log",
+    localrule: True
+    params:
+        url=authors.PROMPTS_URL,
+        sha256=authors.PROMPTS_SHA256,
+    script:
+        "../scripts/authors_prompts.py"
+
+
+# a model of depth.released_answers: its answers are read from the released file, not generated
+rule released_answers:
+    input:
+        data=rules.download_depthqa.output.questions,
+    output:
+        released=depth_dir("released_answers.json"),
+        answers=depth_dir("released_answers.parquet"),
+        questions=depth_dir("released_questions.parquet"),
+    log:
+        results_path("logs", "released_answers", "{model}.log"),
+    localrule: True
+    params:
+        released=lambda w: config["depth"]["released_answers"][w.model],
+    script:
+        "../scripts/released_answers.py"
+
+
+def depth_answers(wildcards):
+    """A model's answers (qid, answer, depth): read from its released file, else generated."""
+    if wildcards.model in RELEASED:
+        return rules.released_answers.output.answers
+    return rules.answer_depthqa.output[0]
+
+
+def judged_questions(wildcards):
+    """The questions and references the judge reads: a released file's own (as its authors judged them)."""
+    if wildcards.model in RELEASED:
+        return rules.released_answers.output.questions
+    return rules.download_depthqa.output.questions
+
+
 rule judge_answers:
     input:
-        answers=rules.answer_depthqa.output[0],
-        data=rules.download_depthqa.output.questions,
+        answers=depth_answers,
+        data=judged_questions,
         # an hf judge named as a configured model's dir (resources/models/<name>) is prepared first
         judge_model=judge_model_input(),
         prompt=prompt_file(config["depth"]["judge"]["prompt"], "depth.judge.prompt"),
@@ -109,6 +160,27 @@ rule depth_tables:
         "../../envs/truthflow.yaml"
     script:
         "../scripts/depth_tables.py"
+
+
+# the judge stage alone, over the released answers: the authors' metrics and the judge prompt's digest
+rule released_metrics:
+    input:
+        scores=expand(rules.judge_answers.output[0], model=RELEASED),
+        nodes=rules.download_depthqa.output.nodes,
+        judge_prompt=rules.judge_answers.input.prompt,
+    output:
+        metrics=results_path("tables", "depth_released_metrics.parquet"),
+        metrics_tsv=results_path("tables", "depth_released_metrics.tsv"),
+        prompts=results_path("tables", "depth_released_prompts.tsv"),
+    log:
+        results_path("logs", "released_metrics.log"),
+    localrule: True
+    params:
+        metrics=config["depth"]["metrics"],
+        judge_backend=config["depth"]["judge"]["backend"],
+        prompt_key="depth.judge.prompt",
+    script:
+        "../scripts/released_metrics.py"
 
 
 DEPTH_FIGURES = ("depth_mink_boxes", "depth_score_gap_density")

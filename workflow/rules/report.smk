@@ -23,6 +23,7 @@ rule compare_published:
         **optional_inputs(
             config["depth"]["models"], rules.depth_tables, "depthwise", "pooled", depth_metrics="metrics"
         ),
+        **optional_inputs(config["depth"]["released_answers"], rules.released_metrics, released="metrics"),
         published=checkout_path("workflow", "report", "published.tsv"),
         code=code_inputs("compare_published.py"),
     output:

@@ -14,6 +14,8 @@ COLUMNS = {
     "pooled": ["model", "depth", "median"],
     "depth_metrics": ["model", "metric", "scope", "depth", "n", "value"],
 }
+# the judge stage alone, over released answers (depth.released_answers): compared as the depth metrics are
+RELEASED = "released"
 
 
 def main(sm):
@@ -22,6 +24,10 @@ def main(sm):
     for name, columns in COLUMNS.items():
         read = validate.read_tsv if name == "pooled" else validate.read_parquet
         tables[name] = read(sm.input[name], columns) if sm.input[name] else None
+    if sm.input[RELEASED]:  # a model's answers are released or generated, never both (config.check_names)
+        released = validate.read_parquet(sm.input[RELEASED], COLUMNS["depth_metrics"])
+        both = [t for t in (tables["depth_metrics"], released) if t is not None]
+        tables["depth_metrics"] = pl.concat(both, how="diagonal_relaxed")
     table = compare(published, tables)
     with pl.Config(tbl_rows=100, tbl_width_chars=200, fmt_str_lengths=80):
         print(table.select("check", "model", "dataset", "reproduced", "verdict"), flush=True)

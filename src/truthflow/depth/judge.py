@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 from ..errors import TruthflowError
 from ..redact import add_secret, redact
 from ..text import normalize_text
+from .authors import pending
 from .prompts import JudgePrompt, load_judge_prompt
 
 REFERENCE_MODEL = "token-f1"
@@ -116,7 +117,8 @@ def judge_model_name(settings: Mapping) -> str:
 def check_judge_config(settings: Mapping, environ: Mapping[str, str]) -> None:
     """Raise TruthflowError, naming the config key or variable, when the judge cannot run as configured."""
     judge_model_name(settings)
-    judge_prompt(settings)
+    if not pending(settings["prompt"]):  # an authors' file: rule authors_prompts makes and checks it
+        judge_prompt(settings)
     mode, n = settings["decoding"]["mode"], int(settings["judgments"])
     if n > 1 and mode == "greedy":
         raise TruthflowError(
