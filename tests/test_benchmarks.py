@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-import yaml
 from conftest import REPO
 
 FIRST_REPEAT = r"first call +[\d,.]+ {unit}/s \( *[\d.]+ s\); repeat +[\d,.]+ {unit}/s"
@@ -76,12 +75,13 @@ RUNS = {
     "paper_cost.py": (
         ["--measure", "tiny", "--n", "4"],
         [
-            r"throughput measured on cpu",
-            r"paper-pathways: GPU-hours",
-            r"llama-3-70b +2 +[\d,.]+ .* estimate: tiny x",
-            r"paper-depth: GPU-hours",
-            r"mixtral-8x7b-instruct +2 ",
-            r"all paper configs: [\d,.]+ GPU-hours on cpu",
+            r"paper-pathways \(.*\): GPU-hours on cpu",
+            r"llama-3-70b +saliency +[\d,.]+ e",
+            r"scaled .*llama-3-70b = tiny x",
+            r"total paper-pathways: [\d,.]+ GPU-hours on cpu \([\d,.]+ of [\d,.]+ estimated\)",
+            r"disk paper-pathways: peak disk [\d,.]+ GB \(weights",
+            r"mixtral-8x7b-instruct +answers \(DepthQA\) +[\d,.]+ e",
+            r"all configs: [\d,.]+ GPU-hours on cpu",
         ],
     ),
 }
@@ -112,44 +112,36 @@ def test_paper_cost_reads_the_committed_throughput_table():
         env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert re.search(r"measured: llama-3.2-1b", proc.stdout), proc.stdout[-2000:]
+    assert re.search(r"llama-3.2-1b +knockout +[\d,.]+ m", proc.stdout), proc.stdout[-2000:]
+    assert "pending" not in proc.stdout
 
 
-@pytest.fixture
-def paper_cost(monkeypatch):
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
-    import paper_cost
-
-    return paper_cost
-
-
-def test_paper_cost_stage_hours_by_hand(paper_cost):
-    # 1,571 DepthQA answers, measured at 2 samples/s with 64 new tokens, decoding 1,024 on 2 GPUs:
-    # 1,571 x 1/2 s x 1,024/64 x 2 GPUs = 25,136 GPU-seconds = 6.9822 GPU-hours
-    row = {"samples_per_s": 2.0, "max_new_tokens": 64}
-    assert paper_cost.stage_hours(1571, "answers", {"answers": row}, 1.0, 2, 1024) == pytest.approx(6.982222)
-    assert paper_cost.stage_hours(1571, "MIN-K%", {"answers": row}, 1.0, 2, None) is None
-
-
-def test_paper_cost_config_rows_by_hand(paper_cost, tmp_path):
+def test_paper_cost_config_rows_by_hand():
     """llama-3.2-1b of paper-pathways over the four sets' 43,226 rows (14,267 + 17,944 + 7,405 + 3,610):
-    answers at 100/s with the model's 64 new tokens, knockout at 200/s with the schema's 3 control draws
-    (4 conditions); a config with 1 draw runs 2 of those 4."""
-    measured = {
-        "llama-3.2-1b": {
-            "answers": {"samples_per_s": 100.0, "max_new_tokens": 64},
-            "knockout": {"samples_per_s": 200.0, "max_new_tokens": 64},
+    knockout at 200/s with the schema's 3 control draws (4 conditions); a config with 1 draw runs 2 of those
+    4. (The answers: tests/test_bill.py's decode-step cases.)"""
+    from truthflow import bill
+
+    rows = [
+        {
+            "shape": "llama-3.2-1b",
+            "card": "H",
+            "stage": s,
+            "samples_per_s": v,
+            "max_new_tokens": "64",
+            "settings": "batch 64, token budget 32768",
+            "dtype": "bfloat16",
         }
-    }
-    path = REPO / "configs" / "paper-pathways.yaml"
-    _, costs = paper_cost.config_costs(path, measured)
-    hours = next(c for c in costs if c["model"] == "llama-3.2-1b")["hours"]
-    assert hours["answers"] == pytest.approx(43_226 / 100 / 3600)  # 0.1201
-    assert hours["knockout"] == pytest.approx(43_226 / 200 / 3600)  # 0.0600
-    assert hours["saliency"] is None
-    config = yaml.safe_load(path.read_text())
-    config["pathways"]["knockout"] = {"control_draws": 1}
-    (tmp_path / "one-draw.yaml").write_text(yaml.safe_dump(config))
-    _, costs = paper_cost.config_costs(tmp_path / "one-draw.yaml", measured)
-    hours = next(c for c in costs if c["model"] == "llama-3.2-1b")["hours"]
-    assert hours["knockout"] == pytest.approx(43_226 / 200 / 3600 * 2 / 4)  # 0.0300
+        for s, v in (("answers", "100"), ("knockout", "200"))
+    ]
+    setting = bill.Setting.load("H", rows=rows)
+    datasets = ["popqa", "triviaqa", "hotpotqa", "nq"]
+    config = bill.prepared(REPO / "configs" / "paper-pathways.yaml")
+
+    def knockout_hours(config):
+        costs = bill.gpu_costs(config, "llama-3.2-1b", "pathways", datasets, setting)
+        return sum(c.gpu_seconds.value for c in costs if c.stage == "knockout") / 3600
+
+    assert knockout_hours(config) == pytest.approx(43_226 / 200 / 3600)  # 0.0600
+    config["pathways"]["knockout"]["control_draws"] = 1
+    assert knockout_hours(config) == pytest.approx(43_226 / 200 / 3600 * 2 / 4)  # 0.0300

@@ -1,0 +1,294 @@
+"""Disk plan: every large file a run writes, sized from its config, when each is removed, and the peak the
+run's job order reaches (the preflight compares it with the free space; truthflow.bill prints it).
+
+Sized: the model weights (resources/models/<name>, params x the dtype's bytes, written before the first job
+and kept), the residual states of each pathways run (float16 resid_clean and resid_ko [N, L, D],
+resid_control [C, N, L, D], `pathways.activations`) and its experiment states (exp_*.npy, kept). With
+`pathways.keep_states` false, resid_ko and resid_control are removed when the run's probe_deltap ends and
+resid_clean when its pathway_experiments ends (their last readers). Not counted: parquet tables (answers,
+labels, samples, saliency, probes; tens of MB per run at paper size), the datasets' downloads and the hub's
+cache. N: every row of a dataset (`DATASET_ROWS` for the hub's, the file's own for a local one) or its n;
+every answered question is assumed kept (an upper bound: the exact-token step drops some).
+
+The peak is simulated: GPU jobs run one per slot (a 2-GPU model's job takes one slot) in the rules' priority
+order (`GPU_PRIORITY`; equal priorities in the order of the runs), CPU jobs start as soon as their inputs
+exist, each job writes its files when it starts (memory-mapped files are created whole) and lasts the wall
+time the bill prices (`truthflow.bill.job_seconds`)."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+
+from . import data, registry
+from .memplan import BYTES, Dims, dims_for
+from .pathways.activations import DTYPE, experiment_shapes, resid_shapes
+
+# rows of each dataset's hub source as the paper configs load it (n: null): PopQA test, TriviaQA rc.nocontext
+# validation, HotpotQA distractor validation, NQ-open validation, DepthQA questions
+DATASET_ROWS = {"popqa": 14_267, "triviaqa": 17_944, "hotpotqa": 7_405, "nq": 3_610, "depthqa": 1_571}
+STATE_BYTES = DTYPE().itemsize
+# the order a free GPU takes ready model jobs in, by the rules' stage (workflow/rules/common.smk's PRIORITY):
+# states kept, breadth-first (every answer, then every knockout, then the experiments); states removed,
+# depth-first (a run's experiments before the next run's knockout), so few runs' states are on disk at once
+GPU_PRIORITY = {
+    True: {"answers": 3, "knockout": 2, "experiments": 1},
+    False: {"answers": 3, "experiments": 2, "knockout": 1},
+}
+# the model job of each GPU rule's stage
+GPU_RULES = {
+    "generate_answers": "answers",
+    "score_mink": "answers",
+    "answer_depthqa": "answers",
+    "extract_pathways": "knockout",
+    "extract_experiments": "experiments",
+}
+
+
+def dataset_rows(config: dict, name: str) -> int:
+    """Rows a run of dataset `name` handles: its n, or every row; DepthQA's n counts groups of questions,
+    so a hub DepthQA with n is counted whole (an upper bound)."""
+    spec = config["datasets"][name]
+    source = spec.get("source") or {}
+    if "local" in source:
+        return _local_rows(name, str(source["local"]), spec.get("n"), int(spec.get("seed", 0)))
+    full = DATASET_ROWS[name]
+    n = spec.get("n")
+    return full if n is None or name == registry.DEPTHQA else min(int(n), full)
+
+
+@cache
+def _local_rows(name: str, path: str, n: int | None, seed: int) -> int:
+    spec = {"source": {"local": path}, "n": n, "seed": seed}
+    if name == registry.DEPTHQA:
+        return data.load_depthqa(spec)[0].height
+    return data.load_qa(name, spec)[0].height
+
+
+def model_dims(name: str, spec: dict) -> Dims | None:
+    """The memory plan's dimensions of a model (model_dims.yaml, a local or prepared config.json), a twin's
+    from its config class, or None where unknown (an embedded model not yet prepared)."""
+    found = dims_for(name, spec["source"])
+    if found:
+        return found[0]
+    if "twin" in spec["source"]:
+        from .twins import build_config
+
+        return Dims.of(build_config(spec["source"]["twin"], 50_000, {}).to_dict())
+    return None
+
+
+def weights_bytes(name: str, spec: dict) -> int:
+    """Bytes of a model's weights in its dtype (0 where its dimensions are unknown)."""
+    dims = model_dims(name, spec)
+    return dims.params * BYTES.get(spec["dtype"], 2) if dims else 0
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """The large files of one pathways run (model, dataset), in bytes."""
+
+    model: str
+    dataset: str
+    n: int
+    resid: dict[str, int]
+    experiments: dict[str, int]
+
+
+def _nbytes(shape: tuple[int, ...]) -> int:
+    size = STATE_BYTES
+    for extent in shape:
+        size *= extent
+    return size
+
+
+def qa_runs(config: dict) -> list[tuple[str, str]]:
+    """(model, dataset) of every generate_answers job, as workflow/rules/common.smk's qa_runs."""
+    models = sorted(set(config["pathways"]["models"])) or list(config["models"])
+    return [(m, d) for m in models for d in registry.qa_names() if d in config["datasets"]]
+
+
+def pw_datasets(config: dict) -> list[str]:
+    """The pathways analysis' datasets (null: every QA set under datasets)."""
+    given = config["pathways"]["datasets"]
+    return [d for d in given or registry.qa_names() if d in config["datasets"]]
+
+
+def run_files(config: dict) -> list[RunFiles]:
+    """Every pathways run's files, in the runs' order (model, then dataset)."""
+    pw = config["pathways"]
+    draws, factors = pw["knockout"]["control_draws"], len(pw["experiments"]["pr_factors"])
+    out = []
+    for model in pw["models"]:
+        dims = model_dims(model, config["models"][model])
+        for dataset in pw_datasets(config):
+            n = dataset_rows(config, dataset)
+            layers, hidden = (dims.layers, dims.hidden) if dims else (0, 0)
+            resid = {k: _nbytes(s) for k, s in resid_shapes(n, layers, hidden, draws).items()}
+            exp = {k: _nbytes(s) for k, s in experiment_shapes(n, hidden, factors).items()}
+            out.append(RunFiles(model, dataset, n, resid, exp))
+    return out
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job of the simulated run: key (rule, model, dataset), its wall seconds, the jobs it waits for,
+    the bytes it writes (by file kind) and whether it holds a GPU slot."""
+
+    key: tuple[str, str, str]
+    seconds: float
+    needs: tuple[tuple[str, str, str], ...] = ()
+    writes: Mapping[str, int] = field(default_factory=dict)
+    gpu: bool = False
+
+
+@dataclass
+class DiskPlan:
+    peak_bytes: int  # everything on disk at once: weights, states, experiment files
+    final_bytes: int  # what the run leaves
+    weights_bytes: int
+    activation_peak_bytes: int  # resid_* and exp_* files at once
+    states_peak_bytes: int  # resid_* files at once
+    keep_states: bool
+    gpu_slots: int
+    runs: list[RunFiles]
+    unsized: list[str]  # models whose dimensions are unknown (their files count 0)
+    hours: float  # the simulated run's wall hours
+
+    def line(self) -> str:
+        share = self.weights_bytes / self.peak_bytes if self.peak_bytes else 0.0
+        return (
+            f"peak disk {self.peak_bytes / 1e9:,.0f} GB (weights {self.weights_bytes / 1e9:,.0f} GB, "
+            f"{share:.0%} of it; activation files {self.activation_peak_bytes / 1e9:,.0f} GB at once), final "
+            f"{self.final_bytes / 1e9:,.0f} GB; states "
+            f"{'kept' if self.keep_states else 'removed after use'}, "
+            f"{self.gpu_slots} GPU slot(s)"
+        )
+
+
+def jobs(config: dict, seconds: Mapping[tuple[str, str, str], float]) -> list[Job]:
+    """The model and analysis jobs of a run that write or free large files, in the runs' order; seconds
+    (by key) default to 0."""
+    out, runs = [], run_files(config)
+    for model, dataset in qa_runs(config):
+        key = ("generate_answers", model, dataset)
+        out.append(Job(key, seconds.get(key, 0.0), gpu=True))
+        label = ("label_answers", model, dataset)
+        out.append(Job(label, seconds.get(label, 0.0), (key,)))
+    for r in runs:
+        m, d = r.model, r.dataset
+        extract, probe = ("extract_pathways", m, d), ("probe_deltap", m, d)
+        experiments, analysis = ("extract_experiments", m, d), ("pathway_experiments", m, d)
+        out += [
+            Job(extract, seconds.get(extract, 0.0), (("label_answers", m, d),), r.resid, gpu=True),
+            Job(probe, seconds.get(probe, 0.0), (extract,)),
+            Job(experiments, seconds.get(experiments, 0.0), (extract, probe), r.experiments, gpu=True),
+            Job(analysis, seconds.get(analysis, 0.0), (experiments, probe)),
+        ]
+    for model in config["depth"]["models"]:
+        for rule in ("score_mink", "answer_depthqa"):
+            key = (rule, model, registry.DEPTHQA)
+            out.append(Job(key, seconds.get(key, 0.0), gpu=True))
+    return out
+
+
+def removals(runs: list[RunFiles], keep_states: bool) -> dict[tuple[str, str, str], list[tuple]]:
+    """The end of which job removes which (writer key, file kind): nothing when states are kept."""
+    out: dict = {}
+    for r in [] if keep_states else runs:
+        writer = ("extract_pathways", r.model, r.dataset)
+        out.setdefault(("probe_deltap", r.model, r.dataset), []).extend(
+            (writer, k) for k in ("resid_ko", "resid_control")
+        )
+        out.setdefault(("pathway_experiments", r.model, r.dataset), []).append((writer, "resid_clean"))
+    return out
+
+
+def simulate(
+    job_list: list[Job],
+    removed_by: Mapping[tuple, list[tuple]],
+    priority: Mapping[str, int],
+    gpu_slots: int,
+    base_bytes: int = 0,
+) -> dict[str, float]:
+    """Run the jobs in time: {peak, final, activation_peak, states_peak (bytes), hours}. base_bytes (the
+    weights) are on disk from the start."""
+    if gpu_slots < 1:
+        raise ValueError(f"gpu_slots must be at least 1, not {gpu_slots}")
+    by_key = {j.key: j for j in job_list}
+    order = {j.key: i for i, j in enumerate(job_list)}
+    waiting, done, running = list(job_list), set(), []  # running: heap of (end, order, key)
+    on_disk: dict[tuple, int] = {}  # (writer key, file kind) -> bytes
+    now, free, peak = 0.0, gpu_slots, {"total": base_bytes, "activation": 0, "states": 0}
+
+    def measure() -> None:
+        states = sum(b for (_, kind), b in on_disk.items() if kind.startswith("resid_"))
+        activation = sum(on_disk.values())
+        peak["states"] = max(peak["states"], states)
+        peak["activation"] = max(peak["activation"], activation)
+        peak["total"] = max(peak["total"], base_bytes + activation)
+
+    def start(job: Job) -> None:
+        waiting.remove(job)
+        on_disk.update({(job.key, kind): size for kind, size in job.writes.items()})
+        heapq.heappush(running, (now + job.seconds, order[job.key], job.key))
+        measure()
+
+    while waiting or running:
+        ready = [j for j in waiting if all(k in done for k in j.needs)]
+        for job in [j for j in ready if not j.gpu]:
+            start(job)
+        gpu_ready = sorted(
+            (j for j in ready if j.gpu), key=lambda j: (-priority[GPU_RULES[j.key[0]]], order[j.key])
+        )
+        for job in gpu_ready[:free]:
+            start(job)
+            free -= 1
+        if not running:
+            missing = sorted({k for j in waiting for k in j.needs if k not in by_key})
+            raise ValueError(f"jobs wait for inputs no job makes: {missing[:3]}")
+        now, _, key = heapq.heappop(running)
+        done.add(key)
+        free += by_key[key].gpu
+        for item in removed_by.get(key, ()):
+            on_disk.pop(item, None)
+    final = base_bytes + sum(on_disk.values())
+    return {
+        "peak": peak["total"],
+        "final": final,
+        "activation_peak": peak["activation"],
+        "states_peak": peak["states"],
+        "hours": now / 3600,
+    }
+
+
+def plan(
+    config: dict, gpu_slots: int = 1, seconds: Mapping[tuple[str, str, str], float] | None = None
+) -> DiskPlan:
+    """The disk a run of a filled config needs: its planned peak, what it leaves, the weights' share.
+    seconds: each job's wall seconds by (rule, model, dataset); default: the bill's
+    (`truthflow.bill.job_seconds`)."""
+    if seconds is None:
+        from .bill import job_seconds
+
+        seconds = job_seconds(config)
+    keep = bool(config["pathways"].get("keep_states", True))
+    runs = run_files(config)
+    models = set(config["pathways"]["models"]) | set(config["depth"]["models"])
+    weights = sum(weights_bytes(m, config["models"][m]) for m in sorted(models))
+    unsized = sorted(m for m in models if model_dims(m, config["models"][m]) is None)
+    got = simulate(jobs(config, seconds), removals(runs, keep), GPU_PRIORITY[keep], gpu_slots, weights)
+    return DiskPlan(
+        peak_bytes=int(got["peak"]),
+        final_bytes=int(got["final"]),
+        weights_bytes=weights,
+        activation_peak_bytes=int(got["activation_peak"]),
+        states_peak_bytes=int(got["states_peak"]),
+        keep_states=keep,
+        gpu_slots=gpu_slots,
+        runs=runs,
+        unsized=unsized,
+        hours=got["hours"],
+    )

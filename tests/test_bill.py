@@ -1,0 +1,190 @@
+"""The bill and the disk plan (truthflow.bill, truthflow.diskplan), each formula on a hand-computed case."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import REPO
+
+from truthflow import bill, diskplan
+from truthflow.memplan import GIB, Dims
+
+# 2 layers, hidden 4, 1 head of 4 (1 KV head), intermediate 8, vocab 10, untied: parameters by hand
+# attention 4*4*2*(1+1) = 64, MLP 3*4*8 = 96, norms 8: 168 per layer, x2 = 336; embeddings 2*10*4 = 80; norm 4
+TOY = Dims(layers=2, hidden=4, heads=1, kv_heads=1, head_dim=4, intermediate=8, vocab=10)
+
+
+def test_decode_work_by_hand():
+    assert TOY.params == 420
+    # bf16: weights 840 bytes, KV 2 * 2 layers * 1 head * 4 * 2 bytes = 32 bytes a token
+    assert bill.kv_bytes(TOY, "bfloat16") == 32
+    # 2 new tokens at batch 2 after a 3-token prompt: 2 * 840 / 2 + 32 * (2 * 3 + 2 * 3 / 2) = 840 + 288
+    assert bill.decode_work(TOY, "bfloat16", 2, 3, 2) == pytest.approx(1128)
+    # the budget binds: 1024 // (24 + 64) = 11 rows, not 64
+    assert bill.decode_batch(64, 1024, 24, 64) == 11
+
+
+def test_decode_step_cost_fitted_through_two_rows():
+    """Two rows whose step times are 10 ms + bytes / 1 GB/s are fitted back to (0.010 s, 1e-9 s/byte)."""
+    rows = []
+    for batch in (2, 8):
+        work = bill.decode_work(TOY, "bfloat16", batch, 16, 64)  # bytes per answer
+        step = 0.010 + work * batch / 64 * 1e-9
+        rows.append(
+            (
+                TOY,
+                {
+                    "samples_per_s": batch / (64 * step),
+                    "max_new_tokens": 64,
+                    "settings": f"batch {batch}, token budget 100000",
+                    "dtype": "bfloat16",
+                },
+            )
+        )
+    fixed, per_byte = bill.step_cost(rows)
+    assert fixed == pytest.approx(0.010)
+    assert per_byte == pytest.approx(1e-9)
+    # an answer of 1,024 tokens at batch 4 after 100: 1,024 * 0.010 / 4 + 1e-9 * its bytes read
+    work = 1024 * 840 / 4 + 32 * (1024 * 100 + 1024 * 1025 / 2)
+    assert bill.answers_seconds(TOY, "bfloat16", 4, 100, 1024, (fixed, per_byte)) == pytest.approx(
+        2.56 + work * 1e-9
+    )
+
+
+def config(**pathways) -> dict:
+    return {
+        "models": {"m": {"source": {"twin": "llama"}, "dtype": "bfloat16", "gpus": 1}},
+        "datasets": {"popqa": {"source": {"hub": "x"}, "n": 100}, "nq": {"source": {"hub": "y"}, "n": None}},
+        "pathways": {
+            "models": ["m"],
+            "datasets": ["popqa", "nq"],
+            "knockout": {"control_draws": 3},
+            "experiments": {"pr_factors": [2.0, 4.0]},
+            "probe": {"seeds": [0, 1, 2], "test_size": 0.2},
+            **pathways,
+        },
+        "depth": {"models": []},
+    }
+
+
+def test_probe_cpu_seconds_and_ram_by_hand(monkeypatch):
+    """probe_deltap at issue 41's rate: 35 s a layer at N 14,267, D 4,096, 15 fits; 2 layers: 70 s. RAM: the
+    clean, knockout and 3 control layers in float32 and a fold's copy: 6 x N x D x 4 bytes + 0.5 GiB."""
+    d = Dims(layers=2, hidden=4096, heads=32, kv_heads=8, head_dim=128, intermediate=8, vocab=10)
+    probe, experiments = bill.cpu_costs(config(), "m", "popqa", d, 14_267, [])
+    assert probe.cpu_seconds.value == pytest.approx(70.0)
+    assert not probe.cpu_seconds.measured
+    assert probe.ram_gib.value == pytest.approx((6 * 14_267 * 4096 * 4 + 0.5 * GIB) / GIB)
+    # pathway_experiments: L + 3 = 5 layers' worth of fits
+    assert experiments.cpu_seconds.value == pytest.approx(175.0)
+    measured = [
+        {
+            "rule": "probe_deltap",
+            "n": "1000",
+            "layers": "4",
+            "hidden": "100",
+            "cpu_seconds": "60",
+            "seconds": "10",
+            "peak_rss_mb": "100",
+            "date": "d",
+            "machine": "here",
+            "threads": "8",
+        }
+    ]
+    probe = bill.cpu_costs(config(), "m", "popqa", d, 2000, measured)[0]
+    # scaled by N x D x L: 60 s x (2000 x 4096 x 2) / (1000 x 100 x 4)
+    assert probe.cpu_seconds.value == pytest.approx(60 * 2000 * 4096 * 2 / (1000 * 100 * 4))
+    assert probe.cpu_seconds.measured
+
+
+def test_disk_written_and_held_by_hand():
+    """A twin of 3 layers, hidden 32: popqa n 100, nq all 3,610 rows; float16 states, 3 control draws."""
+    runs = diskplan.run_files(config())
+    assert [(r.dataset, r.n) for r in runs] == [("popqa", 100), ("nq", 3_610)]
+    assert runs[0].resid == {
+        "resid_clean": 100 * 3 * 32 * 2,
+        "resid_ko": 100 * 3 * 32 * 2,
+        "resid_control": 3 * 100 * 3 * 32 * 2,
+    }
+    # patch [2, N, D], answer_only [N, D], pr [2 x 2 factors, N, D]
+    assert sum(runs[0].experiments.values()) == (2 + 1 + 4) * 100 * 32 * 2
+
+
+def test_peak_of_two_runs_by_hand():
+    """Weights 100 bytes; runs A and B each write resid_clean 10, resid_ko 20, resid_control 30 at their
+    knockout (1 h on the GPU) and exp 5 at their experiments (1 h); probe_deltap takes 3 h, the analysis 1 h.
+    One slot, depth-first: knockout A [0,1], knockout B [1,2] (A's experiments wait for its probe), probe A
+    [1,4], probe B [2,5], experiments A [4,5], experiments B [5,6]. Peak at 2 h: 100 + 60 + 60 = 220.
+    Removed after use: A's ko/control go at 4, its clean at 6 (analysis A [5,6], B [6,7]); final
+    100 + 5 + 5 = 110."""
+    runs = [
+        diskplan.RunFiles(
+            "m", d, 1, {"resid_clean": 10, "resid_ko": 20, "resid_control": 30}, {"exp_patch": 5}
+        )
+        for d in ("a", "b")
+    ]
+    seconds = {}
+    for d in ("a", "b"):
+        seconds |= {
+            ("extract_pathways", "m", d): 3600,
+            ("probe_deltap", "m", d): 3 * 3600,
+            ("extract_experiments", "m", d): 3600,
+            ("pathway_experiments", "m", d): 3600,
+        }
+    jobs = []
+    for r in runs:
+        key = ("extract_pathways", "m", r.dataset)
+        probe, exp = ("probe_deltap", "m", r.dataset), ("extract_experiments", "m", r.dataset)
+        jobs += [
+            diskplan.Job(key, seconds[key], (), r.resid, gpu=True),
+            diskplan.Job(probe, seconds[probe], (key,)),
+            diskplan.Job(exp, seconds[exp], (key, probe), r.experiments, gpu=True),
+            diskplan.Job(("pathway_experiments", "m", r.dataset), 3600, (exp, probe)),
+        ]
+    temp = diskplan.simulate(jobs, diskplan.removals(runs, False), diskplan.GPU_PRIORITY[False], 1, 100)
+    assert temp == {"peak": 220, "final": 110, "activation_peak": 120, "states_peak": 120, "hours": 7.0}
+    kept = diskplan.simulate(jobs, diskplan.removals(runs, True), diskplan.GPU_PRIORITY[True], 1, 100)
+    assert (kept["peak"], kept["final"]) == (230, 230)
+
+
+def test_paper_pathways_states_kept_reach_917_gb():
+    """Issue 41: 917 GB of resid files at the paper configs' real row counts when every state is kept."""
+    paper = bill.prepared(REPO / "configs" / "paper-pathways.yaml")
+    paper["pathways"]["keep_states"] = True
+    plan = diskplan.plan(paper, 1, {})
+    assert plan.states_peak_bytes == pytest.approx(917.1e9, rel=1e-3)
+    assert plan.weights_bytes == pytest.approx(328e9, rel=0.01)
+
+
+def test_gpu_memory_and_knockout_hours_of_a_paper_model():
+    """llama-3.2-1b of paper-pathways over the four sets' 43,226 rows with a knockout measured at 200/s
+    (the schema's 3 control draws): 43,226 / 200 s; its GPU memory is the memory plan's."""
+    paper = bill.prepared(REPO / "configs" / "paper-pathways.yaml")
+    rows = [
+        {
+            "shape": "llama-3.2-1b",
+            "card": "H",
+            "stage": s,
+            "samples_per_s": v,
+            "max_new_tokens": "64",
+            "settings": "batch 64, token budget 32768, prompts 16-256 tokens",
+            "dtype": "bfloat16",
+        }
+        for s, v in (("answers", "100"), ("knockout", "200"))
+    ]
+    setting = bill.Setting.load("H", rows=rows)
+    costs = bill.gpu_costs(
+        paper, "llama-3.2-1b", "pathways", ["popqa", "triviaqa", "hotpotqa", "nq"], setting
+    )
+    knockout = [c for c in costs if c.stage == "knockout"]
+    assert sum(c.gpu_seconds.value for c in knockout) == pytest.approx(43_226 / 200)
+    assert all(c.gpu_seconds.measured for c in knockout)
+    saliency = next(c for c in costs if c.stage == "saliency")
+    assert not saliency.gpu_seconds.measured and saliency.gpu_seconds.value > 0
+    from truthflow.memplan import plan_model
+
+    dims = diskplan.model_dims("llama-3.2-1b", paper["models"]["llama-3.2-1b"])
+    plan = plan_model(
+        "llama-3.2-1b", paper["models"]["llama-3.2-1b"], dims, {"generation", "passes", "saliency"}, 4
+    )
+    assert saliency.gpu_mem_gib == pytest.approx(plan["saliency"])
+    assert knockout[0].gpu_mem_gib == pytest.approx(plan["passes"])
