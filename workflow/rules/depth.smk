@@ -59,6 +59,8 @@ RELEASED = config["depth"]["released_answers"]
 
 
 rule authors_prompts:
+    input:
+        code=code_inputs("authors_prompts.py"),
     output:
         source="resources/depthqa_authors/prompts.py",
         answer=str(authors.PROMPT_FILES["answer"]),
@@ -69,6 +71,8 @@ rule authors_prompts:
     params:
         url=authors.PROMPTS_URL,
         sha256=authors.PROMPTS_SHA256,
+    conda:
+        "../../envs/truthflow.yaml"
     script:
         "../scripts/authors_prompts.py"
 
@@ -77,6 +81,7 @@ rule authors_prompts:
 rule released_answers:
     input:
         data=rules.download_depthqa.output.questions,
+        code=code_inputs("released_answers.py"),
     output:
         released=depth_dir("released_answers.json"),
         answers=depth_dir("released_answers.parquet"),
@@ -86,6 +91,8 @@ rule released_answers:
     localrule: True
     params:
         released=lambda w: config["depth"]["released_answers"][w.model],
+    conda:
+        "../../envs/truthflow.yaml"
     script:
         "../scripts/released_answers.py"
 
@@ -168,6 +175,7 @@ rule released_metrics:
         scores=expand(rules.judge_answers.output[0], model=RELEASED),
         nodes=rules.download_depthqa.output.nodes,
         judge_prompt=rules.judge_answers.input.prompt,
+        code=code_inputs("released_metrics.py"),
     output:
         metrics=results_path("tables", "depth_released_metrics.parquet"),
         metrics_tsv=results_path("tables", "depth_released_metrics.tsv"),
@@ -179,6 +187,8 @@ rule released_metrics:
         metrics=config["depth"]["metrics"],
         judge_backend=config["depth"]["judge"]["backend"],
         prompt_key="depth.judge.prompt",
+    conda:
+        "../../envs/truthflow.yaml"
     script:
         "../scripts/released_metrics.py"
 
