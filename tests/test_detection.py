@@ -218,6 +218,10 @@ def test_awareness_auc_separable_random_and_one_group():
     assert one["status"][0] == f"undefined: one class only ({n} Q-Anchored, 0 A-Anchored)"
     bad = awareness_auc(resid, g, layers=[4], probe={**PROBE, "seeds": [0]})
     assert bad["status"][0] == "undefined: layer 4 not in 1..3"
+    # layers fitted side by side in two worker processes: the same table, the out-of-range layer included
+    assert awareness_auc(resid, g, [1, 2, 3, 4], PROBE, workers=2).equals(
+        awareness_auc(resid, g, [1, 2, 3, 4], PROBE)
+    )
 
 
 # ------------------------------------------------------------------------------------------- Table 3

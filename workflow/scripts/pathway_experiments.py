@@ -14,7 +14,17 @@ def main(sm):
     states = activations.read_experiment(sm.input, n, clean.shape[2], len(factors), sm.input.samples)
     keys = {"model": sm.wildcards.model, "dataset": sm.wildcards.dataset}
     tables = experiments.run(
-        samples, scores, deltap, data, clean, states, sm.params.probe, sm.params.bootstrap, factors, keys
+        samples,
+        scores,
+        deltap,
+        data,
+        clean,
+        states,
+        sm.params.probe,
+        sm.params.bootstrap,
+        factors,
+        keys,
+        workers=sm.threads,
     )
     for table, name in zip(tables, ("rows", "awareness", "detection", "per_sample"), strict=True):
         table.write_parquet(sm.output[name])

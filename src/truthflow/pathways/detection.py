@@ -8,7 +8,17 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import polars as pl
 
-from .probes import A_ANCHORED, Q_ANCHORED, crossfit, fit_predict, folds, n_folds, roc_auc, split_reason
+from .probes import (
+    A_ANCHORED,
+    Q_ANCHORED,
+    crossfit,
+    fit_predict,
+    folds,
+    n_folds,
+    over_layers,
+    roc_auc,
+    split_reason,
+)
 
 Seed = int | Sequence[int]
 
@@ -39,9 +49,18 @@ def _probe_or_rate(x_tr, y_tr, x_te, C: float, max_iter: int) -> tuple[np.ndarra
     return fit_predict(x_tr, y_tr, [x_te], C, max_iter)[0], None
 
 
-def awareness_auc(resid: np.ndarray, groups, layers: Sequence[int], probe: Mapping) -> pl.DataFrame:
+def _awareness_layer(layer: int, resid: np.ndarray, g: np.ndarray, k: int, probe: Mapping) -> list[float]:
+    """The AUC of each seed's cross-fitted P(Q-Anchored) at one 1-based layer (read alone from resid)."""
+    x = np.asarray(resid[:, layer - 1], dtype=np.float32)
+    return [roc_auc(g, crossfit(x, g, seed, k, probe["C"], probe["max_iter"])[0]) for seed in probe["seeds"]]
+
+
+def awareness_auc(
+    resid: np.ndarray, groups, layers: Sequence[int], probe: Mapping, workers: int = 1
+) -> pl.DataFrame:
     """Pathway awareness (§4, A16) from hidden states [N, L, D]: per seed and 1-based layer, the AUC of the
-    cross-fitted P(Q-Anchored); a split that cannot be made or a layer outside 1..L gives a null auc."""
+    cross-fitted P(Q-Anchored); a split that cannot be made or a layer outside 1..L gives a null auc;
+    workers: processes fitting layers side by side (`probes.over_layers`)."""
     g = np.asarray(groups, dtype=bool)
     n, n_layers = resid.shape[:2]
     if len(g) != n:
@@ -52,16 +71,18 @@ def awareness_auc(resid: np.ndarray, groups, layers: Sequence[int], probe: Mappi
         # a test fold without a sample of the smaller group makes its scores incomparable with the others'
         reason = f"fewer samples in a group than the {k} folds ({n_q} {Q_ANCHORED}, {n - n_q} {A_ANCHORED})"
     rows = []
+    fitted = [layer for layer in layers if not reason and 1 <= layer <= n_layers]
+    aucs = dict(zip(fitted, over_layers(_awareness_layer, fitted, workers, resid, g, k, probe), strict=True))
     for layer in layers:
         base = {"layer": int(layer), "n": n, "n_q": n_q, "n_a": n - n_q}
-        bad = reason or (None if 1 <= layer <= n_layers else f"layer {layer} not in 1..{n_layers}")
-        if bad:
+        if layer not in aucs:
+            bad = reason or f"layer {layer} not in 1..{n_layers}"
             rows += [{**base, "seed": s, "auc": None, "status": f"undefined: {bad}"} for s in probe["seeds"]]
             continue
-        x = np.asarray(resid[:, layer - 1], dtype=np.float32)  # one (memory-mapped) layer at a time
-        for seed in probe["seeds"]:
-            oof = crossfit(x, g, seed, k, probe["C"], probe["max_iter"])[0]
-            rows.append({**base, "seed": seed, "auc": roc_auc(g, oof), "status": "ok"})
+        rows += [
+            {**base, "seed": s, "auc": auc, "status": "ok"}
+            for s, auc in zip(probe["seeds"], aucs[layer], strict=True)
+        ]
     return pl.DataFrame(rows, schema=AWARENESS_SCHEMA).sort(["layer", "seed"])
 
 

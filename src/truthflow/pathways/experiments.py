@@ -104,9 +104,22 @@ def boundary_rows(deltap: pl.DataFrame, correct: dict, refusal: dict, popularity
     return rows
 
 
-def run(samples, scores, deltap, data, clean, states, probe: dict, boot: dict, factors: list, keys: dict):
+def run(
+    samples,
+    scores,
+    deltap,
+    data,
+    clean,
+    states,
+    probe: dict,
+    boot: dict,
+    factors: list,
+    keys: dict,
+    workers: int = 1,
+):
     """Every experiment of one (model, dataset) at the layer K of `scores` -> the tables rows, awareness,
-    detection, per_sample, `keys` and k_layer in front; states: patch, answer_only, pr (`activations`)."""
+    detection, per_sample, `keys` and k_layer in front; states: patch, answer_only, pr (`activations`);
+    workers: processes fitting the awareness probes' layers side by side."""
     k_layer, name = (int(scores["layer"][0]) if scores.height else None), "/".join(map(str, keys.values()))
     front = [*(pl.lit(v).alias(c) for c, v in keys.items()), pl.lit(k_layer, pl.Int64).alias("k_layer")]
     schemas = (ROW_SCHEMA, AWARENESS_SCHEMA, DETECTION_SCHEMA, PER_SAMPLE_SCHEMA)
@@ -136,7 +149,8 @@ def run(samples, scores, deltap, data, clean, states, probe: dict, boot: dict, f
     ).with_columns(pl.Series("s_eq_ea", s_ea), pl.Series("s_eq_all", s_all))
     if has_pop:
         per_sample = per_sample.join(data.select("id", pl.col("s_pop").cast(pl.Float64)), on="id", how="left")
-    aware = awareness_auc(clean, groups, [i for i in range(1, clean.shape[1] + 1) if i != layer], probe)
+    other_layers = [i for i in range(1, clean.shape[1] + 1) if i != layer]
+    aware = awareness_auc(clean, groups, other_layers, probe, workers)
     baselines = {"P(True)": "p_true", "Logits-mean": "logit_mean", "Logits-min": "logit_min"}
     baselines = {b: scores[c].to_numpy() for b, c in baselines.items()}
     det = detection_table(x, labels, groups, pr_pairs(pr, factors), baselines, factors, probe, probing=prob)

@@ -1,6 +1,7 @@
 """Per-layer cross-fitted correctness probes (A6), ΔP under knockout (A8), Q-/A-Anchored split (A9), bootstrap
 summary (A10); per sample and layer the seeds are averaged (flip: the share that flip): n counts samples."""
 
+from collections.abc import Sequence
 from itertools import product
 
 import numpy as np
@@ -93,27 +94,25 @@ def knockout_effect(prob: np.ndarray, prob_ko: np.ndarray) -> tuple[np.ndarray, 
     return p, 100.0 * (p_ko - p) / p, pred != (prob_ko >= 0.5)
 
 
-def layer_probs(states: list, layer: int, labels: np.ndarray, seeds, k: int, C: float, max_iter: int):
+def over_layers(function, layers: Sequence[int], workers: int, *args) -> list:
+    """[function(layer, *args) for layer in layers], up to `workers` processes fitting layers side by side.
+
+    The per-layer probes are the CPU cost of a paper run (80 layers × 15 fits for a 70B model). A worker gets
+    memory-mapped arrays as file references (joblib's memmapping reducer), reads its own layer, and runs one
+    BLAS thread when the workers fill the cores (joblib's default). Each fit is the same call as in one
+    process: tests/test_probes.py shows the tables equal."""
+    if workers <= 1 or len(layers) <= 1:
+        return [function(layer, *args) for layer in layers]
+    from joblib import Parallel, delayed
+
+    return Parallel(n_jobs=min(workers, len(layers)))(delayed(function)(layer, *args) for layer in layers)
+
+
+def layer_probs(layer: int, states: list, labels: np.ndarray, seeds, k: int, C: float, max_iter: int):
     """crossfit_seeds on one layer (0-based) of each state array ([N, L, D] views, clean first): the layer
     alone is read, so memory stays bounded in L."""
     x, *x_ko = (np.asarray(r[:, layer], dtype=np.float32) for r in states)
     return crossfit_seeds(x, x_ko, labels, seeds, k, C, max_iter)
-
-
-def per_layer_probs(states: list, labels: np.ndarray, seeds, k: int, probe: dict, workers: int = 1):
-    """layer_probs for every layer, in layer order; `workers` processes fit layers side by side.
-
-    A worker gets the memory-mapped arrays as file references (joblib's memmapping reducer), reads its own
-    layer, and runs one BLAS thread per worker when workers fill the cores (joblib's default thread limit).
-    Each fit is the same single call as in one process, so the probabilities are the same."""
-    n_layers = states[0].shape[1]
-    args = (labels, seeds, k, probe["C"], probe["max_iter"])
-    if workers <= 1 or n_layers == 1:
-        return [layer_probs(states, layer, *args) for layer in range(n_layers)]
-    from joblib import Parallel, delayed
-
-    jobs = (delayed(layer_probs)(states, layer, *args) for layer in range(n_layers))
-    return Parallel(n_jobs=min(workers, n_layers))(jobs)
 
 
 def run_probes(
@@ -136,8 +135,9 @@ def run_probes(
         return pl.DataFrame([row], schema=AUC_SCHEMA), pl.DataFrame(schema=DELTAP_SCHEMA)
     matched = np.ones(n, dtype=bool) if matched is None else np.asarray(matched, dtype=bool)
     prob = np.zeros((len(resid_kos) + 1, len(seeds), n, n_layers))  # clean, then each knockout
-    states = [resid_clean, *resid_kos]
-    for layer, probs in enumerate(per_layer_probs(states, labels, seeds, k, probe, workers)):
+    states, fit = [resid_clean, *resid_kos], (probe["C"], probe["max_iter"])
+    per_layer = over_layers(layer_probs, range(n_layers), workers, states, labels, seeds, k, *fit)
+    for layer, probs in enumerate(per_layer):
         prob[..., layer] = probs
     frames = []
     groups = [(TARGET, prob[1:2])] + ([(CONTROL, prob[2:])] if len(resid_kos) > 1 else [])
