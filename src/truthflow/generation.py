@@ -45,13 +45,15 @@ def fit_prompt(
     max_prompt_tokens: int | None,
     chat_template_kwargs: dict | None = None,
     render: Callable | None = None,
+    encode: Callable | None = None,
 ) -> tuple[str, list[int], bool]:
-    """(prompt, ids, truncated): the longest question prefix within max_prompt_tokens; `render`: a layout."""
+    """(prompt, ids, truncated): the longest question prefix within max_prompt_tokens; `render`: a layout,
+    `encode`: its tokenization (tokenizer, prompt) -> ids, by default encode_prompt's."""
     render = render or (lambda tok, q: build_prompt(tok, q, chat, instruction, chat_template_kwargs))
 
     def make(q: str) -> tuple[str, list[int]]:
         prompt = render(tokenizer, q)
-        return prompt, encode_prompt(tokenizer, prompt, chat)
+        return prompt, encode(tokenizer, prompt) if encode else encode_prompt(tokenizer, prompt, chat)
 
     prompt, ids = make(question)
     if not max_prompt_tokens or len(ids) <= max_prompt_tokens:
@@ -153,10 +155,12 @@ def answer_questions(
     decoding: Decoding | None = None,
     keys: list[str] | None = None,
     render: Callable | None = None,
+    encode: Callable | None = None,
 ) -> tuple[list[str], list[dict]]:
-    """Prompt (A1, or `render`), truncate to max_prompt_tokens, decode, report tokens/s."""
+    """Prompt (A1, or `render` and `encode`), truncate to max_prompt_tokens, decode, report tokens/s."""
+    layout = {"render": render, "encode": encode}
     fitted = [
-        fit_prompt(lm.tokenizer, q, chat, instruction, max_prompt_tokens, chat_template_kwargs, render)
+        fit_prompt(lm.tokenizer, q, chat, instruction, max_prompt_tokens, chat_template_kwargs, **layout)
         for q in questions
     ]
     prompts, ids, truncated = ([f[k] for f in fitted] for k in range(3))

@@ -24,9 +24,10 @@ def load_job_model(sm) -> LoadedModel:
 
 
 def answer_table(
-    sm, questions: list[str], instruction: str, desc: str, render=None, keys=None, decoding=None
+    sm, questions: list[str], instruction: str, desc: str, render=None, keys=None, decoding=None, encode=None
 ) -> pl.DataFrame:
-    """Answers to `questions` (answer_questions) with the rule's params; render: a prompt file's layout."""
+    """Answers to `questions` (answer_questions) with the rule's params; render, encode: a prompt file's
+    layout and its tokenization."""
     p = sm.params
     prompts, out = answer_questions(
         load_job_model(sm),
@@ -42,6 +43,7 @@ def answer_table(
         decoding=decoding,
         keys=keys,
         render=render,
+        encode=encode,
     )
     rows = [{"prompt": prompt, **o} for prompt, o in zip(prompts, out, strict=True)]
     return pl.DataFrame(rows, schema=ANSWER_SCHEMA)

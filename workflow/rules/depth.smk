@@ -47,6 +47,7 @@ rule answer_depthqa:
         max_new_tokens=config["depth"]["max_new_tokens"],
         max_prompt_tokens=config["generation"]["max_prompt_tokens"],
         decoding=config["depth"]["decoding"],
+        prompt_layout=config["depth"]["prompt_layout"],
     conda:
         "../../envs/truthflow.yaml"
     script:

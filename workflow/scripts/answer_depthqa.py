@@ -1,19 +1,21 @@
 import polars as pl
 
 from truthflow import jobs, runlog, validate
-from truthflow.depth.prompts import load_answer_prompt
+from truthflow.depth.prompts import load_answer_prompt, vllm_encode
 from truthflow.engine import Decoding
 
 
 def main(sm):
     questions = validate.read_parquet(sm.input.data, ["id", "question", "depth"])
     prompt, p = load_answer_prompt(sm.input.prompt), sm.params
+    layout = p.prompt_layout
     answers = jobs.answer_table(
         sm,
         questions["question"].to_list(),
         "",
         f"answer depthqa {sm.wildcards.model}",
-        render=lambda tok, q: prompt.render(tok, q, p.chat, p.chat_template_kwargs),
+        render=lambda tok, q: prompt.render(tok, q, p.chat, p.chat_template_kwargs, layout),
+        encode=vllm_encode if layout == "authors" else None,
         keys=questions["id"].to_list(),
         decoding=Decoding.from_config(p.decoding),
     ).drop("prompt_ids", "answer_ids")

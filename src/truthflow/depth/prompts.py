@@ -4,7 +4,12 @@ which the report states. The answer prompt (`depth.prompt`) holds `system` ("" f
 user turn followed by a blank line, or `drop`) and `base` (the whole prompt of a model without a chat
 template). The judge prompt (`depth.judge.prompt`) holds `system`, `task` (the user turn: `{instruction}`,
 `{response}`, `{reference}`, `{rubric}`) and `rubric`; literal braces are written twice ({{ }}). A relative
-path is looked up in the working directory, then in the checkout (shipped files: prompts/)."""
+path is looked up in the working directory, then in the checkout (shipped files: prompts/).
+The layout (`depth.prompt_layout`) places a file's text: `truthflow` (above), or `authors`, exactly as the
+DepthQA authors' code did (docs/depthqa_authors.md): the system text folded into the user turn after ONE
+newline whenever the literal string "system" is not in the tokenizer's chat template (a template holding it
+gets a system turn, even an empty one), the rendered prompt stripped, and its text tokenized as their vLLM
+did, with the tokenizer's special tokens (a BOS the template writes is then doubled)."""
 
 import hashlib
 import string
@@ -20,6 +25,7 @@ CHECKOUT = Path(__file__).resolve().parents[3]
 ANSWER_KEYS = {"system": None, "user": {"question"}, "no_system_role": None, "base": {"question"}}
 JUDGE_KEYS = {"system": None, "task": {"instruction", "response", "reference", "rubric"}, "rubric": None}
 NO_SYSTEM_ROLE = ("fold", "drop")
+LAYOUTS = ("truthflow", "authors")
 # a system text no template writes by itself: its absence from the rendered prompt means the role was dropped
 _PROBE = "truthflow-system-role-probe"
 
@@ -42,13 +48,51 @@ class AnswerPrompt:
             user = f"{self.system}\n\n{user}"
         return [{"role": "user", "content": user}]
 
-    def render(self, tokenizer, question: str, chat: bool, chat_template_kwargs: dict | None = None) -> str:
-        """The whole prompt: the chat template over `messages` for a chat model with one, else `base`."""
+    def authors_messages(self, question: str, template: str | dict) -> list[dict]:
+        """The authors' turns (their single_turn.apply_template_chat): a system turn, even an empty one,
+        unless the chat template's text lacks the string "system"; then one user turn, joined by a newline."""
+        user = self.user.format(question=question)
+        if "system" not in template:  # a dict of named templates: its names, as in their `in` test
+            return [{"role": "user", "content": self.system + "\n" + user}]
+        return [{"role": "system", "content": self.system}, {"role": "user", "content": user}]
+
+    def render(
+        self,
+        tokenizer,
+        question: str,
+        chat: bool,
+        chat_template_kwargs: dict | None = None,
+        layout: str = "truthflow",
+    ) -> str:
+        """The whole prompt: the chat template over the layout's turns for a chat model with one, else
+        `base`; the authors' layout strips it, as their model wrapper did before vLLM read it."""
+        if layout not in LAYOUTS:
+            raise TruthflowError(f"depth.prompt_layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
         if not (chat and getattr(tokenizer, "chat_template", None)):
-            return self.base.format(question=question)
+            text = self.base.format(question=question)
+            return text.strip() if layout == "authors" else text
         kwargs = chat_template_kwargs or {}
-        messages = self.messages(question, not self.system or has_system_role(tokenizer, kwargs))
-        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kwargs)
+        if layout == "truthflow":
+            messages = self.messages(question, not self.system or has_system_role(tokenizer, kwargs))
+        else:
+            messages = self.authors_messages(question, tokenizer.chat_template)
+        try:
+            text = tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=False, **kwargs
+            )
+        except Exception as exc:  # jinja2's TemplateError, or whatever raise_exception() a template calls
+            roles = " + ".join(m["role"] for m in messages)
+            # Gemma's template names "system" yet refuses a system turn: the authors' code failed there too
+            raise TruthflowError(
+                f"depth.prompt_layout '{layout}': the chat template refuses the turns {roles}: {exc}"
+            ) from None
+        return text.strip() if layout == "authors" else text
+
+
+def vllm_encode(tokenizer, prompt: str) -> list[int]:
+    """A text prompt's ids as vLLM 0.4-0.5 made them (the authors' layout): `tokenizer.encode(prompt)`, whose
+    add_special_tokens defaults to True, so a BOS the chat template already wrote is doubled."""
+    return tokenizer.encode(prompt)
 
 
 @dataclass(frozen=True)
