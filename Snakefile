@@ -54,6 +54,7 @@ report: "workflow/report/workflow.rst"
 onstart:
     stop_jobs_on_sigterm()
     check_gated_tokens()
+    check_revisions()
 
 
 onsuccess:

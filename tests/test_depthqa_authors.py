@@ -243,3 +243,7 @@ def test_released_answers_are_judged_end_to_end(released, tmp_path):
     assert rows["published"].head(3).to_list() == published
     assert rows["reproduced"].head(3).to_list() == pytest.approx(means["value"].to_list())
     assert (results / "report" / "depth_released_metrics.html").exists()
+    inputs = pl.read_csv(results / "tables" / "inputs.tsv", separator="\t")
+    assert inputs["kind"].to_list() == ["dataset", "released answers"]
+    assert f"llama3_8b_zero-shot.json {RELEASED_SHA256}" == inputs["sha256"][1]
+    assert inputs["files"][0] == 3  # the stand-in questions, nodes and node_to_q, each with its sha256

@@ -11,7 +11,7 @@ import polars as pl
 
 from . import registry
 from .errors import TruthflowError
-from .hub import HUB_ATTEMPTS, is_transient, retrying
+from .hub import HUB_ATTEMPTS, is_transient, offline, resolve_revision, retrying, sha256_of
 from .registry import get_field as _get
 from .registry import question_id  # noqa: F401 - the stable id rule, imported from here by tests
 
@@ -140,6 +140,38 @@ def load_hub_records(
             f"dataset '{label}': hub load of {what} {tried}: {type(exc).__name__}: {str(exc)[:300]}"
         ) from None
     return ds.to_list()
+
+
+def resolve_source(name: str, spec: dict) -> tuple[dict, dict]:
+    """A dataset entry with its hub source pinned to the commit its revision names now (offline: as given),
+    and the record the run's report shows: source, requested and resolved revision, each file's sha256 (the
+    hub's, of its data files; a local file's own)."""
+    spec = {**spec, "source": dict(spec["source"])} if spec.get("source") else dict(spec)
+    registry.fill_source(name, spec)
+    src = spec["source"]
+    record = {"kind": "dataset", "name": name, "requested": src.get("revision"), "revision": None}
+    if "local" in src:
+        path = Path(str(src["local"]))
+        files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
+        where = path if path.is_dir() else path.parent
+        digests = {str(f.relative_to(where)): sha256_of(f) for f in files if f.exists()}
+        return spec, record | {"source": str(path), "files": digests, "note": "local files"}
+    record["source"] = src["hub"]
+    if offline():
+        return spec, record | {
+            "files": {},
+            "note": "offline: read from the local cache, revision not resolved",
+        }
+    try:
+        found = resolve_revision(src["hub"], "dataset", src.get("revision"), f"dataset '{name}'")
+    except Exception as exc:  # noqa: BLE001 - RepositoryNotFoundError, RevisionNotFoundError, network
+        tried = f"failed {HUB_ATTEMPTS} times (transient)" if is_transient(exc) else "failed"
+        raise TruthflowError(
+            f"dataset '{name}': resolving '{src['hub']}' at revision {src.get('revision')!r} {tried}: "
+            f"{type(exc).__name__}: {str(exc)[:300]}"
+        ) from None
+    src["revision"] = found["revision"]
+    return spec, record | {"revision": found["revision"], "files": found["files"], "note": "hub"}
 
 
 def sample_indices(total: int, n: int | None, seed: int) -> list[int]:

@@ -113,3 +113,27 @@ def resolve_revision(repo_id: str, repo_type: str, revision: str | None, label: 
     found = retrying(label, repo_id)(info, repo_id, revision=revision, files_metadata=True)
     files = {s.rfilename: s.lfs.sha256 for s in found.siblings or [] if getattr(s, "lfs", None)}
     return {"revision": found.sha, "files": dict(sorted(files.items()))}
+
+
+def changed_revisions(records: list[dict]) -> list[str]:
+    """For each recorded hub source whose revision was not pinned to a commit: a line where it now resolves
+    to another commit than the recorded one (or cannot be checked). Offline: nothing is checked."""
+    lines = []
+    for r in records:
+        if offline() or not r.get("revision") or pinned_revision(r.get("requested")):
+            continue
+        kind = r.get("kind", "model")
+        try:
+            now = resolve_revision(r["source"], kind, r.get("requested"), f"{kind} '{r['name']}'")["revision"]
+        except Exception as exc:  # noqa: BLE001 - network, auth: a check that cannot run says so, no more
+            lines.append(
+                f"{kind} '{r['name']}': could not check the revision of '{r['source']}' ({exc})"[:300]
+            )
+            continue
+        if now != r["revision"]:
+            lines.append(
+                f"{kind} '{r['name']}': '{r['source']}' at {r.get('requested') or 'main'} now resolves "
+                f"to {now}, but this run recorded {r['revision']} and keeps using it; pin source.revision "
+                f"({r['revision']} to keep it, {now} to move, deleting the recorded copy) to silence this"
+            )
+    return lines

@@ -88,17 +88,22 @@ def _convert_gguf(gguf_path: Path, out_dir: Path, dtype: str) -> None:
     tok.save_pretrained(out_dir)
 
 
-def _hub_snapshot(repo_id: str, revision: str | None, out_dir: Path, name: str) -> None:
+def _hub_snapshot(repo_id: str, revision: str | None, out_dir: Path, name: str) -> dict:
+    """The snapshot at the commit `revision` names now; that commit and its files' sha256 (the info file's
+    `resolved`, which the run's report shows)."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
 
-    from .hub import HUB_ATTEMPTS, is_transient, retrying
+    from .hub import HUB_ATTEMPTS, is_transient, resolve_revision, retrying, sha256_of
 
     try:
+        commit = resolve_revision(repo_id, "model", revision, f"model '{name}'")["revision"]
         retrying(f"model '{name}'", repo_id)(
-            snapshot_download, repo_id, revision=revision, local_dir=out_dir, allow_patterns=HUB_PATTERNS
+            snapshot_download, repo_id, revision=commit, local_dir=out_dir, allow_patterns=HUB_PATTERNS
         )
-        return
+        files = sorted(f for f in out_dir.rglob("*") if f.is_file() and ".cache" not in f.parts)
+        digests = {str(f.relative_to(out_dir)): sha256_of(f) for f in files}
+        return {"source": repo_id, "requested": revision, "revision": commit, "files": digests}
     except GatedRepoError:
         why = (
             f"hub repo '{repo_id}' is gated; accept its licence on the hub and export HF_TOKEN=<a read "
@@ -171,7 +176,7 @@ def _build(name: str, key: dict, store: Path) -> None:
                 leftover.unlink()
         elif "hub" in source:
             check_gated_token(name, source)
-            _hub_snapshot(source["hub"], source.get("revision"), tmp, name)
+            resolved = _hub_snapshot(source["hub"], source.get("revision"), tmp, name)
             shutil.rmtree(tmp / ".cache", ignore_errors=True)
         elif "local" in source:
             _from_local(name, source, tmp, key.get("dtype", "float32"))
@@ -182,7 +187,7 @@ def _build(name: str, key: dict, store: Path) -> None:
             shutil.rmtree(tmp / "gguf", ignore_errors=True)
         else:
             raise TruthflowError(f"model '{name}': source needs one of 'embedded', 'hub', 'local', 'twin'")
-        info = describe(tmp, name, key)
+        info = describe(tmp, name, key) | ({"resolved": resolved} if "hub" in source else {})
         (tmp / INFO_FILE).unlink(missing_ok=True)  # never write through a link
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=2))
         shutil.rmtree(store, ignore_errors=True)  # an incomplete snapshot of the same key

@@ -35,6 +35,7 @@ TABLES = {
         "depth_released_metrics.rst",
     ),
     "depth_released_prompts": ("DepthQA: the released answers' judge prompt", "depth_released_prompts.rst"),
+    "inputs": ("Inputs: every model's and dataset's resolved revision and files' sha256", "inputs.rst"),
     "published_vs_reproduced": ("Published vs reproduced", "compare.rst"),
     "benchmarks": ("Benchmarks", "benchmarks.rst"),
 }

@@ -191,6 +191,8 @@ def all_targets():
         made.append(rules.compare_published)
     if depth or pw_runs():
         made.append(rules.benchmark_table)
+    if depth or pw_runs() or released or qa_runs():
+        made.append(rules.input_revisions)
     targets = [str(f) for r in made for f in r.output]
     if pw_runs():
         pairs = [pair_name(p) for p in config["figures"]["pathways"]]

@@ -1,9 +1,14 @@
+import json
+from pathlib import Path
+
 from truthflow import runlog
-from truthflow.data import load_qa
+from truthflow.data import load_qa, resolve_source
 
 
 def main(sm):
-    df, report = load_qa(sm.wildcards.dataset, sm.params.spec)
+    spec, record = resolve_source(sm.wildcards.dataset, sm.params.spec)
+    Path(sm.output.source).write_text(json.dumps(record, indent=2))
+    df, report = load_qa(sm.wildcards.dataset, spec)
     report.pop("dropped").write_parquet(sm.output.dropped)
     print(f"{sm.wildcards.dataset}: {report}", flush=True)
     df.write_parquet(sm.output.data)
