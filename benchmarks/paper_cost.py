@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from shapes import SHAPES, dims  # noqa: E402
 
-from truthflow import bill  # noqa: E402
+from truthflow import bill, pricing  # noqa: E402
 
 
 def measured_rows(shape: str, n: int, dtype: str | None) -> list[dict]:
@@ -51,7 +51,8 @@ def main() -> None:
     shapes = {name: dims(name) for name in SHAPES}
     rows = measured_rows(args.measure, args.n, args.dtype) if args.measure else None
     card = rows[0]["card"] if rows else args.card
-    bill.report(args.configs or bill.PAPER_CONFIGS, bill.Setting.load(card, shapes, rows), args.gpu_slots)
+    setting = pricing.Setting.load(card, shapes, rows)
+    bill.report(args.configs or pricing.PAPER_CONFIGS, setting, args.gpu_slots)
 
 
 if __name__ == "__main__":

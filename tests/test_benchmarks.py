@@ -120,7 +120,7 @@ def test_paper_cost_config_rows_by_hand():
     """llama-3.2-1b of paper-pathways over the four sets' 43,226 rows (14,267 + 17,944 + 7,405 + 3,610):
     knockout at 200/s with the schema's 3 control draws (4 conditions); a config with 1 draw runs 2 of those
     4. (The answers: tests/test_bill.py's decode-step cases.)"""
-    from truthflow import bill
+    from truthflow import pricing
 
     rows = [
         {
@@ -134,12 +134,12 @@ def test_paper_cost_config_rows_by_hand():
         }
         for s, v in (("answers", "100"), ("knockout", "200"))
     ]
-    setting = bill.Setting.load("H", rows=rows)
+    setting = pricing.Setting.load("H", rows=rows)
     datasets = ["popqa", "triviaqa", "hotpotqa", "nq"]
-    config = bill.prepared(REPO / "configs" / "paper-pathways.yaml")
+    config = pricing.prepared(REPO / "configs" / "paper-pathways.yaml")
 
     def knockout_hours(config):
-        costs = bill.gpu_costs(config, "llama-3.2-1b", "pathways", datasets, setting)
+        costs = pricing.gpu_costs(config, "llama-3.2-1b", "pathways", datasets, setting)
         return sum(c.gpu_seconds.value for c in costs if c.stage == "knockout") / 3600
 
     assert knockout_hours(config) == pytest.approx(43_226 / 200 / 3600)  # 0.0600

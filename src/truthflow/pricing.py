@@ -1,0 +1,455 @@
+"""What a run costs, priced before it runs (`truthflow.bill` prints it): per model, dataset and stage the
+GPU-seconds on a card, the CPU-seconds of the analysis jobs and the threads and memory they request, the disk
+written and still held at the end, peak GPU memory and RAM; each figure measured (where and when) or estimated
+(on what basis).
+
+GPU: benchmarks/throughput.tsv (samples/s per shape, stage and card; bench_job.py --record appends). A model
+measured under its own name on the card uses its rows; any other is scaled from the measured shape nearest in
+the parameters a token runs through. A model on g GPUs costs g GPU-hours per hour. The knockout is scaled to
+the config's control draws (one pass per condition). A stage without a GPU row is its shape's knockout times
+the larger of two ratios: its FLOPs over the knockout's (`FLOP_RATIO`) and the ratio measured between the two
+stages on a CPU twin (benchmarks/stage_ratios.tsv). Answers: a decode step reads the weights and every row's
+KV cache; the step's seconds per byte are calibrated on the shape's measured answers row, and the answers of a
+run are priced step by step at the context each step reaches (prompt + up to max_new_tokens, every answer
+running to the cap: an upper bound) and at the batch the model's batch_size and token budget give.
+CPU: probe_deltap costs layers x fits x N x D one-thread CPU-seconds (`sizing.probe_rate`: cpu_cost.tsv's
+measured rate where present, else issue 41's 35 s per layer); pathway_experiments its awareness probes (one
+per other layer) and about four layer-K fits at the same rate; tables and plots a guess. An analysis job runs
+the threads its rule requests (`sizing.requests`), one layer's fits per worker, so its wall seconds are about
+its CPU-seconds over its threads (a lower bound: the workers share memory bandwidth, and L layers over t
+workers take ceil(L / t) rounds).
+Disk: `truthflow.diskplan` (sizes, removal, the simulated peak, given `job_seconds`)."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from . import diskplan, registry, sizing
+from .config import check_config, fill_defaults, schema_defaults
+from .errors import TruthflowError
+from .memplan import BYTES, GIB, Dims, dims_for, fit_to_memory, plan_model
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "benchmarks"
+THROUGHPUT, RATIOS = BENCH / "throughput.tsv", BENCH / "stage_ratios.tsv"
+PAPER_CONFIGS = [REPO / "configs" / "paper-pathways.yaml", REPO / "configs" / "paper-depth.yaml"]
+# the measured shapes' public dimensions (benchmarks/shapes.py builds them from the same numbers)
+SHAPE_HUB = {
+    "llama-3.2-1b": "meta-llama/Llama-3.2-1B",
+    "llama-3-8b": "meta-llama/Meta-Llama-3-8B",
+    "qwen3-8b": "Qwen/Qwen3-8B",
+    "qwen3-32b": "Qwen/Qwen3-32B",
+}
+PATHWAYS = ("answers", "saliency", "knockout", "patching", "answer-only", "reweighting", "P(True)")
+DEPTH = ("MIN-K%", "answers")
+CPU_STAGES = ("probe_deltap", "pathway_experiments")
+RULE = {
+    "answers": "generate_answers",
+    "saliency": "extract_pathways",
+    "knockout": "extract_pathways",
+    "patching": "extract_experiments",
+    "answer-only": "extract_experiments",
+    "reweighting": "extract_experiments",
+    "P(True)": "extract_experiments",
+    "MIN-K%": "score_mink",
+}
+# a stage's FLOPs per sample over the knockout stage's (the schema's E_Q + 3 control passes, all layers):
+# saliency a forward and a backward pass (3 passes); patching 2 passes to layer K = L/2; answer-only one pass
+# to K over the answer; reweighting 2 per factor to K; P(True) one pass; MIN-K% one pass over the question
+FLOP_RATIO = {
+    "saliency": 3 / 4,
+    "patching": 1 / 4,
+    "answer-only": 1 / 8,
+    "reweighting": None,
+    "P(True)": 1 / 4,
+    "MIN-K%": 1 / 8,
+}
+# prompt tokens of a question (a chat template adds CHAT_TOKENS); issue 32's answers rows: prompts 16-256
+PROMPT_TOKENS = {"popqa": 24, "triviaqa": 32, "hotpotqa": 40, "nq": 24, "depthqa": 120}
+CHAT_TOKENS = 40
+BENCH_JOB_PROMPT = 16  # bench_job.py's questions: 6-20 one-id words between BOS, "Q:" and "A:"
+TABLE_SECONDS = 60.0  # a table or plot job: a guess (small parquet files)
+JOB_RAM_GIB = 2.5  # torch and the CUDA libraries in a model job's process
+SHARD_BYTES = 5e9  # from_pretrained loads one safetensors shard at a time (the hub's shards are <= 5 GB)
+
+
+@dataclass(frozen=True)
+class Figure:
+    value: float
+    measured: bool
+    basis: str
+
+    def __add__(self, other: Figure) -> Figure:
+        basis = self.basis if self.basis == other.basis else f"{self.basis}; {other.basis}"
+        return Figure(self.value + other.value, self.measured and other.measured, basis)
+
+
+@dataclass(frozen=True)
+class Cost:
+    """One stage of one model on one dataset (dataset "" for the model's weights)."""
+
+    model: str
+    dataset: str
+    stage: str
+    rule: str
+    gpu_seconds: Figure | None = None  # GPU-seconds (wall seconds x the model's GPUs)
+    cpu_seconds: Figure | None = None
+    written: int = 0
+    held: int = 0
+    gpu_mem_gib: float | None = None
+    ram_gib: Figure | None = None
+    gpus: int = 1
+    threads: int = 1  # an analysis job's workers (its rule's request)
+
+
+def read_tsv(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    lines = [line.split("\t") for line in path.read_text().splitlines() if line.strip()]
+    return [dict(zip(lines[0], line, strict=True)) for line in lines[1:]]
+
+
+def figures(rows: list[dict], card: str) -> dict[str, dict[str, dict]]:
+    """{shape: {stage: row}} on the card; the last row of a (shape, stage) wins (the newest)."""
+    out: dict = defaultdict(dict)
+    for r in rows:
+        if r["card"] == card:
+            out[r["shape"]][r["stage"]] = {
+                **r,
+                "samples_per_s": float(r["samples_per_s"]),
+                "max_new_tokens": int(r["max_new_tokens"]),
+            }
+    return dict(out)
+
+
+def default_card(rows: list[dict]) -> str | None:
+    counts: dict = defaultdict(int)
+    for r in rows:
+        counts[r["card"]] += 1
+    return max(counts, key=counts.get) if counts else None
+
+
+def active_params(d: Dims) -> int:
+    """Parameters a token passes through: a mixture of experts runs experts_per_token of its experts."""
+    return d.params - d.layers * (d.experts - d.experts_per_token) * 3 * d.hidden * d.intermediate
+
+
+def shape_dims(shape: str) -> Dims | None:
+    found = dims_for(shape, {"hub": SHAPE_HUB[shape]}) if shape in SHAPE_HUB else None
+    return found[0] if found else None
+
+
+def basis(name: str, dims: Dims, measured: dict, shapes: Mapping[str, Dims]) -> tuple[str, float, bool]:
+    """(measured shape, factor on its time per sample, estimated?) of a model."""
+    if name in measured:
+        return name, 1.0, False
+    known = [s for s in measured if s in shapes]
+    if not known:
+        raise TruthflowError(f"no measured shape with known dimensions to scale '{name}' from")
+    shape = min(known, key=lambda s: abs(math.log(active_params(dims) / active_params(shapes[s]))))
+    return shape, active_params(dims) / active_params(shapes[shape]), True
+
+
+def kv_bytes(d: Dims, dtype: str) -> int:
+    """KV-cache bytes of one token over all layers."""
+    return 2 * d.layers * d.kv_heads * d.head_dim * BYTES.get(dtype, 2)
+
+
+def decode_work(d: Dims, dtype: str, batch: int, prompt: float, new: int) -> float:
+    """Bytes read per answer over its `new` decode steps at `batch` rows: each step reads the weights (shared
+    by the batch) and the row's KV cache of prompt + s tokens: new W / batch + kv (new p + new (new + 1) / 2).
+    """
+    weights = d.params * BYTES.get(dtype, 2)
+    return new * weights / batch + kv_bytes(d, dtype) * (new * prompt + new * (new + 1) / 2)
+
+
+def decode_batch(batch_size: int, token_budget: int, prompt: float, new: int) -> int:
+    """Rows of a generation batch: batch_size, or fewer where rows x (prompt + new) exceeds the budget."""
+    return max(1, min(batch_size, int(token_budget // (prompt + new))))
+
+
+def measured_decode(row: dict) -> tuple[int, float, int]:
+    """(batch, mean prompt tokens, new tokens) of a measured answers row, from its settings."""
+    settings = row.get("settings", "")
+    batch = int(m.group(1)) if (m := re.search(r"batch (\d+)", settings)) else 1
+    budget = int(m.group(1)) if (m := re.search(r"token budget (\d+)", settings)) else 32_768
+    got = re.search(r"prompts (\d+)-(\d+) tokens", settings)
+    prompt = (int(got.group(1)) + int(got.group(2))) / 2 if got else BENCH_JOB_PROMPT
+    new = row["max_new_tokens"]
+    return decode_batch(batch, budget, prompt, new), prompt, new
+
+
+def step_cost(rows: list[tuple[Dims, dict]]) -> tuple[float, float]:
+    """(seconds per decode step, seconds per byte read) fitted on measured answers rows (least squares over
+    their mean step time against the bytes a step reads; one row: no fixed part)."""
+    points = []
+    for d, row in rows:
+        batch, prompt, new = measured_decode(row)
+        step = batch / row["samples_per_s"] / new
+        points.append((decode_work(d, row.get("dtype", "bfloat16"), batch, prompt, new) * batch / new, step))
+    if len(points) == 1:
+        ((x, y),) = points
+        return 0.0, y / x
+    mx, my = (sum(p[i] for p in points) / len(points) for i in (0, 1))
+    slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
+    fixed = my - slope * mx
+    return (fixed, slope) if fixed >= 0 and slope > 0 else (0.0, my / mx)
+
+
+def answers_seconds(
+    d: Dims, dtype: str, batch: int, prompt: float, new: int, cost: tuple[float, float]
+) -> float:
+    """GPU wall seconds of one answer: its share of `new` decode steps at `batch` rows, each a fixed part
+    and the bytes it reads (`step_cost`)."""
+    fixed, per_byte = cost
+    return new * fixed / batch + per_byte * decode_work(d, dtype, batch, prompt, new)
+
+
+def read_ratios(path: Path = RATIOS) -> dict[str, tuple[float, str]]:
+    """stage -> (ratio to the knockout, where) of the committed twin measurement."""
+    return {
+        r["stage"]: (float(r["ratio_to_knockout"]), f"{r['shape']} twin, {r['machine']}, {r['date']}")
+        for r in read_tsv(path)
+    }
+
+
+def stage_ratio(stage: str, config: dict, ratios: Mapping[str, tuple[float, str]]) -> tuple[float, str]:
+    """(ratio to the knockout stage at the schema's draws, its basis): the larger of FLOPs and the twin's."""
+    factors = len(config["pathways"]["experiments"]["pr_factors"])
+    flop = FLOP_RATIO[stage] if FLOP_RATIO[stage] is not None else factors / 4
+    twin, where = ratios.get(stage, (0.0, ""))
+    if twin > flop:
+        return twin, f"knockout x {twin:.2f}, the ratio measured on a {where} (FLOP ratio {flop:.2f})"
+    extra = f"; twin ratio {twin:.2f}" if where else ""
+    return flop, f"knockout x {flop:.2f}, the FLOP ratio{extra}"
+
+
+def measured_rule(cpu_rows: list[dict], rule: str) -> dict | None:
+    rows = [r for r in cpu_rows if r["rule"] == rule]
+    return max(rows, key=lambda r: int(r["n"]) * int(r["layers"]) * int(r["hidden"])) if rows else None
+
+
+def cpu_costs(config: dict, model: str, dataset: str, cpu_rows: list[dict]) -> list[Cost]:
+    """probe_deltap and pathway_experiments of one run: one-thread CPU-seconds, and the threads and memory
+    their rules request (`sizing.requests`: the RAM column is that request)."""
+    d = diskplan.model_dims(model, config["models"][model])
+    n = diskplan.dataset_rows(config, dataset)
+    fits = sizing.fits_per_layer(config["pathways"]["probe"])
+    rate, measured, where = sizing.probe_rate()
+    requests = sizing.requests(config, model, dataset)
+    out = []
+    for rule, layer_fits, layers in (
+        ("probe_deltap", d.layers, "L layers"),
+        ("pathway_experiments", d.layers + 3, "L + 3 layers"),
+    ):
+        text = f"{layers} x {fits} fits x N x D at {where}"
+        seconds = Figure(rate * layer_fits * fits * n * d.hidden, measured and rule == "probe_deltap", text)
+        if row := measured_rule(cpu_rows, rule):
+            scale = n * d.hidden * d.layers / (int(row["n"]) * int(row["hidden"]) * int(row["layers"]))
+            text = f"cpu_cost.tsv x {scale:.2f} (N x D x L): {row['machine']}, {row['date']}"
+            seconds = Figure(float(row["cpu_seconds"]) * scale, True, text)
+        request = requests[rule]
+        ram = Figure(request.mem_mb / 1024, False, "the rule's mem_mb request (truthflow.sizing)")
+        out.append(
+            Cost(model, dataset, rule, rule, cpu_seconds=seconds, ram_gib=ram, threads=request.threads)
+        )
+    return out
+
+
+@dataclass
+class Setting:
+    """What the pricing reads beside the config: measured rows on the card, twin ratios, CPU rows."""
+
+    card: str
+    measured: dict[str, dict[str, dict]]
+    ratios: dict[str, tuple[float, str]]
+    cpu_rows: list[dict]
+    shapes: dict[str, Dims]
+
+    @property
+    def step(self) -> tuple[float, float]:
+        """The card's decode step cost (`step_cost`) from every measured answers row of a known shape."""
+        rows = [
+            (self.shapes[s], r["answers"])
+            for s, r in self.measured.items()
+            if "answers" in r and s in self.shapes
+        ]
+        if not rows:
+            raise TruthflowError(f"no measured answers row on {self.card} to price decoding with")
+        return step_cost(rows)
+
+    @classmethod
+    def load(
+        cls, card: str | None = None, shapes: Mapping[str, Dims] | None = None, rows: list[dict] | None = None
+    ) -> Setting:
+        """The committed tables (rows: throughput rows in place of throughput.tsv's)."""
+        rows = read_tsv(THROUGHPUT) if rows is None else rows
+        card = card or default_card(rows) or "no card"
+        known = {s: d for s in SHAPE_HUB if (d := shape_dims(s))} | dict(shapes or {})
+        return cls(card, figures(rows, card), read_ratios(), read_tsv(sizing.CPU_COST), known)
+
+
+def gpu_costs(config: dict, name: str, part: str, datasets: list[str], setting: Setting) -> list[Cost]:
+    """Every GPU stage of one model over its datasets."""
+    spec = config["models"][name]
+    d = diskplan.model_dims(name, spec)
+    if d is None or not setting.measured:
+        why = "its dimensions are unknown" if d is None else f"no throughput rows for {setting.card}"
+        raise TruthflowError(f"cannot price model '{name}': {why}")
+    shape, factor, scaled = basis(name, d, setting.measured, setting.shapes)
+    rows, gpus, dtype = setting.measured[shape], max(1, int(spec["gpus"])), spec["dtype"]
+    pw = config["pathways"]
+    jobs = {"generation", "passes"} | ({"saliency"} if part == "pathways" else set())
+    mem = plan_model(name, spec, d, jobs, pw["experiments"]["saliency_batch_size"])
+    kind = {"answers": "generation", "saliency": "saliency"}
+    ram = Figure(
+        JOB_RAM_GIB + min(SHARD_BYTES, mem["weights"] * GIB) / GIB,
+        False,
+        "torch + CUDA libraries and one 5 GB weight shard",
+    )
+    ko = rows["knockout"]
+    measured_draws = schema_defaults("pathways", "knockout")["control_draws"]
+    scaled_text = ", scaled by active params (see 'scaled')" if scaled else ""
+    out = []
+    for dataset in datasets:
+        n = diskplan.dataset_rows(config, dataset)
+        for stage in PATHWAYS if part == "pathways" else DEPTH:
+            if stage == "answers":
+                new = config["depth"]["max_new_tokens"] if part == "depth" else spec["max_new_tokens"]
+                prompt = PROMPT_TOKENS.get(dataset, 32) + (CHAT_TOKENS if spec["chat"] else 0)
+                batch = decode_batch(spec["batch_size"], spec["token_budget"], prompt, new)
+                fixed, per_byte = setting.step
+                text = (
+                    f"decode steps of {fixed * 1e3:.1f} ms + bytes read (weights, KV cache) at "
+                    f"{1e-9 / per_byte:,.0f} GB/s, fitted on answers rows; the batch configured, {new} new"
+                )
+                per = Figure(answers_seconds(d, dtype, batch, prompt, new, setting.step), False, text)
+            elif stage == "knockout":
+                passes = (1 + pw["knockout"]["control_draws"]) / (1 + measured_draws)
+                text = f"{shape} knockout row{scaled_text}" + (
+                    f" x {passes:.2f} (control draws)" if passes != 1 else ""
+                )
+                per = Figure(factor * passes / ko["samples_per_s"], not scaled and passes == 1, text)
+            elif stage in rows:
+                per = Figure(
+                    factor / rows[stage]["samples_per_s"], not scaled, f"{shape} {stage} row{scaled_text}"
+                )
+            else:
+                ratio, text = stage_ratio(stage, config, setting.ratios)
+                per = Figure(factor * ratio / ko["samples_per_s"], False, f"{text}{scaled_text}")
+            rule = "answer_depthqa" if (part, stage) == ("depth", "answers") else RULE[stage]
+            gpu = Figure(per.value * n * gpus, per.measured, per.basis)
+            out.append(
+                Cost(
+                    name,
+                    dataset,
+                    stage,
+                    rule,
+                    gpu_seconds=gpu,
+                    gpu_mem_gib=mem[kind.get(stage, "passes")],
+                    ram_gib=ram,
+                    gpus=gpus,
+                )
+            )
+    return out
+
+
+def prepared(path: Path) -> dict:
+    """A config file checked, its batch sizes fitted to memory and its defaults filled, as the Snakefile does
+    (without the data, prompt and judge checks, which need the files and keys of a real run)."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise TruthflowError(f"cannot read config {path}: {exc}") from None
+    fit_to_memory(raw, check_config(raw, [path]))
+    return fill_defaults(raw)
+
+
+def price(config: dict, setting: Setting) -> list[Cost]:
+    """Every cost line of a prepared config."""
+    out = []
+    pw_models, depth_models = config["pathways"]["models"], config["depth"]["models"]
+    files = {(r.model, r.dataset): r for r in diskplan.run_files(config)}
+    keep = config["pathways"]["keep_states"]
+    for name in dict.fromkeys([*pw_models, *depth_models]):
+        weights = diskplan.weights_bytes(name, config["models"][name])
+        out.append(Cost(name, "", "weights", "prepare_model", written=weights, held=weights))
+    qa = defaultdict(list)
+    for model, dataset in diskplan.qa_runs(config):
+        qa[model].append(dataset)
+    for name, datasets in qa.items():
+        costs = gpu_costs(config, name, "pathways", datasets, setting)
+        for c in costs:
+            if c.stage == "answers":
+                out.append(c)
+            elif (name, c.dataset) in files:
+                f = files[(name, c.dataset)]
+                if c.stage == "knockout":
+                    resid = sum(f.resid.values())
+                    c = Cost(**{**c.__dict__, "written": resid, "held": resid if keep else 0})
+                if c.stage == "P(True)":  # the experiment job's files, on its last stage
+                    exp = sum(f.experiments.values())
+                    c = Cost(**{**c.__dict__, "written": exp, "held": exp})
+                out.append(c)
+        for dataset in datasets:
+            if (name, dataset) in files:
+                out += cpu_costs(config, name, dataset, setting.cpu_rows)
+    for name in depth_models:
+        out += gpu_costs(config, name, "depth", [registry.DEPTHQA], setting)
+    tables = table_jobs(config)
+    seconds = Figure(
+        TABLE_SECONDS * tables, False, f"{tables} table and plot jobs x {TABLE_SECONDS:.0f} s (a guess)"
+    )
+    out.append(
+        Cost(
+            "(all)",
+            "",
+            "tables and plots",
+            "tables",
+            cpu_seconds=seconds,
+            ram_gib=Figure(1.0, False, "a guess"),
+        )
+    )
+    return out
+
+
+def table_jobs(config: dict) -> int:
+    """Table and plot jobs of a config: the aggregates, a figure job per pair, the HTML tables."""
+    pairs = len(config["figures"]["pathways"]) if config["pathways"]["models"] else 0
+    pathways = (2 + 2 * pairs) if config["pathways"]["models"] else 0
+    depth = (2 if config["figures"]["depth"] else 1) if config["depth"]["models"] else 0
+    return 1 + pathways + depth + 2 + 8  # accuracy, ..., compare_published and benchmark_table, HTML tables
+
+
+def durations(costs: list[Cost]) -> dict[tuple[str, str, str], float]:
+    """Wall seconds of each job (rule, model, dataset): a model job's GPU-seconds over its GPUs, an analysis
+    job's CPU-seconds over its threads (about: see the module's docstring)."""
+    out: dict = defaultdict(float)
+    for c in costs:
+        if c.gpu_seconds:
+            out[(c.rule, c.model, c.dataset)] += c.gpu_seconds.value / c.gpus
+        if c.cpu_seconds and c.rule in CPU_STAGES:
+            out[(c.rule, c.model, c.dataset)] += c.cpu_seconds.value / c.threads
+    return dict(out)
+
+
+def job_seconds(config: dict, setting: Setting | None = None) -> dict[tuple[str, str, str], float]:
+    """`durations` of a prepared config's jobs, for `diskplan.plan`; {} where it cannot be priced (the disk
+    plan then orders the jobs with no durations)."""
+    try:
+        return durations(price(config, setting or Setting.load()))
+    except TruthflowError:
+        return {}
+
+
+def runs_on_cpu(spec: dict) -> bool:
+    """A model whose jobs run on the CPU: no GPU, or float32 weights (the demo's CPU setting; the paper
+    configs' models are bfloat16 on GPUs)."""
+    return int(spec["gpus"]) == 0 or spec["dtype"] == "float32"
