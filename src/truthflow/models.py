@@ -283,31 +283,50 @@ def load_model(
             f"model '{info['name']}': model directory '{model_dir}' has no config.json; "
             f"delete it and rerun to prepare it again"
         )
-    model, tokenizer, device = load_pretrained(model_dir, dtype, gpus)
+    model, tokenizer, device = load_pretrained(model_dir, dtype, gpus, attention)
     from .engine.backend import describe
 
     print(f"{info['name']}: {describe(model, attention)}", file=sys.stderr, flush=True)
     return LoadedModel(model=model, tokenizer=tokenizer, info=info, device=device, attention=attention)
 
 
-def load_pretrained(source, dtype: str = "auto", gpus: int = 1):
-    """(model, tokenizer, device) of a model directory or hub id, straight onto the job's GPU(s), else CPU."""
+def resolve_dtype(dtype: str, device: str) -> str:
+    """The dtype a model loads in. auto: float32 on a CPU; on a GPU bfloat16 where the card computes it
+    natively (Ampere and later), else float16 (a V100 or T4 emulates bf16: slow matmuls, and SDPA's
+    memory-efficient kernel refuses bf16 there, leaving math). On a CPU, float16 (slow or missing matmuls)
+    and bfloat16 without AVX512-BF16 (emulated) load as float32."""
+    import torch
+
+    if device == "cpu":
+        slow_on_cpu = {"float16"} | (set() if torch.ops.mkldnn._is_mkldnn_bf16_supported() else {"bfloat16"})
+        return "float32" if dtype == "auto" or dtype in slow_on_cpu else dtype
+    if dtype != "auto":
+        return dtype
+    return "bfloat16" if torch.cuda.is_bf16_supported(including_emulation=False) else "float16"
+
+
+def load_pretrained(source, dtype: str = "auto", gpus: int = 1, attention: str = "auto"):
+    """(model, tokenizer, device) of a model directory or hub id, straight onto the job's GPU(s), else CPU,
+    with the attention implementation the engine's setting `attention` runs (engine.backend)."""
     import torch
     from transformers import AutoModelForCausalLM
 
+    from .engine.backend import implementation
+
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    # auto: bf16 on a GPU, fp32 on a CPU (fp16 matmuls slow or missing, bf16 emulated without AVX512-BF16)
-    slow_on_cpu = {"float16"} | (set() if torch.ops.mkldnn._is_mkldnn_bf16_supported() else {"bfloat16"})
-    if dtype == "auto" or device == "cpu" and dtype in slow_on_cpu:
-        dtype = "bfloat16" if device == "cuda" else "float32"
-    kwargs: dict = {"dtype": getattr(torch, dtype)}
+    dtype = resolve_dtype(dtype, device)
+    kwargs: dict = {"dtype": getattr(torch, dtype), "attn_implementation": implementation(attention)}
     if device == "cuda":
         from .devices import assign_devices
 
         slot = assign_devices(gpus)  # concurrent local jobs each claim their own GPU(s)
         device = slot.device
         torch.cuda.set_device(slot.indices[0])
-        print(f"{Path(str(source)).name}: GPU(s) {slot.indices} ({slot.how})", file=sys.stderr, flush=True)
+        print(
+            f"{Path(str(source)).name}: GPU(s) {slot.indices} ({slot.how}), {dtype}",
+            file=sys.stderr,
+            flush=True,
+        )
         kwargs["device_map"] = {"": device} if len(slot.indices) == 1 else "auto"
         if len(slot.indices) > 1:
             kwargs["max_memory"] = {i: torch.cuda.mem_get_info(i)[0] for i in slot.indices}
