@@ -48,6 +48,9 @@ include: "workflow/rules/depth.smk"
 include: "workflow/rules/report.smk"
 
 
+warn_reextraction()
+
+
 report: "workflow/report/workflow.rst"
 
 
@@ -55,6 +58,7 @@ onstart:
     stop_jobs_on_sigterm()
     check_gated_tokens()
     check_revisions()
+    check_disk_space()
 
 
 onsuccess:

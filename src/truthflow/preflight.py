@@ -1,13 +1,16 @@
 """What the Snakefile does with the config before any job, each refusal one line naming the key or file."""
 
 import os
+import shutil
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from .config import check_config, fill_defaults
 from .data import check_local_sources
 from .depth import authors
 from .depth.judge import check_judge_config
 from .depth.prompts import load_answer_prompt
+from .errors import TruthflowError
 from .memplan import fit_to_memory
 
 
@@ -25,3 +28,70 @@ def prepare_config(
     if depth["models"] and not authors.pending(depth["prompt"]):  # rule authors_prompts checks its files
         load_answer_prompt(depth["prompt"])
     return config
+
+
+GB = 1e9
+
+
+def _existing(path: Path) -> Path:
+    """The nearest existing folder at or above path (a fresh run has no results/ yet)."""
+    path = path.absolute()
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+def _bytes_under(path: Path, pattern: str = "*") -> int:
+    """Bytes of the files under path matching pattern (0 where it does not exist)."""
+    if not path.is_dir():
+        return 0
+    return sum(f.stat().st_size for f in path.rglob(pattern) if f.is_file() and not f.is_symlink())
+
+
+def disk_refusal(
+    config: dict, planned, free_bytes: Mapping[str, int], held_bytes: Mapping[str, int]
+) -> str | None:
+    """Why a run whose disk plan is `planned` (diskplan.DiskPlan) cannot fit, or None: the weights go to
+    resources/, the states and experiment files to results/; `free_bytes` and `held_bytes` (what the run has
+    already written there) by folder, one entry where both lie on one filesystem."""
+    needs = {"resources": planned.weights_bytes, "results": planned.peak_bytes - planned.weights_bytes}
+    if len(free_bytes) == 1:
+        needs = {next(iter(free_bytes)): sum(needs.values())}
+    short = {
+        where: (need - held_bytes.get(where, 0), free_bytes[where])
+        for where, need in needs.items()
+        if need - held_bytes.get(where, 0) > free_bytes[where]
+    }
+    if not short:
+        return None
+    where, (need, free) = next(iter(short.items()))
+    cuts = []
+    if config["pathways"]["models"] and config["pathways"].get("keep_states", True):
+        cuts.append("pathways.keep_states: false (states removed after their last reader)")
+    cuts += ["fewer models or a smaller n per dataset", "disk.check: false to skip this check"]
+    weights, activations = planned.weights_bytes / GB, planned.activation_peak_bytes / GB
+    return (
+        f"the run needs {need / GB:,.0f} GB of disk at its peak in {where}/ (weights {weights:,.0f} GB, "
+        f"activation files {activations:,.0f} GB at once), {free / GB:,.0f} GB free: {'; '.join(cuts)} "
+        "(python -m truthflow.bill prints the plan)"
+    )
+
+
+def check_disk(config: dict, planned, root: Path = Path(".")) -> None:
+    """Before any job: refuse a run whose planned peak disk exceeds the free space of the filesystems that
+    hold results/ and resources/ (disk.check: false skips this)."""
+    if not config["disk"]["check"]:
+        return
+    folders = {"resources": root / "resources", "results": root / "results" / config["run"]}
+    devices: dict[int, str] = {}
+    for where, folder in folders.items():
+        devices.setdefault(_existing(folder).stat().st_dev, where)
+    free = {where: shutil.disk_usage(_existing(folders[where])).free for where in devices.values()}
+    held = {
+        "resources": _bytes_under(folders["resources"] / "models"),
+        "results": _bytes_under(folders["results"]),
+    }
+    if len(free) == 1:
+        held = {next(iter(free)): sum(held.values())}
+    if reason := disk_refusal(config, planned, free, held):
+        raise TruthflowError(reason)

@@ -12,7 +12,8 @@ envvars:
     "PYTHONPATH",
 
 
-from truthflow import registry  # noqa: E402
+from truthflow import diskplan, registry, sizing  # noqa: E402
+from truthflow.pathways import states  # noqa: E402
 from truthflow.depth import authors, prompts  # noqa: E402
 from truthflow.report_tables import TABLES as REPORT_TABLES, caption as table_caption  # noqa: E402
 from truthflow.scheduling import model_slots, model_threads, torch_threads, visible_gpus  # noqa: E402
@@ -53,9 +54,50 @@ def model_gpus(wildcards):
     return model_spec(wildcards.model)["gpus"]
 
 
-# A local run's order: one-thread steps before model jobs (else they wait for a free core), then model stages
-# breadth-first (answers and DepthQA jobs, knockouts, experiments), so the run ends on its shortest jobs.
-PRIORITY = {"step": 10, "answers": 3, "knockout": 2, "experiments": 1}
+KEEP_STATES = config["pathways"]["keep_states"]
+
+# A run's order: CPU steps before model jobs (else they wait for a free core), then the model stages in the
+# order the disk plan simulates (truthflow.diskplan.GPU_PRIORITY): with the states kept, breadth-first
+# (answers and DepthQA jobs, knockouts, experiments), so the run ends on its shortest jobs; with the states
+# removed after their last reader, a run's experiments before the next run's knockout, so few runs hold
+# states at once.
+PRIORITY = {"step": 10, **diskplan.GPU_PRIORITY[KEEP_STATES]}
+
+
+# the settings of the readers of the residual states: their params, and what each records beside its outputs
+READER_SETTINGS = {
+    "probe_deltap": {k: config["pathways"][k] for k in ("probe", "anchor_split", "fixed_layer", "bootstrap", "check")},
+    "pathway_experiments": {k: config["pathways"][k] for k in ("experiments", "probe", "bootstrap")},
+}
+READER_SETTINGS_FILE = {reader: record for reader, (record, _) in states.READERS.items()}
+
+
+def warn_reextraction():
+    """Before any job (at parse, so a dry run says it too): the runs whose removed states a reader with
+    changed settings needs again (truthflow.pathways.states)."""
+    run_dirs = {(m, d): Path(pw_dir().format(model=m, dataset=d)) for m, d in pw_runs()}
+    if message := states.reextraction_message(states.reextractions(run_dirs, READER_SETTINGS)):
+        print(message, file=sys.stderr)
+
+
+def state_file(path):
+    """A residual-state output: removed by Snakemake after its last reader unless pathways.keep_states."""
+    return path if KEEP_STATES else temp(path)
+
+
+@functools.cache
+def _analysis_requests(model, dataset):
+    return sizing.requests(config, model, dataset)
+
+
+def analysis_threads(rule_name):
+    """The threads of an analysis job (probe_deltap, pathway_experiments), from the shapes it reads."""
+    return lambda w: _analysis_requests(w.model, w.dataset)[rule_name].threads
+
+
+def analysis_mem_mb(rule_name):
+    """The memory (MB) of an analysis job, from the shapes it reads and its threads (truthflow.sizing)."""
+    return lambda w: _analysis_requests(w.model, w.dataset)[rule_name].mem_mb
 
 # the other resources of every model job (each rule names its `gpu` resource, which the SLURM profiles key on)
 MODEL_RESOURCES = dict(torch_threads=TORCH_THREADS, **model_params("mem_mb", "runtime", "batch_size"))
@@ -261,6 +303,19 @@ def finished_message():
         f"truthflow: {len(shown)} figures in {figures}/{listing}\n"
         "Every figure and table with its caption, in one HTML report: snakemake --report report.zip"
     )
+
+
+def check_disk_space():
+    """Before any job: refuse a run whose planned peak disk exceeds the free space (truthflow.preflight);
+    the plan runs as many model jobs at once as this machine's GPUs (one on a CPU)."""
+    from truthflow.pricing import job_seconds
+    from truthflow.preflight import check_disk
+
+    slots = max(1, visible_gpus())
+    try:
+        check_disk(config, diskplan.plan(config, gpu_slots=slots, seconds=job_seconds(config)))
+    except TruthflowError as exc:
+        raise WorkflowError(str(exc))
 
 
 def check_gated_tokens():

@@ -7,9 +7,9 @@ rule extract_pathways:
     output:
         samples=pw_dir("samples.parquet"),
         dropped=pw_dir("dropped.parquet"),
-        resid_clean=pw_dir("resid_clean.npy"),
-        resid_ko=pw_dir("resid_ko.npy"),
-        resid_control=pw_dir("resid_control.npy"),
+        resid_clean=state_file(pw_dir("resid_clean.npy")),
+        resid_ko=state_file(pw_dir("resid_ko.npy")),
+        resid_control=state_file(pw_dir("resid_control.npy")),
         saliency=pw_dir("saliency.parquet"),
         gpu_memory=results_path("benchmarks", "extract_pathways", "{model}", "{dataset}.gpu.tsv"),
     log:
@@ -51,11 +51,15 @@ rule probe_deltap:
         deltap=pw_dir("deltap.parquet"),
         summary=pw_dir("summary.parquet"),
         check=pw_dir("check.parquet"),
+        settings=pw_dir(READER_SETTINGS_FILE["probe_deltap"]),
     log:
         results_path("logs", "probe_deltap", "{model}", "{dataset}.log"),
     priority: PRIORITY["step"]
+    threads: analysis_threads("probe_deltap")
+    resources:
+        mem_mb=analysis_mem_mb("probe_deltap"),
     params:
-        cfg={k: config["pathways"][k] for k in ("probe", "anchor_split", "fixed_layer", "bootstrap", "check")},
+        cfg=READER_SETTINGS["probe_deltap"],
     conda:
         "../../envs/truthflow.yaml"
     script:
@@ -167,13 +171,15 @@ rule pathway_experiments:
         awareness=pw_dir("exp_awareness.parquet"),
         detection=pw_dir("exp_detection.parquet"),
         per_sample=pw_dir("exp_samples.parquet"),
+        settings=pw_dir(READER_SETTINGS_FILE["pathway_experiments"]),
     log:
         results_path("logs", "pathway_experiments", "{model}", "{dataset}.log"),
     priority: PRIORITY["step"]
+    threads: analysis_threads("pathway_experiments")
+    resources:
+        mem_mb=analysis_mem_mb("pathway_experiments"),
     params:
-        experiments=config["pathways"]["experiments"],
-        probe=config["pathways"]["probe"],
-        bootstrap=config["pathways"]["bootstrap"],
+        **READER_SETTINGS["pathway_experiments"],
     conda:
         "../../envs/truthflow.yaml"
     script:

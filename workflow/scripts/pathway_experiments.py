@@ -1,5 +1,6 @@
 from truthflow import runlog, validate
 from truthflow.pathways import activations, experiments
+from truthflow.pathways.states import write_settings
 
 
 def main(sm):
@@ -11,7 +12,7 @@ def main(sm):
         raise validate.bad_file(sm.input.scores, f"its ids differ from those of {sm.input.samples}")
     n, factors = samples.height, [float(f) for f in sm.params.experiments["pr_factors"]]
     (clean,) = activations.read_resid(sm.input, n, sm.input.samples, names=["resid_clean"])
-    states = activations.read_experiment(sm.input, n, clean.shape[2], len(factors), sm.input.samples)
+    exp_states = activations.read_experiment(sm.input, n, clean.shape[2], len(factors), sm.input.samples)
     keys = {"model": sm.wildcards.model, "dataset": sm.wildcards.dataset}
     tables = experiments.run(
         samples,
@@ -19,7 +20,7 @@ def main(sm):
         deltap,
         data,
         clean,
-        states,
+        exp_states,
         sm.params.probe,
         sm.params.bootstrap,
         factors,
@@ -28,6 +29,7 @@ def main(sm):
     )
     for table, name in zip(tables, ("rows", "awareness", "detection", "per_sample"), strict=True):
         table.write_parquet(sm.output[name])
+    write_settings(sm.output.settings, dict(sm.params.items()))
 
 
 runlog.run(snakemake, main)  # noqa: F821

@@ -1,7 +1,7 @@
 import polars as pl
 
 from truthflow import runlog, validate
-from truthflow.pathways import activations
+from truthflow.pathways import activations, states
 from truthflow.pathways.check import check
 from truthflow.pathways.probes import run_probes, summarize
 
@@ -26,6 +26,7 @@ def main(sm):
     keys = [pl.lit(model).alias("model"), pl.lit(dataset).alias("dataset")]
     for table, name in ((auc, "auc"), (per_sample, "deltap"), (summary, "summary"), (cells, "check")):
         table.select(*keys, pl.all()).write_parquet(sm.output[name])
+    states.write_settings(sm.output.settings, cfg)
 
 
 runlog.run(snakemake, main)  # noqa: F821
