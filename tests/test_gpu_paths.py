@@ -259,6 +259,22 @@ def test_hf_judge_turns_qwen3_thinking_off_unless_asked(monkeypatch):
     assert prompt("llama", {}).endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")
 
 
+def test_auto_dtype_is_float16_where_the_card_only_emulates_bf16(fake_gpu, tmp_path, monkeypatch):
+    """dtype auto on a card without native bf16 (V100, T4) loads float16: there bf16 matmuls are emulated and
+    SDPA's memory-efficient kernel refuses bf16, leaving math. Native bf16 (Ampere on): bfloat16. Either
+    way the model loads with the attention implementation of the engine's setting. Before: bf16 on every
+    card, and from_pretrained got no attn_implementation."""
+    save_twin("llama", tmp_path / "m")
+    native = {"bf16": False}
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: native["bf16"])
+    load_model(tmp_path / "m", "auto")
+    native["bf16"] = True
+    load_model(tmp_path / "m", "auto", attention="eager")
+    load_model(tmp_path / "m", "float32")
+    got = [(kw["dtype"], kw["attn_implementation"]) for kw in fake_gpu["load"]]
+    assert got == [(torch.float16, "sdpa"), (torch.bfloat16, "eager"), (torch.float32, "sdpa")]
+
+
 # ------------------------------------------------------------------ OOM back-off
 def test_oom_back_off_frees_the_failed_step_before_emptying_the_cache(monkeypatch):
     """empty_cache() can only return memory nobody holds: it runs after the failed step's tensors are gone.
