@@ -72,6 +72,18 @@ RUNS = {
             r"job mode: tiny .* 8 questions",
         ],
     ),
+    "bench_cpu_stages.py": (
+        ["--shape", "tiny", "--workers", "2"],
+        [
+            r"reference: one scikit-learn fit \(StandardScaler \+ LogisticRegression, 48 x 64\): [\d.]+ s",
+            *(
+                rf"{rule} +threads {t}: +[\d.]+ s, +[\d.]+ CPU-s, peak +[\d,]+ MiB"
+                for rule in ("probe_deltap", "pathway_experiments")
+                for t in (2,)
+            ),
+            *(rf"{rule} +threads 1: " for rule in ("pathways_tables", "experiment_tables", "plot_pathways")),
+        ],
+    ),
     "paper_cost.py": (
         ["--measure", "tiny", "--n", "4"],
         [
