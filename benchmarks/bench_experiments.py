@@ -22,7 +22,6 @@ import common  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from truthflow.pathways.interventions import answer_logprobs  # noqa: E402
 from truthflow.pathways.saliency import saliency  # noqa: E402
 
 
@@ -55,10 +54,10 @@ def bench(lm, label: str, dims, args) -> None:
     r_first, r_rep, _, _ = common.first_and_repeat(
         lambda: (
             saliency(lm, r_seqs, r_starts, r_eqs, r_eas, batch),
-            answer_logprobs(lm, r_seqs, r_eas, plan["batch_size"]),
+            common.answer_logprobs(lm, r_seqs, r_eas, plan["batch_size"]),
         )
     )
-    ref = answer_logprobs(lm, seqs, eas, plan["batch_size"])
+    ref = common.answer_logprobs(lm, seqs, eas, plan["batch_size"])
     diff = np.nanmax(np.abs(np.concatenate([got.logit_mean - ref[0], got.logit_min - ref[1]])))
     what = f"{n} samples, saliency batch {batch}, baseline pass batch {plan['batch_size']} "
     print(common.header(label, lm, what + f"(memory plan for {plan['gpu_mem_gb']:.0f} GiB)"))

@@ -47,7 +47,7 @@ from truthflow.pathways.activations import DTYPE, experiment_shapes  # noqa: E40
 STAGES = ("answers", "saliency", "knockout", "patching", "answer-only", "reweighting", "P(True)", "MIN-K%")
 TABLE = Path(__file__).resolve().parent / "throughput.tsv"
 COLUMNS = ("shape", "card", "stage", "samples_per_s", "n", "dtype", "max_new_tokens", "settings", "source")
-# resid_states calls of experiment_states, by the start of their desc; any other is the knockout's
+# extract's engine runs (its residual-stream passes) by the start of their desc; any other is the knockout's
 RESID_STAGES = (("patching", "patching"), ("answer only", "answer-only"), ("PR", "reweighting"))
 
 
@@ -85,7 +85,7 @@ def timed_stages(timer: StageTimer):
 
     patches = [
         (extract, "saliency", timer.wrap(extract.saliency, lambda _: "saliency")),
-        (extract, "resid_states", timer.wrap(extract.resid_states, resid_stage)),
+        (extract, "run", timer.wrap(extract.run, resid_stage)),
         (extract, "p_true", timer.wrap(extract.p_true, lambda _: "P(True)")),
     ]
     saved = [(module, name, getattr(module, name)) for module, name, _ in patches]

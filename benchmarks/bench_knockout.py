@@ -1,7 +1,7 @@
 """Times the ΔP sweep (residual streams at the probe position after every layer, clean and knocked out) as a
 job runs it: every case on shapes the process has not seen, the first call and the repeat beside it.
 
-Prints: the project's sweep (`engine.resid_states`, clean + E_Q), the plain reference it must reach (two
+Prints: the project's sweep (`engine.run` with a `Resid`, clean + E_Q), the plain reference it must reach (two
 masked batched passes with all hidden states, gathered at the probe: the sweep's own limit), the sweep with
 the workflow's three control draws (clean + E_Q + 3 controls, against 5/2 x the reference), their ratios, peak
 memory, and the naive per-layer loop the one-pass trick replaces (L+1 passes). Each of the three timed cases
@@ -24,11 +24,7 @@ import common  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from truthflow.engine import (  # noqa: E402
-    Condition,
-    backend,  # noqa: E402
-    resid_states,
-)
+from truthflow.engine import Condition, Resid, backend, run  # noqa: E402
 from truthflow.engine.batches import pad_batch  # noqa: E402
 from truthflow.engine.hooks import LayerMasks, ResidCapture, decoder_layers  # noqa: E402
 from truthflow.engine.masks import attention_mask, layer_windows, positions_tensor  # noqa: E402
@@ -116,7 +112,7 @@ def bench(lm, label, dims, args):
 
     def sweep(s, p, bl, controls=()):
         conds = [Condition(), *(Condition(block=b) for b in (bl, *controls))]
-        return resid_states(lm, s, p, conds, batch, desc=label)
+        return run(lm, s, Resid(p), batch, conds, desc=label)
 
     common.init_device(lm)
     t_first, t_rep, _, _ = common.first_and_repeat(lambda: sweep(seqs, probe, blocks))

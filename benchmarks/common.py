@@ -121,6 +121,19 @@ def attention_line(lm) -> str:
     return describe_attention(lm.model, lm.attention)
 
 
+def answer_logprobs(lm, seqs: list[list[int]], ea_positions: list[list[int]], batch_size: int):
+    """The plain reference of Logits-mean / Logits-min (METHOD A17): the E_A tokens (token p scored from
+    position p-1) from a clean sdpa pass of their own, each sequence cut after its last E_A token, where the
+    workflow reads them off the saliency pass. The benchmarks time it; the tests compare with it."""
+    from truthflow.engine import Logits, run
+    from truthflow.pathways.interventions import logit_baselines, target_logprobs
+
+    ends = [max(e) + 1 if e else 0 for e in ea_positions]
+    rows = [s[: max(1, end)] for s, end in zip(seqs, ends, strict=True)]
+    at = [[p - 1 for p in e if p >= 1] for e in ea_positions]
+    return logit_baselines(run(lm, rows, Logits(at, target_logprobs), batch_size, desc="logits"))
+
+
 def header(label: str, lm, what: str) -> str:
     """The first lines of a benchmark's figures: the model, the card, what is timed, the attention kernels."""
     return f"{label} on {card()}: {what}\n  {attention_line(lm)}"

@@ -31,15 +31,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 import torch  # noqa: E402
-from common import sync  # noqa: E402
+from common import answer_logprobs, sync  # noqa: E402
 from shapes import SHAPES, random_model  # noqa: E402
 
 from truthflow.config import schema_defaults  # noqa: E402
-from truthflow.depth.mink import batch_token_statistics  # noqa: E402
-from truthflow.engine import Condition, describe_attention, float_logits, resid_states, unnormed  # noqa: E402
+from truthflow.depth.mink import CHUNK_ELEMENTS, token_moments  # noqa: E402
+from truthflow.engine import Condition, Logits, Resid, describe_attention, run  # noqa: E402
 from truthflow.engine.hooks import LayerMasks, ResidCapture  # noqa: E402
 from truthflow.engine.masks import attention_mask, layer_windows, model_mask, positions_tensor  # noqa: E402
-from truthflow.engine.passes import batch_tensors, model_parts, resid_final  # noqa: E402
+from truthflow.engine.passes import batch_tensors, model_parts  # noqa: E402
 from truthflow.models import LoadedModel  # noqa: E402
 from truthflow.pathways import interventions  # noqa: E402
 from truthflow.pathways.check import check, family  # noqa: E402
@@ -119,11 +119,11 @@ def per_layer_reference(
 
 
 def sweep(lm, seqs, probe, blocks, batch_size: int) -> list[np.ndarray]:
-    """The clean states and one knockout per block list, [N, L, D] float32 each (`engine.resid_states`)."""
+    """The clean states and one knockout per block list, [N, L, D] float32 each (the engine's `Resid`)."""
     conds = [Condition(), *(Condition(block=b) for b in blocks)]
     shape = (len(seqs), lm.model.config.num_hidden_layers, lm.model.config.hidden_size)
     out = [np.zeros(shape, np.float32) for _ in conds]
-    states = resid_states(lm, seqs, probe, conds, batch_size, out=out)
+    states = run(lm, seqs, Resid(probe, out=out), batch_size, conds)
     sync()
     return states
 
@@ -197,8 +197,8 @@ def stage_interventions(chat_lm, n: int):
     patched = [interventions.patch(s, e, [5] * len(e)) for s, e in zip(seqs, eq, strict=True)]
     answer = [list(range(p - 3, p + 1)) for p in probe]
     conds = [Condition(tokens=patched), Condition(edges=(answer, eq), factor=2.0)]
-    states = resid_states(chat_lm, seqs, probe, conds, batch_size=16, layer=k)
-    mean, low = interventions.answer_logprobs(chat_lm, seqs, answer, batch_size=16)
+    states = run(chat_lm, seqs, Resid(probe, layer=k), 16, conds)
+    mean, low = answer_logprobs(chat_lm, seqs, answer, batch_size=16)
     pt = interventions.p_true(chat_lm, seqs, batch_size=16)
     sync()
     assert all(np.isfinite(x).all() for x in (*states, mean, low, pt)) and ((pt >= 0) & (pt <= 1)).all()
@@ -229,15 +229,11 @@ def stage_saliency(lm, n: int, dtype: str):
     )
 
 
-@torch.inference_mode()
 def stage_mink(lm, n: int):
-    vocab = lm.model.config.vocab_size
-    seqs, _, _, _ = case(n, vocab, seed=2)
-    with unnormed(lm.model):  # the scoring path of depth.mink.score_texts: float32 logits per chunk
-        resid, ids = resid_final(lm, seqs)
-    vocab = lm.model.get_output_embeddings().weight.shape[0]
-    logits_of = lambda rows: float_logits(lm.model, rows)  # noqa: E731
-    stats = batch_token_statistics(resid[:, :-1], ids[:, 1:], [len(s) - 1 for s in seqs], logits_of, vocab)
+    seqs, _, _, _ = case(n, lm.model.config.vocab_size, seed=2)
+    # the scoring pass of depth.mink.score_texts: float32 logits a chunk at a time, one batch of n texts
+    scored = Logits([range(len(s) - 1) for s in seqs], token_moments, chunk_elements=CHUNK_ELEMENTS)
+    stats = run(lm, seqs, scored, n)
     assert len(stats) == n and all(np.isfinite(s[0]).all() and (s[0] <= 0).all() for s in stats)
     return f"{n} texts scored (log p, mu, sigma per token)"
 
@@ -276,7 +272,7 @@ def stage_split(lm, chat_lm, n: int, dtype: str):
     assert len(devices) == 2, f"weights on {devices}, not split over two GPUs"
     seqs, probe, eq, controls = case(n, model.config.vocab_size, seed=5)
     sweep(split, seqs, probe, [eq, *controls], 64)
-    interventions.answer_logprobs(split, seqs, [[p] for p in probe], batch_size=64)
+    answer_logprobs(split, seqs, [[p] for p in probe], batch_size=64)
     out = generate_answers(split, [""] * n, n, 8, stop_at_newline=False, chat=False, prompt_ids=seqs)
     sync()
     return f"over GPUs {sorted(map(str, devices))}: knockout, logit baselines, {len(out)} generations"

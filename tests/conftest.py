@@ -343,12 +343,29 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda i: order[id(i)])
 
 
+def resid_states(lm, seqs, at, conditions, batch_size, layer=None, out=None, desc="pass"):
+    """The engine's `Resid` pass, in the argument order the tests were written in."""
+    from truthflow.engine import Resid, run
+
+    return run(lm, seqs, Resid(at, layer, out), batch_size, conditions, desc=desc)
+
+
+def answer_logprobs(lm, seqs, ea_positions, batch_size):
+    """benchmarks/common.py's plain reference of Logits-mean / Logits-min: a clean pass of its own."""
+    bench = str(Path(__file__).resolve().parents[1] / "benchmarks")
+    if bench not in sys.path:
+        sys.path.append(bench)
+    from common import answer_logprobs as reference
+
+    return reference(lm, seqs, ea_positions, batch_size)
+
+
 def knockout_sweep(lm, seqs, probes, block_sets, batch_size, mode="cumulative", window=9):
     """(clean [N, L, D], [knocked out [N, L, D] per block set]) in float32: the clean condition and one
     knockout condition per block set through the engine, as extract_pathways runs them."""
     import numpy as np
 
-    from truthflow.engine import Condition, resid_states
+    from truthflow.engine import Condition
 
     w = window if mode == "window" else None
     conds = [Condition(), *(Condition(block=b, window=w) for b in block_sets)]

@@ -9,14 +9,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import knockout_sweep
+from conftest import answer_logprobs, knockout_sweep, resid_states
 from test_mink import reference_scores
 from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.masking_utils import eager_mask
 from transformers.models.llama.modeling_llama import repeat_kv
 
 from truthflow.depth.mink import score_texts
-from truthflow.engine import Condition, backend, batches, passes, resid_states
+from truthflow.engine import Condition, backend, batches, passes
 from truthflow.engine.hooks import decoder_layers
 from truthflow.engine.masks import layer_windows
 from truthflow.generation import (
@@ -214,7 +214,7 @@ def test_answer_logprobs_and_p_true_equal_the_models_own_logits(twin, monkeypatc
     calls = []
     real = passes.head_cache
     monkeypatch.setattr(passes, "head_cache", lambda *a: calls.append(a[2]) or real(*a))
-    mean, low = interventions.answer_logprobs(twin, seqs, ea, batch_size=3)
+    mean, low = answer_logprobs(twin, seqs, ea, batch_size=3)
     pt = interventions.p_true(twin, seqs, batch_size=3)
     assert calls == [10, 10]
     t_ids, f_ids = interventions.verdict_token_ids(twin.tokenizer)
@@ -249,7 +249,7 @@ def test_saliency_loss_is_the_answer_nll(twin):
             expected += -float(np.mean([lp[t - 1, seq[t]].item() for t in range(s, len(seq))]))
     with backend.gradient_mode(twin.model):
         for head in (0, 10):
-            loss, attns, grads, valid, _, _ = saliency.attention_and_grads(twin, seqs, starts, head)
+            loss, attns, grads, valid, _, _ = passes.attention_and_grads(twin, seqs, starts, head)
             assert float(loss) == pytest.approx(expected, rel=1e-5)
             assert attns[0].shape[-2:] == (valid.shape[1] - head, valid.shape[1])
 
@@ -278,7 +278,7 @@ def test_saliency_pass_gives_the_separate_logits_baseline(twin):
     seqs, starts, eqs, eas = _sal_case()
     eas = [*eas[:2], []]  # a sample without E_A tokens: NaN, as in the separate pass
     got = saliency.saliency(twin, seqs, starts, eqs, eas, batch_size=2)
-    mean, low = interventions.answer_logprobs(twin, seqs, eas, batch_size=3)
+    mean, low = answer_logprobs(twin, seqs, eas, batch_size=3)
     assert np.isnan(got.logit_mean[2]) and np.isnan(mean[2]) and np.isfinite(got.logit_min[:2]).all()
     np.testing.assert_allclose(got.logit_mean, mean, rtol=1e-5, atol=1e-6, equal_nan=True)
     np.testing.assert_allclose(got.logit_min, low, rtol=1e-5, atol=1e-6, equal_nan=True)
@@ -394,7 +394,7 @@ def test_oom_back_off_gives_the_unbatched_results(twin):
     prompts = [build_prompt(twin.tokenizer, q, True) for q in QUESTIONS]
     runs = {
         "knockout": lambda b: knockout_sweep(twin, seqs, probes, block_sets, b),
-        "logprobs": lambda b: interventions.answer_logprobs(twin, seqs, ea, b),
+        "logprobs": lambda b: answer_logprobs(twin, seqs, ea, b),
         "saliency": lambda b: saliency.saliency(twin, s_seqs, starts, eqs, eas, b),
         "mink": lambda b: score_texts(twin, TEXTS, [20], b).to_numpy(),
         "generate": lambda b: [g["answer_ids"] for g in generate_answers(twin, prompts, b, 6, False, True)],

@@ -1,10 +1,7 @@
 """The forward-pass engine's own rules: the knockout mask cell by cell, the window of layers, the
-shared-prefix rule of every kind of condition, the attention kernel policy, and that no module outside the
-engine runs a model (the exactness of the one-pass tricks: tests/test_architectures.py, on twins)."""
-
-import ast
-import warnings
-from pathlib import Path
+shared-prefix rule of every kind of condition, the attention kernel policy, sampled decoding (that no module
+but the entry runs a model: tests/test_engine_entry.py; the exactness of the one-pass tricks:
+tests/test_architectures.py, on twins)."""
 
 import pytest
 import torch
@@ -106,91 +103,6 @@ def test_kernel_choice_changes_the_kernel_that_runs():
     assert backend.kernel_that_runs(twin.model, "math", masked=False) == "math"
     if not torch.cuda.is_available():
         assert backend.kernel_that_runs(twin.model, "flash", masked=False) == "flash"
-
-
-# ---------------------------------------------------------------- nothing outside the engine runs a model
-SRC = Path(__file__).resolve().parents[1] / "src" / "truthflow"
-MODEL_NAMES = {"model", "base", "lm_model"}
-
-
-def _model_calls(path: Path) -> list[str]:
-    """Calls in a module that run a model: `.generate(`, `.forward(`, a call of a name or attribute
-    `model`/`base`, of `get_output_embeddings()` / `get_input_embeddings()` results, or of the base model
-    fetched by `getattr(model, model.base_model_prefix)`."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if not isinstance(node, ast.Call):
-            continue
-        f = node.func
-        if isinstance(f, ast.Attribute) and f.attr in ("generate", "forward"):
-            found.append(f"{path.name}:{node.lineno} .{f.attr}(")
-        elif isinstance(f, ast.Name) and f.id in MODEL_NAMES:
-            found.append(f"{path.name}:{node.lineno} {f.id}(")
-        elif isinstance(f, ast.Attribute) and f.attr in MODEL_NAMES:
-            found.append(f"{path.name}:{node.lineno} .{f.attr}(")
-        elif (
-            isinstance(f, ast.Call)
-            and isinstance(f.func, ast.Attribute)
-            and f.func.attr.endswith("_embeddings")
-        ):
-            found.append(f"{path.name}:{node.lineno} {f.func.attr}()(")
-        elif isinstance(f, ast.Call) and isinstance(f.func, ast.Name) and f.func.id == "getattr":
-            if "base_model_prefix" in ast.unparse(f):  # the base model, fetched by name and called
-                found.append(f"{path.name}:{node.lineno} getattr(...)(")
-    return found
-
-
-def test_no_module_outside_the_engine_calls_a_model():
-    engine = SRC / "engine"
-    outside = [p for p in SRC.rglob("*.py") if engine not in p.parents]
-    calls = [c for p in outside for c in _model_calls(p)]
-    assert calls == []
-    inside = [c for p in engine.rglob("*.py") for c in _model_calls(p)]
-    assert inside, "the walker finds the engine's own calls (it would pass vacuously otherwise)"
-
-
-def test_every_stage_runs_its_model_from_the_engine():
-    """At run time: a pre-hook on the model's decoder layers records which truthflow module called into
-    torch for every pass of every stage on a twin; all of them are engine modules."""
-    import inspect
-
-    from truthflow.depth.mink import score_texts
-    from truthflow.engine import resid_states
-    from truthflow.generation import generate_answers
-    from truthflow.pathways import interventions
-    from truthflow.pathways.saliency import saliency
-    from truthflow.twins import build_twin
-
-    twin = build_twin("llama")
-    callers: set[str] = set()
-
-    def hook(_mod, _args):
-        for frame in inspect.stack()[1:]:
-            name = frame.frame.f_globals.get("__name__", "")
-            if name.startswith("truthflow."):
-                callers.add(name)
-                return
-
-    handle = twin.model.model.layers[0].register_forward_pre_hook(hook)
-    caught = warnings.catch_warnings(record=True)
-    seen = caught.__enter__()
-    warnings.simplefilter("always")
-    try:
-        seqs = [[1, *range(10, 30)], [1, *range(40, 55)]]
-        probes = [len(s) - 1 for s in seqs]
-        generate_answers(twin, ["Q: a\nA:", "Q: bb\nA:"], 2, 3, True, False)
-        resid_states(twin, seqs, probes, [Condition(), Condition(block=[[3], [4]], window=3)], 2)
-        resid_states(twin, seqs, probes, [Condition(tokens=seqs)], 2, layer=1)
-        saliency(twin, seqs, [15, 10], [[3], [4]], [[18], [12]], 2)
-        interventions.p_true(twin, seqs, 2)
-        interventions.answer_logprobs(twin, seqs, [[18], [12]], 2)
-        score_texts(twin, ["some text here", "more"], [20.0], 2)
-    finally:
-        caught.__exit__(None, None, None)
-        handle.remove()
-    assert callers and all(c.startswith("truthflow.engine.") for c in callers), callers
-    # the current transformers API: no stage hands a cache over as `past_key_values`
-    assert not [str(w.message) for w in seen if "past_key_values" in str(w.message)]
 
 
 # ---------------------------------------------------------------- every kernel gives the same states

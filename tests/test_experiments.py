@@ -9,8 +9,9 @@ import polars as pl
 import pytest
 import torch
 import transformers
+from conftest import answer_logprobs, resid_states
 
-from truthflow.engine import Condition, batches, passes, resid_states
+from truthflow.engine import Condition, batches, passes
 from truthflow.engine.masks import attention_mask as knockout_mask
 from truthflow.engine.masks import reweight_mask
 from truthflow.errors import TruthflowError
@@ -144,7 +145,7 @@ def test_stopped_pass_equals_the_full_sweep_at_layer_k(tiny):
 def test_answer_logprobs_match_the_full_logits(tiny):
     seqs = _seqs()
     ea = [[5, 6], [8], [3, 9, 10]]
-    mean, low = interventions.answer_logprobs(tiny, seqs, ea, batch_size=2)
+    mean, low = answer_logprobs(tiny, seqs, ea, batch_size=2)
     with torch.no_grad():
         for i, s in enumerate(seqs):
             lp = torch.log_softmax(tiny.model(torch.tensor([s])).logits[0].float(), -1)
@@ -164,10 +165,10 @@ def test_shared_head_runs_once_and_changes_nothing(tiny, monkeypatch):
     calls = []
     real = passes.head_cache
     monkeypatch.setattr(passes, "head_cache", lambda *a: calls.append(a[2]) or real(*a))
-    shared = interventions.answer_logprobs(tiny, seqs, ea, batch_size=3)
+    shared = answer_logprobs(tiny, seqs, ea, batch_size=3)
     assert calls == [10]  # the whole head (E_A starts after it), once for the batch
     monkeypatch.setattr(batches, "MIN_SHARED_PREFIX", 10**6)
-    full = interventions.answer_logprobs(tiny, seqs, ea, batch_size=3)
+    full = answer_logprobs(tiny, seqs, ea, batch_size=3)
     assert calls == [10]
     with torch.no_grad():
         for i, s in enumerate(seqs):

@@ -11,7 +11,6 @@ from conftest import small_config
 
 from truthflow.config import check_schema
 from truthflow.depth.mink import (
-    batch_token_statistics,
     encode_for_scoring,
     k_label,
     min_k_percent,
@@ -19,6 +18,7 @@ from truthflow.depth.mink import (
     mink_column,
     n_lowest,
     score_texts,
+    token_moments,
 )
 from truthflow.errors import TruthflowError
 from truthflow.models import LoadedModel
@@ -95,10 +95,10 @@ def test_column_names() -> None:
     assert k_label(12.5) == "12.5"
 
 
-def test_batch_token_statistics_hand_case() -> None:
+def test_token_moments_hand_case() -> None:
     # p = (3/4, 1/4, 0): a Bernoulli over log p values a = ln 3/4, b = ln 1/4 (the -inf logit has p = 0)
     logits = torch.tensor([[math.log(3.0), 0.0, float("-inf")]])
-    [(token_logp, mu, sigma)] = batch_token_statistics(logits[None], torch.tensor([[1]]), [1])
+    token_logp, mu, sigma = token_moments(logits, torch.tensor([1])).tolist()
     a, b = math.log(0.75), math.log(0.25)
     assert token_logp[0] == pytest.approx(b, abs=1e-6)
     assert mu[0] == pytest.approx(0.75 * a + 0.25 * b, abs=1e-6)

@@ -12,8 +12,9 @@ from transformers import AttentionInterface
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, repeat_kv
 
 from truthflow.engine.backend import gradient_mode
+from truthflow.engine.passes import attention_and_grads
 from truthflow.models import LoadedModel
-from truthflow.pathways.saliency import attention_and_grads, pair_masks, pooled, saliency
+from truthflow.pathways.saliency import pair_masks, pooled, saliency
 
 FD = "truthflow_test_fd"  # an attention function that perturbs one probability cell
 _CELL: dict = {}  # layer -> (head, query, key, delta); row 0 of the batch only

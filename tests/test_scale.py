@@ -8,8 +8,9 @@ import tracemalloc
 
 import numpy as np
 import torch
+from conftest import resid_states
 
-from truthflow.engine import Condition, resid_states
+from truthflow.engine import Condition
 from truthflow.models import LoadedModel
 
 

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from functools import cache
 
-from .engine.decoding import Decoding, decode
+from .engine import Decoding, Tokens, run
 from .errors import TruthflowError
 from .models import LoadedModel
 
@@ -128,11 +128,13 @@ def generate_answers(
     decoding: Decoding | None = None,
     keys: list[str] | None = None,
 ) -> list[dict]:
-    """Every prompt (prompt_ids: encoded) decoded by `engine.decode`: a dict of ANSWER_KEYS each, in order."""
+    """Every prompt (prompt_ids: encoded) decoded by the engine (`Tokens`): a dict of ANSWER_KEYS each, in
+    order."""
     tok = lm.tokenizer
     encoded = prompt_ids if prompt_ids is not None else [encode_prompt(tok, p, chat) for p in prompts]
     stop_ids = eos_token_ids(tok, lm.model) | set(newline_token_ids(tok) if stop_at_newline else ())
-    new = decode(lm, encoded, batch_size, max_new_tokens, stop_ids, token_budget, desc, decoding, keys)
+    readout = Tokens(max_new_tokens, sorted(stop_ids), decoding or Decoding(), keys, token_budget)
+    new = run(lm, encoded, readout, batch_size, desc=desc)
     results = []
     for prompt, tokens in zip(encoded, new, strict=True):
         ids, think = strip_think(tok, list(itertools.takewhile(lambda t: t not in stop_ids, tokens)))

@@ -1,25 +1,23 @@
-"""The forward-pass engine: every pass of a model in truthflow runs here (a test holds it so): batches,
-masks, hooks, passes (`Condition`s run by `resid_states`), logits (float32), decoding, backend (kernels)."""
+"""The forward-pass engine: every pass of a model in truthflow is `run(lm, seqs, readout, batch_size,
+conditions)`, a condition (`Condition`) and a readout (`Resid`, `Logits`, `AttnGrad`, `Tokens`); its forward
+calls are all in `engine.passes` (tests/test_engine_entry.py holds it so). Callers import from here."""
 
 from .backend import describe as describe_attention
-from .batches import FAKE_OOM_ENV, run_batched
-from .decoding import Decoding, decode
-from .logits import float_logits, logits_at, logprob_stats, next_token_logits, unnormed
-from .passes import Condition, attention_pass, resid_states, store
+from .batches import FAKE_OOM_ENV
+from .conditions import Condition
+from .decoding import Decoding
+from .entry import run
+from .readouts import AttnGrad, AttnGradBatch, Logits, Resid, Tokens
 
 __all__ = [
     "FAKE_OOM_ENV",
+    "AttnGrad",
+    "AttnGradBatch",
     "Condition",
     "Decoding",
-    "attention_pass",
-    "decode",
+    "Logits",
+    "Resid",
+    "Tokens",
     "describe_attention",
-    "float_logits",
-    "logits_at",
-    "logprob_stats",
-    "next_token_logits",
-    "resid_states",
-    "run_batched",
-    "store",
-    "unnormed",
+    "run",
 ]

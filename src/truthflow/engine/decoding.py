@@ -1,22 +1,16 @@
-"""Batched decoding: greedy, or sampled with temperature, top-p and a repetition penalty; a dynamic KV cache
-(a static one recompiles for each batch width), a batch's shared head prefilled once. A sampled token depends
+"""How answers are decoded (the `Tokens` readout; the batch runs in `passes.generate_batch`): greedy, or
+sampled with temperature, top-p and a repetition penalty. A sampled token depends
 only on the seed, the row's key (a question id) and the step: the exponential race argmax p_i / q_i over the
 top-p tokens (as vLLM), q ~ Exp(1) seeded by the three: reruns, batch sizes, OOM splits agree but for ties."""
 
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache, LogitsProcessor, LogitsProcessorList
-
-from . import backend
-from .batches import pad_batch, run_batched, shared_head
-from .masks import layer_windows
-from .passes import model_parts
+from transformers import LogitsProcessor
 
 # greedy search with none of a model's own sampling defaults (our sampling is a logits processor)
 GREEDY = {"do_sample": False, "top_p": None, "top_k": None, "temperature": None, "repetition_penalty": None}
@@ -84,58 +78,3 @@ class RowDecoding(LogitsProcessor):
         noise = torch.stack([race_noise(d.seed, k, step, probs.shape[1], probs.device) for k in self.keys])
         token = (probs * kept / noise).argmax(dim=-1, keepdim=True)
         return torch.full_like(scores, float("-inf")).scatter_(1, token, 0.0)
-
-
-def decode(
-    lm,
-    encoded: list[list[int]],
-    batch_size: int,
-    max_new_tokens: int,
-    stop_ids: Sequence[int],
-    token_budget: int | None,
-    desc: str,
-    decoding: Decoding | None = None,
-    keys: Sequence[str] | None = None,
-) -> list[list[int]]:
-    """New token ids per prompt (stopping at any of stop_ids), in input order; keys: a sampling key each."""
-    decoding = decoding or Decoding()
-    if decoding.sampled and (keys is None or len(keys) != len(encoded)):
-        raise ValueError("sampled decoding needs one key per prompt")
-    model, stop_list = lm.model, sorted(set(stop_ids))
-    pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else stop_list[0]
-    base, device, _ = model_parts(model)
-    window = min(filter(None, layer_windows(model.config)), default=math.inf)  # the narrowest sliding window
-    results: list[list[int] | None] = [None] * len(encoded)
-    settings = dict(
-        GREEDY, max_new_tokens=max_new_tokens, pad_token_id=pad, eos_token_id=stop_list, disable_compile=True
-    )
-
-    def step(idx: list[int]) -> None:
-        rows = [encoded[i] for i in idx]
-        # each row's rest is left-padded after the shared head (positions and attention mask are the row's
-        # own); a sliding window counts that padding too: with a window the answers could reach past, no head
-        fits = max(map(len, rows)) + max_new_tokens <= window
-        head = shared_head(rows, min(len(r) for r in rows) - 1) if fits else 0
-        rest, valid = pad_batch([r[head:] for r in rows], pad, side="left")
-        input_ids = torch.cat([torch.tensor([rows[0][:head]] * len(rows), dtype=rest.dtype), rest], 1)
-        valid = torch.cat([torch.ones(len(rows), head, dtype=torch.bool), valid], 1)
-        # overrides a model default ("static", "hybrid": it refuses a given cache) as a generate argument:
-        # transformers warns on, and will refuse, a copied generation_config mixed with generate arguments
-        kwargs = dict(settings, cache_implementation="dynamic")
-        if head:
-            cache = DynamicCache(config=model.config)
-            base(input_ids=input_ids[:1, :head].to(device), cache=cache, use_cache=True)
-            cache.batch_repeat_interleave(len(rows))
-            kwargs.update(cache=cache, cache_implementation=None)
-        if decoding.sampled or decoding.repetition_penalty != 1.0:
-            row_keys = [keys[i] for i in idx] if keys is not None else [""] * len(idx)
-            kwargs["logits_processor"] = LogitsProcessorList([RowDecoding(decoding, row_keys, valid)])
-        out = model.generate(input_ids=input_ids.to(device), attention_mask=valid.long().to(device), **kwargs)
-        for i, answer in zip(idx, out[:, input_ids.shape[1] :].tolist(), strict=True):
-            results[i] = answer
-
-    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
-    cost = [len(e) + max_new_tokens for e in encoded]
-    with torch.inference_mode(), backend.attention(lm.attention):
-        run_batched(order, batch_size, step, desc=desc, cost=cost, token_budget=token_budget)
-    return results  # type: ignore[return-value]

@@ -1,80 +1,30 @@
-"""Teacher-forced passes over right-padded batches (positions 0..n-1 stay each row's own).
+"""Every forward call of a model in truthflow, one function per kind of batch: the teacher-forced passes
+over right-padded batches (positions 0..n-1 stay each row's own) for the residual stream under conditions,
+the final logits and attention x gradient, and the decoding of a left-padded batch. `engine.run` is their
+one caller; tests/test_engine_entry.py walks src/ and finds no model call outside this module.
 
-A `Condition` says how a pass differs from the clean one (keys knocked out, tokens replaced, attention edges
-reweighted); `resid_states` runs conditions over the same samples, keeping the residual stream at one position
-per sample. The tokens every condition shares with the clean pass run once per batch on a KV cache
-(`first_change`, `head_cache`). Caches hold every position (`DynamicCache()`): a sliding-window cache keeps
-only the window, which a full-width mask cannot address."""
+The tokens every condition shares with the clean pass run once per batch on a KV cache (`first_change`,
+`head_cache`). Caches hold every position (`DynamicCache()`): a sliding-window cache keeps only the window,
+which a full-width mask cannot address."""
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import suppress
-from dataclasses import dataclass
 
-import numpy as np
 import torch
-from transformers import DynamicCache
+import torch.nn.functional as F
+from transformers import DynamicCache, LogitsProcessorList
 
 from ..errors import TruthflowError
 from . import backend
-from .batches import pad_batch, run_batched, shared_head, worth_sharing
-from .hooks import LayerMasks, ResidCapture, Stop, decoder_layers
-from .masks import attention_mask, layer_windows, model_mask, positions_tensor, reweight_mask
+from .batches import pad_batch, shared_head, worth_sharing
+from .conditions import Condition, first_change, window_layers
+from .decoding import Decoding, RowDecoding
+from .hooks import LayerMasks, ResidCapture, Stop, decoder_layers, final_norm, unnormed
+from .masks import attention_mask, layer_windows, model_mask
+from .readouts import Logits
 
-Positions = Sequence[Sequence[int]]
-
-
-@dataclass(frozen=True)
-class Condition:
-    """One pass over the samples' tokens; nothing set is the clean pass. Per-sample fields hold one entry per
-    sample. block: key positions no later query attends (the knockout), in every layer or only in the `window`
-    layers centred on the layer read (METHOD A7's window mode). tokens: each sample's token ids with some
-    replaced, the same length (patching). edges, factor: (query, key positions) per sample whose attention
-    weights are scaled by factor before renormalization (Pathway Reweighting). name: for messages."""
-
-    block: Positions | None = None
-    window: int | None = None
-    tokens: Positions | None = None
-    edges: tuple[Positions, Positions] | None = None
-    factor: float = 1.0
-    name: str = ""
-
-    def __post_init__(self):
-        if self.window is not None and self.block is None:
-            raise ValueError("a window condition needs the positions it blocks")
-        if self.factor <= 0:
-            raise ValueError(f"reweighting factor must be > 0, got {self.factor}")
-
-    def first_change(self, i: int, clean: Sequence[int]) -> int:
-        """The first position of sample i (clean tokens `clean`) whose state this condition can change."""
-        n = len(clean)
-        if self.block is not None and self.block[i]:
-            n = min(n, min(self.block[i]))  # only queries after a blocked key see the block
-        if self.tokens is not None:
-            n = min([n, *(t for t, (x, y) in enumerate(zip(self.tokens[i], clean, strict=False)) if x != y)])
-        if self.edges is not None and self.factor != 1.0 and self.edges[1][i]:
-            n = min([n, *(p for p in self.edges[0][i] if p < len(clean))])
-        return n
-
-    def mask(self, idx: list[int], lengths: list[int], valid: torch.Tensor, dtype) -> torch.Tensor:
-        """The additive mask of a batch of samples idx (right-padded, `valid`) under this condition."""
-
-        def cells(rows):
-            return positions_tensor([rows[i] for i in idx], lengths, valid.shape, valid.device)
-
-        if self.block is not None:
-            return attention_mask(valid, cells(self.block), dtype)
-        if self.edges is not None and self.factor != 1.0:
-            return reweight_mask(valid, cells(self.edges[0]), cells(self.edges[1]), self.factor, dtype)
-        return attention_mask(valid, None, dtype)
-
-
-def first_change(conditions: Sequence[Condition], rows: list[int], seqs: list[list[int]]) -> int:
-    """Tokens every condition shares with the clean pass in every row of a batch: before the first token any
-    condition changes, and before each row's last token (its probe, which a pass must compute)."""
-    return max(
-        0, min(min([len(seqs[i]) - 1, *(c.first_change(i, seqs[i]) for c in conditions)]) for i in rows)
-    )
+HEAD_CHUNK_ELEMENTS = 2**26  # weight elements converted to float32 at a time (256 MiB)
 
 
 def model_parts(model):
@@ -91,6 +41,7 @@ def batch_tensors(seqs: list[list[int]], pad: int, device) -> tuple[torch.Tensor
     return ids.to(device), valid.to(device)
 
 
+# ------------------------------------------------------------------------------ passes over a batch
 def run_from(base, ids: torch.Tensor, mask: torch.Tensor, cache=None, start: int = 0, end: int | None = None):
     """Positions start..end-1 of every row on top of `cache` (holding 0..start-1; extended), or one pass
     without a cache (None), with the additive mask's rows for those queries and its keys up to end."""
@@ -119,14 +70,11 @@ def prefix_cache(base, cap: ResidCapture, ids, valid, prefix: int):
     """The cache of the first `prefix` tokens of a batch: the head every row shares once, the rest per row;
     nothing captured."""
     head = shared_head(ids[:, :prefix].tolist(), prefix)
-    cap.active = False
-    try:
+    with cap.paused():
         cache = head_cache(base, ids, head) if head else DynamicCache()
         if prefix > head:
             with suppress(Stop):
                 run_from(base, ids, attention_mask(valid, None, base.dtype), cache, head, prefix)
-    finally:
-        cap.active = True
     return cache
 
 
@@ -142,140 +90,200 @@ def clean_pass(base, ids: torch.Tensor, valid: torch.Tensor, head: int, cache=No
     return base(attention_mask=valid.long(), use_cache=bool(head), **kwargs)
 
 
-def resid_final(lm, rows: list[list[int]], head: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the final residual stream [B, T - head, D] of positions head.., ids [B, T]) of one `clean_pass`; call
-    under `logits.unnormed` for the stream before the final norm."""
-    base, device, _ = model_parts(lm.model)
-    ids, valid = batch_tensors(rows, pad_id(lm), device)
-    with backend.attention(lm.attention):
-        return clean_pass(base, ids, valid, head).last_hidden_state, ids
-
-
-def store(dst: np.ndarray, idx, values: np.ndarray, what: str) -> None:
-    """dst[idx] = values in dst's dtype; float16 storage refuses a value it would make inf (|x| > 65504)."""
-    with np.errstate(over="ignore"):  # refused below, with the stage's own line
-        out = values.astype(dst.dtype)
-    if dst.dtype == np.float16 and np.isinf(out).any():
-        peak = float(np.abs(values.astype(np.float32)).max())
-        raise TruthflowError(
-            f"{what}: a residual value of |x| = {peak:,.0f} overflows float16 storage (max 65,504; it would "
-            f"be stored as inf); this model's residual stream needs float32 storage"
-        )
-    dst[idx] = out
-
-
-def window_layers(k: int, window: int, n_layers: int) -> range:
-    """0-based layers knocked out for a probe at 0-based layer k: the window centred on k, clipped; layers
-    after k cannot change layer k's output, so they are left out."""
-    return range(max(0, k - window // 2), min(n_layers - 1, k) + 1)
-
-
-@torch.inference_mode()
-def resid_states(
+def condition_states(
     lm,
-    seqs: list[list[int]],
+    cut: list[list[int]],
     at: list[int],
+    idx: list[int],
     conditions: Sequence[Condition],
-    batch_size: int,
-    layer: int | None = None,
-    out: Sequence[np.ndarray] | None = None,
-    desc: str = "pass",
-) -> list[np.ndarray]:
-    """The residual stream at position at[i] of each sample under each condition: after every decoder layer
-    ([N, L, D] per condition), or after the 1-based `layer` only ([N, D]; the passes stop there). `out`: one
-    array per condition to write into (e.g. memory-mapped .npy files), else float16 arrays are made."""
-    model = lm.model
-    base, device, dtype = model_parts(model)
-    layers = decoder_layers(model)
-    n_layers, hidden = len(layers), model.config.get_text_config().hidden_size
-    if layer is not None and not 1 <= layer <= n_layers:
-        raise ValueError(f"layer {layer} is not in 1..{n_layers}")
-    shape = (len(seqs), n_layers, hidden) if layer is None else (len(seqs), hidden)
-    out = [np.zeros(shape, dtype=np.float16) for _ in conditions] if out is None else out
-    if len(out) != len(conditions) or any(a.shape != shape for a in out):
-        raise ValueError(f"out arrays must have shape {shape}, one per condition")
-    if any(c.window is not None for c in conditions) and layer is not None:
-        raise ValueError("a window condition reads every layer")
-    cut = [list(s[: p + 1]) for s, p in zip(seqs, at, strict=True)]  # nothing after the probe is needed
-    if any(len(c.tokens[i]) < len(r) for c in conditions if c.tokens is not None for i, r in enumerate(cut)):
-        raise ValueError("a condition's tokens must keep every sample's length")
+    layer: int | None,
+    keep: Callable[[int, torch.Tensor], None],
+) -> None:
+    """The residual stream at at[i] of the samples idx (tokens `cut`, ending at the probe) under each
+    condition n, handed to keep(n, values [B, L, D] or [B, D], float32 on the host) one condition at a time.
+    The prefix no condition changes runs once, on a cache every condition's pass starts from."""
+    base, device, dtype = model_parts(lm.model)
+    layers = decoder_layers(lm.model)
     full = [c for c in conditions if c.window is None]
     pad = pad_id(lm)
-
-    def step(idx: list[int]) -> None:
-        ids, valid = batch_tensors([cut[i] for i in idx], pad, device)
-        lengths, probes = [len(cut[i]) for i in idx], [at[i] for i in idx]
-        cap = ResidCapture(layers, stop_after=None if layer is None else layer - 1)
-        try:
-            prefix = worth_sharing(first_change(full, idx, cut)) if full else 0
-            cache = prefix_cache(base, cap, ids, valid, prefix) if prefix else None
-            clean = attention_mask(valid, None, dtype) if len(full) < len(conditions) else None
-            for n, c in enumerate(conditions):
-                mask = c.mask(idx, lengths, valid, dtype)
-                if c.window is not None:  # one truncated pass per layer, from position 0
-                    cap.set_positions(probes)
-                    values = _window_passes(base, layers, cap, ids, clean, mask, c.window)
-                else:
-                    cap.set_positions([p - prefix for p in probes])
-                    rows = ids
-                    if c.tokens is not None:
-                        rows = batch_tensors([c.tokens[i][: len(cut[i])] for i in idx], pad, device)[0]
-                    with suppress(Stop):
-                        run_from(base, rows, mask, None if cache is None else copy.deepcopy(cache), prefix)
-                    values = cap.stacked() if layer is None else cap.resid_post[layer - 1].float().cpu()
-                store(out[n], idx, values.numpy(), f"{desc}: {c.name or f'condition {n}'}")
-        finally:
-            cap.remove()
-
-    with backend.attention(lm.attention):
-        run_batched(sorted(range(len(cut)), key=lambda i: -len(cut[i])), batch_size, step, desc=desc)
-    return list(out)
+    ids, valid = batch_tensors([cut[i] for i in idx], pad, device)
+    lengths, probes = [len(cut[i]) for i in idx], [at[i] for i in idx]
+    with ResidCapture(layers, stop_after=None if layer is None else layer - 1) as cap:
+        prefix = worth_sharing(first_change(full, idx, cut)) if full else 0
+        cache = prefix_cache(base, cap, ids, valid, prefix) if prefix else None
+        clean = attention_mask(valid, None, dtype) if len(full) < len(conditions) else None
+        for n, c in enumerate(conditions):
+            mask = c.mask(idx, lengths, valid, dtype)
+            if c.window is not None:  # one truncated pass per layer, from position 0
+                cap.set_positions(probes)
+                values = window_passes(base, layers, cap, ids, clean, mask, c.window)
+            else:
+                cap.set_positions([p - prefix for p in probes])
+                rows = ids
+                if c.tokens is not None:
+                    rows = batch_tensors([c.tokens[i][: len(cut[i])] for i in idx], pad, device)[0]
+                with suppress(Stop):
+                    run_from(base, rows, mask, None if cache is None else copy.deepcopy(cache), prefix)
+                values = cap.stacked() if layer is None else cap.resid_post[layer - 1].float().cpu()
+            keep(n, values)
 
 
-def _window_passes(base, layers, cap: ResidCapture, ids, clean_mask, ko_mask, window: int) -> torch.Tensor:
+def window_passes(base, layers, cap: ResidCapture, ids, clean_mask, ko_mask, window: int) -> torch.Tensor:
+    """The states after every layer k of a knockout in the `window` layers centred on k only (METHOD A7's
+    window mode): one pass per k, stopped after layer k, each layer given its own mask."""
     n_layers = len(layers)
     values = []
-    per_layer = LayerMasks(layers, layer_windows(base.config))
     try:
-        for k in range(n_layers):
-            knocked = window_layers(k, window, n_layers)
-            per_layer.masks = {j: (ko_mask if j in knocked else clean_mask) for j in range(n_layers)}
-            cap.stop_after = k  # layers above k do not change layer k: stop the pass there
-            with suppress(Stop):
-                run_from(base, ids, clean_mask)
-            values.append(cap.resid_post[k].float())  # on the device: one copy to the host for all k
+        with LayerMasks(layers, layer_windows(base.config)) as per_layer:
+            for k in range(n_layers):
+                knocked = window_layers(k, window, n_layers)
+                per_layer.masks = {j: (ko_mask if j in knocked else clean_mask) for j in range(n_layers)}
+                cap.stop_after = k  # layers above k do not change layer k: stop the pass there
+                with suppress(Stop):
+                    run_from(base, ids, clean_mask)
+                values.append(cap.resid_post[k].float())  # on the device: one copy to the host for all k
     finally:
         cap.stop_after = None
-        per_layer.remove()
     return torch.stack([v.to(values[0].device) for v in values], dim=1).cpu()
 
 
-def attention_pass(lm, rows: list[list[int]], head: int, capture_at: list[int] | None):
+# ------------------------------------------------------------------------------ the final logits
+def soft_cap(model, logits: torch.Tensor) -> torch.Tensor:
+    """The model's final logit soft-cap (Gemma's cap * tanh(logits / cap)), or the logits where it has none;
+    out of place, so that a loss differentiates through it."""
+    if cap := getattr(model.config.get_text_config(), "final_logit_softcapping", None):
+        return torch.tanh(logits / cap) * cap
+    return logits
+
+
+def float_logits(model, resid: torch.Tensor) -> torch.Tensor:
+    """Logits [..., V] in float32 (float64 for a float64 model) of residual-stream rows [..., D] taken under
+    `unnormed`, on the head's device: final norm, LM head, final soft-cap, as the model applies them, so
+    that a bf16 model's log-probs are not rounded to bf16."""
+    dtype = torch.promote_types(resid.dtype, torch.float32)
+    x = resid.to(dtype)
+    if (norm := final_norm(model)) is not None:
+        x = norm(x)  # the norms of these models compute in float32 and keep a float32 input's dtype
+    head = model.get_output_embeddings()
+    w, b = head.weight, head.bias
+    x = x.to(w.device, dtype)
+    # a head already in this dtype runs as one matmul; a bf16 head is converted a chunk of rows at a time
+    step = w.shape[0] if w.dtype == dtype else max(1, HEAD_CHUNK_ELEMENTS // w.shape[1])
+    parts = [
+        F.linear(x, w[i : i + step].to(dtype), None if b is None else b[i : i + step].to(dtype))
+        for i in range(0, w.shape[0], step)
+    ]
+    logits = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)  # one chunk: no [N, V] copy
+    return soft_cap(model, logits)
+
+
+def read_logits(model, resid: torch.Tensor, rows: list[list[int]], at: list[list[int]], head: int, readout):
+    """`readout.reduce` of the float32 logits after each position at[r] of row r of an `unnormed` stream
+    [B, T - head, D] (positions from `head`), a chunk of positions at a time: [..., positions in order]."""
+    row_of = torch.tensor([r for r, pos in enumerate(at) for _ in pos], device=resid.device)
+    cols = torch.tensor([p - head for pos in at for p in pos], device=resid.device)
+    states = resid[row_of, cols]
+    # the token each position predicts in a teacher-forced pass; -1 after a row's last token
+    following = [r[p + 1] if p + 1 < len(r) else -1 for r, pos in zip(rows, at, strict=True) for p in pos]
+    next_ids = torch.tensor(following)
+    vocab = model.get_output_embeddings().weight.shape[0]
+    per_call = len(states) if readout.chunk_elements is None else max(1, readout.chunk_elements // vocab)
+    parts = []
+    for start in range(0, len(states), per_call):
+        logits = float_logits(model, states[start : start + per_call])
+        parts.append(readout.reduce(logits, next_ids[start : start + per_call].to(logits.device)))
+        del logits
+    return torch.cat(parts, dim=-1)
+
+
+def clean_logits(lm, rows: list[list[int]], at: list[list[int]], readout: Logits) -> torch.Tensor:
+    """`read_logits` of one clean right-padded pass over rows; the head the rows share before the first
+    position read runs once."""
+    head = shared_head(rows, min(p for pos in at for p in pos))
+    base, device, _ = model_parts(lm.model)
+    ids, valid = batch_tensors(rows, pad_id(lm), device)
+    with unnormed(lm.model), backend.attention(lm.attention):
+        resid = clean_pass(base, ids, valid, head).last_hidden_state
+    return read_logits(lm.model, resid, rows, at, head, readout)
+
+
+# ------------------------------------------------------------------------------ attention x gradient
+def answer_loss(model, hidden: torch.Tensor, ids: torch.Tensor, lengths, answer_start, offset: int):
+    """Sum over rows of the mean NLL of the answer tokens (METHOD A15's L); hidden [B, K, D] (final-normed)
+    holds positions offset.. The LM head runs on the predicting positions only, in one call (its matmuls
+    dominate), in the model's dtype: a float32 copy of the head would be kept for the backward pass."""
+    rows = [r for r, (n, s) in enumerate(zip(lengths, answer_start, strict=True)) for _ in range(s, n)]
+    pos = [t - 1 - offset for n, s in zip(lengths, answer_start, strict=True) for t in range(s, n)]
+    weight = [1.0 / (n - s) for n, s in zip(lengths, answer_start, strict=True) for _ in range(s, n)]
+    device = hidden.device
+    rows_t, pos_t = torch.tensor(rows, device=device), torch.tensor(pos, device=device)
+    targets = ids.to(device)[rows_t, pos_t + 1 + offset]
+    logits = model.get_output_embeddings()(hidden[rows_t, pos_t])
+    logits = soft_cap(model, logits.to(torch.promote_types(logits.dtype, torch.float32)))
+    nll = -torch.log_softmax(logits, dim=-1).gather(-1, targets[:, None]).squeeze(-1)
+    return (nll * torch.tensor(weight, dtype=logits.dtype, device=device)).sum()
+
+
+def attention_and_grads(
+    lm, seqs: list[list[int]], answer_start: list[int], head: int = 0, capture_at: list[int] | None = None
+):
     """One clean right-padded pass with the attention weights in the autograd graph, rooted at the (detached)
-    input embeddings, under `backend.gradient_mode` and `logits.unnormed`: (ids, valid [B, T], [A^l [B, H,
-    T - head, T]], the residual stream [B, T - head, D], the states after every layer at capture_at (relative
-    to the head) [B, L, D] on the host or None). The shared head runs once, without a graph: dL/dA at a
-    later query flows back from later positions only."""
+    input embeddings, inside `backend.gradient_mode`: (summed per-sample loss, [A^l [B, H, T - head, T]],
+    [dL/dA^l], valid [B, T], the residual stream before the final norm [B, T - head, D], the states after
+    every layer at capture_at (relative to the head) [B, L, D] on the host or None), all detached. The
+    shared head runs once, without a graph: dL/dA at a later query flows back from later positions only."""
     model = lm.model
     base, device, _ = model_parts(model)
-    ids, valid = batch_tensors(rows, pad_id(lm), device)
+    ids, valid = batch_tensors(seqs, pad_id(lm), device)
     with torch.no_grad():
         cache = head_cache(base, ids, head) if head else None
-    cap = ResidCapture(decoder_layers(model))  # captures nothing without positions
-    try:
+    with ResidCapture(decoder_layers(model)) as cap, unnormed(model):  # captures nothing without positions
         if capture_at is not None:
             cap.set_positions(capture_at)
         with torch.enable_grad():
             embeds = model.get_input_embeddings()(ids[:, head:]).detach().requires_grad_(True)
             out = clean_pass(base, ids, valid, head, cache, inputs_embeds=embeds, output_attentions=True)
         states = None if capture_at is None else cap.stacked()
-    finally:
-        cap.remove()
-    attns = list(out.attentions or ())
+    attns, resid = list(out.attentions or ()), out.last_hidden_state
     n_layers = model.config.get_text_config().num_hidden_layers
     if len(attns) != n_layers or any(a is None for a in attns):
         raise TruthflowError(
             f"saliency: the model returned {len(attns)} attention maps for {n_layers} layers "
             f"(attention '{model.config._attn_implementation}' must be eager)"
         )
-    return ids, valid, attns, out.last_hidden_state, states
+    with torch.enable_grad():
+        norm = final_norm(model)
+        hidden = resid if norm is None else norm(resid)  # the model's own final norm, as its pass applies it
+        loss = answer_loss(model, hidden, ids, [len(s) for s in seqs], answer_start, head)
+        del hidden
+        grads = list(torch.autograd.grad(loss, attns))
+    return loss.detach(), [a.detach() for a in attns], grads, valid, resid.detach(), states
+
+
+# ------------------------------------------------------------------------------ decoding
+def generate_batch(
+    lm, rows: list[list[int]], settings: dict, max_new_tokens: int, decoding: Decoding, keys: list[str]
+) -> list[list[int]]:
+    """New token ids of each row of one batch (`settings`: generate's arguments). Each row's rest is
+    left-padded after the head the rows share (positions and attention mask are the row's own), prefilled
+    once; a sliding window counts that padding too: with a window the answers could reach past, no head."""
+    model = lm.model
+    base, device, _ = model_parts(model)
+    window = min(filter(None, layer_windows(model.config)), default=float("inf"))  # the narrowest window
+    fits = max(map(len, rows)) + max_new_tokens <= window
+    head = shared_head(rows, min(len(r) for r in rows) - 1) if fits else 0
+    rest, valid = pad_batch([r[head:] for r in rows], settings["pad_token_id"], side="left")
+    input_ids = torch.cat([torch.tensor([rows[0][:head]] * len(rows), dtype=rest.dtype), rest], 1)
+    valid = torch.cat([torch.ones(len(rows), head, dtype=torch.bool), valid], 1)
+    # overrides a model default ("static", "hybrid": it refuses a given cache) as a generate argument:
+    # transformers warns on, and will refuse, a copied generation_config mixed with generate arguments
+    kwargs = dict(settings, cache_implementation="dynamic")
+    if head:
+        cache = DynamicCache(config=model.config)
+        base(input_ids=input_ids[:1, :head].to(device), cache=cache, use_cache=True)
+        cache.batch_repeat_interleave(len(rows))
+        kwargs.update(cache=cache, cache_implementation=None)
+    if decoding.sampled or decoding.repetition_penalty != 1.0:
+        kwargs["logits_processor"] = LogitsProcessorList([RowDecoding(decoding, keys, valid)])
+    out = model.generate(input_ids=input_ids.to(device), attention_mask=valid.long().to(device), **kwargs)
+    return out[:, input_ids.shape[1] :].tolist()

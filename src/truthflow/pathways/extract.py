@@ -8,7 +8,7 @@ import zlib
 import numpy as np
 import polars as pl
 
-from ..engine import Condition, resid_states
+from ..engine import Condition, Resid, run
 from ..generation import build_prompt, encode_prompt, generate_answers
 from ..models import LoadedModel
 from .activations import DTYPE, knockout_out, resid_shapes
@@ -169,7 +169,7 @@ def knockout_states(
     if kept.height:
         eq, ea, start = (kept[c].to_list() for c in ("eq_positions", "ea_positions", "answer_start"))
         sal = saliency(lm, seqs, start, eq, ea, saliency_batch, f"saliency {desc}", (probe, out[0]))
-        resid_states(lm, seqs, probe, conditions, batch_size, out=out[1], desc=desc)
+        run(lm, seqs, Resid(probe, out=out[1]), batch_size, conditions, desc=desc)
         s_eq_ea, s_eq_all = sal.scores[:, :, 0].tolist(), sal.scores[:, :, 1].tolist()
         values = dict(logit_mean=sal.logit_mean, logit_min=sal.logit_min, s_eq_ea=s_eq_ea, s_eq_all=s_eq_all)
     scores = pl.DataFrame({"id": ids, **values}, schema=SALIENCY_SCHEMA)
@@ -216,14 +216,15 @@ def experiment_states(
     ctrl0 = [c[0] if m and c else None for c, m in controls]
     inputs = patched_inputs(ids, seqs, eq, ctrl0, cfg["patch_seed"])
     patched = [Condition(tokens=inputs["target"]), Condition(tokens=inputs["control"])]
-    resid_states(lm, seqs, probe, patched, batch_size, layer, list(patch), f"patching {name}")
+    run(lm, seqs, Resid(probe, layer, list(patch)), batch_size, patched, desc=f"patching {name}")
     bos = lm.tokenizer.bos_token_id
     bos = bos if bos is not None and seqs[0][:1] == [bos] else None
     ao_seqs, ao_pos = answer_only_inputs(seqs, prompt_lens, probe, bos)
-    resid_states(lm, ao_seqs, ao_pos, [Condition()], batch_size, layer, [answer_only], f"answer only {name}")
+    answer_alone = Resid(ao_pos, layer, [answer_only])
+    run(lm, ao_seqs, answer_alone, batch_size, [Condition()], desc=f"answer only {name}")
     answer_pos = [list(range(start, p + 1)) for start, p in zip(prompt_lens, probe, strict=True)]
     conds = reweighting(answer_pos, eq, cfg["pr_factors"])
-    resid_states(lm, seqs, probe, conds, batch_size, layer, list(pr), f"PR {name}")
+    run(lm, seqs, Resid(probe, layer, list(pr)), batch_size, conds, desc=f"PR {name}")
     kw = {"instruction": "", "chat_template_kwargs": chat_template_kwargs}
     pairs = zip(table["question"], table["answer"], strict=True)
     texts = [P_TRUE_TEMPLATE.format(question=q, answer=a.strip()) for q, a in pairs]

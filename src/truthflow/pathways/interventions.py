@@ -1,14 +1,15 @@
 """The inputs of the Section 3.2-5 experiments (docs/method.md A12-A17), as engine conditions: token patching
 (E_Q ids replaced by a donor's), the answer alone, Pathway Reweighting (attention on E_Q -> answer edges
-scaled); and the detection baselines (P(True), answer-token log-probabilities)."""
+scaled); and the detection baselines (P(True), Logits-mean/min of the answer tokens)."""
 
+import math
 import random
 import zlib
 
 import numpy as np
 import torch
 
-from ..engine import Condition, logprob_stats, next_token_logits, run_batched
+from ..engine import Condition, Logits, run
 from ..models import LoadedModel
 
 
@@ -84,26 +85,19 @@ def reweighting(answer_pos: list[list[int]], eq: list[list[int]], factors: list[
 
 
 # ------------------------------------------------------------------ detection baselines (A17)
-@torch.inference_mode()
-def answer_logprobs(
-    lm: LoadedModel, seqs: list[list[int]], ea_positions: list[list[int]], batch_size: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Logits-mean / Logits-min of the E_A tokens (token p scored from position p-1) from a clean pass of
-    their own: what the tests compare the saliency pass's values (which the workflow uses) with."""
-    mean, low = np.full(len(seqs), np.nan), np.full(len(seqs), np.nan)
-    ends = [max(e) + 1 if e else 0 for e in ea_positions]
+def target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log p of each row's target token under float32 logits [n, V] (an `engine.Logits` reduce)."""
+    logprobs = torch.log_softmax(logits, dim=-1)
+    return logprobs[torch.arange(len(targets), device=logprobs.device), targets]
 
-    def step(idx: list[int]) -> None:
-        scored = [[p for p in ea_positions[i] if p >= 1] for i in idx]
-        if not any(scored):
-            return
-        rows = [seqs[i][: max(1, ends[i])] for i in idx]
-        logits = next_token_logits(lm, rows, [[p - 1 for p in pos] for pos in scored])
-        targets = [[seqs[i][p] for p in pos] for i, pos in zip(idx, scored, strict=True)]
-        mean[idx], low[idx] = logprob_stats(logits, targets)
 
-    run_batched(sorted(range(len(seqs)), key=lambda i: -ends[i]), batch_size, step, desc="logits")
-    return mean, low
+def logit_baselines(token_logprobs: list[np.ndarray | None]) -> tuple[np.ndarray, np.ndarray]:
+    """Logits-mean and Logits-min of each sample: the mean and min log-probability of its E_A tokens
+    (`target_logprobs`); NaN for a sample without scored tokens."""
+    scored = [v if v is not None and len(v) else None for v in token_logprobs]
+    # each statistic in the values' own float32 (as the pass gives them), stored as float64
+    mean, low = ([math.nan if v is None else f(v) for v in scored] for f in (np.mean, np.min))
+    return np.array(mean, dtype=np.float64), np.array(low, dtype=np.float64)
 
 
 P_TRUE_TEMPLATE = (
@@ -123,17 +117,14 @@ def verdict_token_ids(tokenizer) -> tuple[list[int], list[int]]:
     return [i for i in t if i not in f], [i for i in f if i not in t]
 
 
-@torch.inference_mode()
 def p_true(lm: LoadedModel, prompts: list[list[int]], batch_size: int, desc: str = "P(True)") -> np.ndarray:
     """P(True) (Kadavath et al. 2022): the probability of 'True' against 'False' as the next token after a
     prompt asking whether the proposed answer is true, softmax over the two sets of first-token ids."""
     t_ids, f_ids = verdict_token_ids(lm.tokenizer)
-    out = np.full(len(prompts), np.nan)
 
-    def step(idx: list[int]) -> None:
-        logits = next_token_logits(lm, [prompts[i] for i in idx], [[len(prompts[i]) - 1] for i in idx])
+    def true_against_false(logits: torch.Tensor, _next_ids: torch.Tensor) -> torch.Tensor:
         lt, lf = (torch.logsumexp(logits[:, ids], dim=-1) for ids in (t_ids, f_ids))
-        out[idx] = torch.sigmoid(lt - lf).cpu().numpy()
+        return torch.sigmoid(lt - lf)
 
-    run_batched(sorted(range(len(prompts)), key=lambda i: -len(prompts[i])), batch_size, step, desc=desc)
-    return out
+    last = Logits([[len(p) - 1] for p in prompts], true_against_false)
+    return np.array([float(v[0]) for v in run(lm, prompts, last, batch_size, desc=desc)], dtype=np.float64)

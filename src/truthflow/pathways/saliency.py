@@ -2,9 +2,8 @@
 means): how much the loss on the model's own answer (the answer ids after the prompt ids, from position s)
 flows through attention edges leaving E_Q. An empty cell set gives NaN; duplicate positions count once.
 
-dL/dA needs the probabilities in the autograd graph: the stage runs under `eager` attention
-(`backend.gradient_mode`; `engine.attention_pass`). The batch loss is the SUM of per-sample mean losses, so
-batched equals one at a time."""
+The engine's `AttnGrad` readout runs the pass (eager attention, the loss L, dL/dA) and hands each batch's
+S^l = sum over heads |A^l * dL/dA^l| to `pool`, which reduces it to the two means here."""
 
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -12,11 +11,9 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ..engine import attention_pass, logits_at, logprob_stats, run_batched, store, unnormed
-from ..engine.backend import gradient_mode
-from ..engine.batches import shared_head
-from ..engine.logits import final_norm, head_logits
+from ..engine import AttnGrad, AttnGradBatch, Logits, Resid, run
 from ..models import LoadedModel
+from .interventions import logit_baselines, target_logprobs
 
 
 # ------------------------------------------------------------------------------------------- reduction
@@ -45,39 +42,6 @@ def pooled(s: torch.Tensor, to_answer: torch.Tensor, to_all: torch.Tensor) -> to
     return torch.stack([mean(to_answer), mean(to_all)], dim=-1)
 
 
-# ------------------------------------------------------------------------------------- loss and dL/dA
-def answer_loss(model, hidden: torch.Tensor, ids: torch.Tensor, lengths, answer_start, offset: int):
-    """Sum over rows of the mean NLL of the answer tokens; hidden [B, K, D] (final-normed) holds positions
-    offset.. The LM head runs on the predicting positions only, in one call (its matmuls dominate)."""
-    rows = [r for r, (n, s) in enumerate(zip(lengths, answer_start, strict=True)) for _ in range(s, n)]
-    pos = [t - 1 - offset for n, s in zip(lengths, answer_start, strict=True) for t in range(s, n)]
-    weight = [1.0 / (n - s) for n, s in zip(lengths, answer_start, strict=True) for _ in range(s, n)]
-    device = hidden.device
-    rows_t, pos_t = torch.tensor(rows, device=device), torch.tensor(pos, device=device)
-    targets = ids.to(device)[rows_t, pos_t + 1 + offset]
-    logits = head_logits(model, hidden[rows_t, pos_t])
-    nll = -torch.log_softmax(logits, dim=-1).gather(-1, targets[:, None]).squeeze(-1)
-    return (nll * torch.tensor(weight, dtype=logits.dtype, device=device)).sum()
-
-
-def attention_and_grads(
-    lm: LoadedModel, seqs: list[list[int]], answer_start: list[int], head: int = 0, capture_at=None
-):
-    """One right-padded batch, inside `backend.gradient_mode`: (summed per-sample loss, [A^l [B, H, T - head,
-    T]], [dL/dA^l], valid [B, T], the residual stream before the final norm [B, T - head, D], the states after
-    every layer at capture_at (relative to the head) or None), all detached (`engine.attention_pass`)."""
-    model = lm.model
-    with unnormed(model):  # the residual stream, for the E_A log-probabilities (`saliency`)
-        ids, valid, attns, resid, states = attention_pass(lm, seqs, head, capture_at)
-    with torch.enable_grad():
-        norm = final_norm(model)
-        hidden = resid if norm is None else norm(resid)  # the model's own final norm, as its pass applies it
-        loss = answer_loss(model, hidden, ids, [len(s) for s in seqs], answer_start, head)
-        del hidden
-        grads = list(torch.autograd.grad(loss, attns))
-    return loss.detach(), [a.detach() for a in attns], grads, valid, resid.detach(), states
-
-
 # ------------------------------------------------------------------------------------------------- stage
 class Saliency(NamedTuple):
     scores: np.ndarray  # float32 [N, L, 2]: [..., 0] = S(E_Q->E_A), [..., 1] = S(E_Q->*), layers 1..L
@@ -96,12 +60,11 @@ def saliency(
     states: tuple[list[int], np.ndarray] | None = None,
 ) -> Saliency:
     """Attention saliency of every sample at every layer, and the E_A tokens' Logits-mean / Logits-min read
-    off the same pass's residual stream (`engine.logits_at`). states = (positions, out [N, L, D]): that pass's
+    off the same pass's residual stream. states = (positions, out [N, L, D]): that pass's
     residual stream after every layer at one position per sample (at or after its first E_Q token and
     answer_start - 1), written into out (the knockout's clean states)."""
-    n, model = len(seqs), lm.model
-    result = np.full((n, model.config.get_text_config().num_hidden_layers, 2), np.nan, dtype=np.float32)
-    mean, low = np.full(n, np.nan), np.full(n, np.nan)
+    n = len(seqs)
+    result = np.full((n, lm.model.config.get_text_config().num_hidden_layers, 2), np.nan, dtype=np.float32)
     for s, a, eq, ea in zip(seqs, answer_start, eq_positions, ea_positions, strict=True):  # same lengths
         if not 1 <= a < len(s):  # bad inputs fail before any model work
             raise ValueError(f"answer_start {a} must lie in [1, {len(s) - 1}] for {len(s)} tokens")
@@ -115,33 +78,24 @@ def saliency(
                 f"states positions of samples {bad[:5]} lie before E_Q and the answer, or past it"
             )
 
-    def step(idx: list[int]) -> None:
-        rows = [seqs[i] for i in idx]
-        # the head every row shares (a chat header) before any cell read and any scored position runs once
-        head = shared_head(rows, min(min([*eq_positions[i], answer_start[i] - 1]) for i in idx))
-        capture_at = None if out is None else [states_at[i] - head for i in idx]
-        _, attns, grads, valid, resid, states = attention_and_grads(
-            lm, rows, [answer_start[i] for i in idx], head, capture_at
-        )
-        if states is not None:
-            store(out, idx, states.numpy(), f"{desc}: resid_clean")
-        # token p of E_A scored from position p - 1 (>= the head: E_A lies in the answer)
-        at = [[p - 1 for p in ea_positions[i] if p >= 1] for i in idx]
-        if any(at):
-            with torch.no_grad():
-                logits = logits_at(model, resid, at, head)
-            targets = [[seqs[i][p + 1] for p in pos] for i, pos in zip(idx, at, strict=True)]
-            mean[idx], low[idx] = logprob_stats(logits, targets)
-        del resid
-        masks = [pair_masks(len(seqs[i]), eq_positions[i], ea_positions[i], valid.shape[1]) for i in idx]
-        to_answer, to_all = (torch.stack([m[k][head:] for m in masks]).to(valid.device) for k in (0, 1))
-        per_layer = []
-        for layer in range(len(attns)):
-            s = (attns[layer].float() * grads[layer].float()).abs().sum(dim=1)  # [B, T - head, T]
-            attns[layer] = grads[layer] = None  # free this layer as soon as it is reduced
-            per_layer.append(pooled(s.to(valid.device), to_answer, to_all))
-        result[idx] = torch.stack(per_layer, dim=1).cpu().numpy()
+    def pool(batch: AttnGradBatch) -> torch.Tensor:
+        masks = [pair_masks(len(seqs[i]), eq_positions[i], ea_positions[i], batch.width) for i in batch.rows]
+        # the cells of the queries the pass computed: from the shared head on
+        head, device = batch.head, batch.device
+        to_answer, to_all = (torch.stack([m[k][head:] for m in masks]).to(device) for k in (0, 1))
+        return torch.stack([pooled(s, to_answer, to_all) for s in batch.scores], dim=1)
 
-    with gradient_mode(model):
-        run_batched(sorted(range(n), key=lambda i: -len(seqs[i])), batch_size, step, desc=desc)
+    # token p of E_A scored from position p - 1 (>= the shared head: E_A lies in the answer)
+    logits = Logits([[p - 1 for p in ea if p >= 1] for ea in ea_positions], target_logprobs)
+    readout = AttnGrad(
+        answer_start,
+        # the shared head (a chat header) stops before any cell read and any scored position
+        [min([*eq, a - 1]) for eq, a in zip(eq_positions, answer_start, strict=True)],
+        pool,
+        result,
+        logits,
+        None if out is None else Resid(states_at, out=[out]),
+    )
+    _, scored = run(lm, seqs, readout, batch_size, desc=desc)
+    mean, low = logit_baselines(scored)
     return Saliency(result, mean, low)
