@@ -19,14 +19,14 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from conftest import knockout_sweep
+from conftest import answer_logprobs, knockout_sweep, resid_states
 from torch.overrides import TorchFunctionMode
 
 from truthflow import devices
 from truthflow.config import schema_defaults
 from truthflow.depth import judge
 from truthflow.depth.mink import encode_for_scoring, score_texts
-from truthflow.engine import Condition, resid_states
+from truthflow.engine import Condition, passes
 from truthflow.engine import batches as batching
 from truthflow.engine.backend import gradient_mode
 from truthflow.errors import TruthflowError
@@ -158,13 +158,13 @@ def test_baselines_index_where_the_states_are_not_on_the_first_parameters_device
     tensors (and inputs) were made on the first parameter's device and the pass failed."""
     seqs, ea = _case()
     lm = build_twin("gemma3")
-    want_mean, want_low = interventions.answer_logprobs(lm, seqs, ea, batch_size=4)
+    want_mean, want_low = answer_logprobs(lm, seqs, ea, batch_size=4)
     want_pt = interventions.p_true(lm, seqs, batch_size=4)
     real = lm.model.parameters
     ghost = torch.nn.Parameter(torch.zeros(1, device="meta"))
     monkeypatch.setattr(lm.model, "parameters", lambda recurse=True: itertools.chain([ghost], real(recurse)))
     assert next(lm.model.parameters()).device.type == "meta"
-    mean, low = interventions.answer_logprobs(lm, seqs, ea, batch_size=4)
+    mean, low = answer_logprobs(lm, seqs, ea, batch_size=4)
     np.testing.assert_array_equal(mean, want_mean)
     np.testing.assert_array_equal(low, want_low)
     np.testing.assert_array_equal(interventions.p_true(lm, seqs, batch_size=4), want_pt)
@@ -353,7 +353,7 @@ def test_oom_back_off_equals_the_run_without_it():
         try:
             clean, kos = knockout_sweep(lm, seqs, probes, blocks, 4)
             fired.clear()
-            mean, _ = interventions.answer_logprobs(lm, seqs, ea, 4)
+            mean, _ = answer_logprobs(lm, seqs, ea, 4)
         finally:
             handle.remove()
         return [clean, kos[0], mean]
@@ -441,7 +441,7 @@ def test_bf16_log_probs_are_not_rounded_to_bf16(arch, monkeypatch):
     seqs, ea = _case()
     ends = [max(e) + 1 for e in ea]
     with _final_norm_inputs(lm.model) as kept:
-        mean, low = interventions.answer_logprobs(lm, seqs, ea, 1)
+        mean, low = answer_logprobs(lm, seqs, ea, 1)
     for k, i in enumerate(sorted(range(len(seqs)), key=lambda i: -ends[i])):
         lp = _reference_logprobs(lm.model, kept[k][0])
         vals = np.array([lp[p - 1, seqs[i][p]].item() for p in ea[i]])
@@ -496,11 +496,11 @@ def test_bf16_against_float32_within_the_stated_bounds(arch):
     out = {}
     for name, dtype in (("f32", torch.float32), ("bf16", torch.bfloat16)):
         lm = build_twin(arch, dtype=dtype)
-        mean, low = interventions.answer_logprobs(lm, seqs, ea, 4)
+        mean, low = answer_logprobs(lm, seqs, ea, 4)
         mink = score_texts(lm, ["Why does the Central Limit Theorem need independence?"], [20], 1)
         clean, kos = knockout_sweep(lm, seqs, probes, [[[12, 13]] * 4], 4)
         with gradient_mode(lm.model):
-            loss = float(saliency.attention_and_grads(lm, seqs, starts, 0)[0])
+            loss = float(passes.attention_and_grads(lm, seqs, starts, 0)[0])
         lp = np.concatenate([mean, low, mink.select("mink_20", "minkpp_20").to_numpy()[0]])
         out[name] = {
             "lp": lp,
