@@ -55,6 +55,8 @@ def test_rehearsal_runs_every_paper_rule_on_the_four_twins(tmp_path):
         assert config["vocab_size"] == len(AutoTokenizer.from_pretrained(snap)) > 40000  # a real tokenizer
         for ds in qa:
             assert (res / "pathways" / model / ds / "exp_scores.parquet").exists(), (model, ds)
+            # pathways.keep_states: false, as in paper-pathways: the states went after their last reader
+            assert not list((res / "pathways" / model / ds).glob("resid_*.npy")), (model, ds)
         answers = pl.concat([pl.read_parquet(res / "answers" / model / f"{ds}.parquet") for ds in qa])
         assert answers.height == 8 * len(qa)
         chat = cfg["models"][model].get("chat", False)
@@ -76,6 +78,15 @@ def test_rehearsal_runs_every_paper_rule_on_the_four_twins(tmp_path):
               "depth_prompts", "benchmarks")  # fmt: skip
     for table in tables:
         assert (res / "tables" / f"{table}.tsv").exists(), table
+    # a probe setting changed after the states were removed: the dry run names what it must re-extract
+    overlay = ck / "probe_overlay.yaml"
+    overlay.write_text("pathways:\n  probe:\n    C: 0.5\n")
+    dry = snakemake(ck, "-n", "--configfile", "configs/rehearsal.yaml", str(overlay))
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    said = dry.stdout + dry.stderr
+    assert f"re-extracts them on the GPU for {len(TWINS) * len(qa)} run(s)" in said
+    assert "llama3/hotpotqa (probe_deltap: pathways.probe.C; pathway_experiments: pathways.probe.C)" in said
+    assert "extract_pathways" in said.split("Job stats:")[1]  # and the dry run plans the re-extraction
 
 
 def test_twin_source_is_prepared_with_a_real_tokenizer(tmp_path):

@@ -25,10 +25,14 @@ def test_reextractions_only_where_states_are_gone_and_settings_changed(tmp_path)
     (tmp_path / "kept" / "nq" / "resid_clean.npy").write_bytes(b"")
     (tmp_path / "kept" / "nq" / "resid_control.npy").write_bytes(b"")
     changed = {"probe_deltap": {"probe": {"C": 0.5}}, "pathway_experiments": {"probe": {"C": 1.0}}}
+    both = {"probe_deltap": {"probe": {"C": 0.5}}, "pathway_experiments": {"probe": {"C": 0.5}}}
     # "unchanged" keeps its old record: it ran with the settings of `changed` already
     states.write_settings(tmp_path / "unchanged" / "nq" / "probe_settings.json", changed["probe_deltap"])
     found = states.reextractions(runs, changed)
     assert found == ["removed/nq (probe_deltap: pathways.probe.C)"]
+    assert states.reextractions({("removed", "nq"): runs[("removed", "nq")]}, both) == [
+        "removed/nq (probe_deltap: pathways.probe.C; pathway_experiments: pathways.probe.C)"
+    ]
     message = states.reextraction_message(found)
     assert (
         "re-extracts them on the GPU for 1 run(s): removed/nq" in message and "keep_states: true" in message

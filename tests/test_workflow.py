@@ -55,8 +55,11 @@ def test_outputs(demo_run):
     assert set(table3["method"]) >= {"P(True)", "Logits-mean", "Logits-min", "Probing", "MoP", "PR"}
     rows = pl.read_parquet(res / "tables" / "pathways_experiments.parquet")
     assert {"patching", "answer_only", "boundary", "saliency"} <= set(rows["experiment"])
-    clean = __import__("numpy").load(res / "pathways" / "gemma3-270m" / "nq" / "resid_clean.npy")
-    assert clean.dtype == "float16" and clean.shape[1:] == (18, 640)
+    run = res / "pathways" / "gemma3-270m" / "nq"
+    clean = __import__("numpy").load(run / "resid_clean.npy", mmap_mode="r")
+    assert clean.dtype == "float16" and (clean.shape[0], clean.shape[2]) == (18, 640)  # stored [L, N, D]
+    # the demo keeps its states (pathways.keep_states defaults to true): a re-probe needs no re-extraction
+    assert (run / "resid_ko.npy").exists() and (run / "resid_control.npy").exists()
     per_q = pl.read_parquet(res / "tables" / "depth_per_question.parquet")
     assert {"mink_10", "mink_20", "mink_30", "minkpp_20", "score"} <= set(per_q.columns)
     assert (res / "logs" / "generate_answers" / "gemma3-270m" / "nq.log").exists()

@@ -37,10 +37,11 @@ def changed_keys(recorded: Mapping, current: Mapping, prefix: str = "pathways") 
 
 
 def reextractions(run_dirs: Mapping[tuple[str, str], Path], settings: Mapping[str, Mapping]) -> list[str]:
-    """'model/dataset (reader: changed keys)' for every run whose removed states a reader with changed
+    """'model/dataset (reader: changed keys; ...)' for every run whose removed states a reader with changed
     settings needs again; settings: each reader's current settings."""
     found = []
     for (model, dataset), folder in run_dirs.items():
+        why = []
         for reader, (record, reads) in READERS.items():
             path = folder / record
             gone = [name for name in reads if not (folder / f"{name}.npy").exists()]
@@ -48,7 +49,9 @@ def reextractions(run_dirs: Mapping[tuple[str, str], Path], settings: Mapping[st
                 continue
             changed = changed_keys(json.loads(path.read_text()), json.loads(settings_text(settings[reader])))
             if changed:
-                found.append(f"{model}/{dataset} ({reader}: {', '.join(changed)})")
+                why.append(f"{reader}: {', '.join(changed)}")
+        if why:
+            found.append(f"{model}/{dataset} ({'; '.join(why)})")
     return found
 
 
