@@ -184,6 +184,21 @@ def test_openai_good_verdict(endpoint, key, tmp_path) -> None:
         assert part in prompt
 
 
+def test_openai_authors_parser_scores_and_caches_any_integer(endpoint, key, tmp_path) -> None:
+    """depth.judge.parser: authors reads "Score: 4" among other numbers, keeps 7 (out of 1-5, as the
+    authors' code did), caches both, and keys its verdicts apart from the strict parser's."""
+    cache, rows = tmp_path / "c.jsonl", [ROW, {**ROW, "qid": "d1_q2", "answer": "A disc."}]
+    endpoint.replies = [(200, "It covers 2 of the 3 points. Score: 4"), (200, "Too short. [RESULT] 7")]
+    cfg = openai_cfg(endpoint.base_url, parser="authors")
+    table = judge_all(rows, cfg, cache, progress=False)
+    assert sorted(table["judgments"].to_list()) == [[4], [7]] and table["n_unparseable"].sum() == 0
+    again = judge_all(rows, cfg, cache, progress=False)
+    assert len(endpoint.requests) == 2 and again["cached"].all()
+    assert again["score"].to_list() == table["score"].to_list()
+    strict, authors = (judge.judge_method(openai_cfg(endpoint.base_url, parser=p)) for p in judge.PARSERS)
+    assert (strict["parser"], authors["parser"]) == (judge.PARSER_VERSION, "authors")
+
+
 def test_openai_malformed_verdict_is_missing_and_never_cached(endpoint, key, tmp_path) -> None:
     endpoint.replies = [(200, "I would rather not grade this answer today.")]
     cache = tmp_path / "c.jsonl"

@@ -30,12 +30,30 @@ REFERENCE_MODEL = "token-f1"
 OPENAI_WORKERS = 4  # requests in flight
 # bump when parse_verdict reads a text differently: cached verdicts of the old parser are then asked again
 PARSER_VERSION = 1
+PARSERS = ("strict", "authors")  # depth.judge.parser
+# The DepthQA authors' cues (their evaluation/output_parser.py), in their order; case is ignored, so some
+# repeat. Their parser takes the leftmost cue followed by an optional ( or [ and an integer, any integer.
+AUTHORS_CUES = (
+    r"\[RESULT\]",
+    "Score",
+    r"\[SCORE\]",
+    r"\[RESULT\]:",
+    "Score:",
+    "score:",
+    "Result:",
+    r"\[Result\]",
+    r"score\s+of",
+    "Feedback:",
+    "feedback:",
+)
+_AUTHORS = re.compile(rf"(?:{'|'.join(AUTHORS_CUES)})\s*(?:\(\s*|\[\s*|)\s*(\d+)", re.IGNORECASE)
 
 _RESULT = re.compile(
     r"\[RESULT\]\s*:?\s*(?:score\s*(?:of)?\s*:?\s*|result\s*:?\s*)?[(\[]?\s*([1-5])(?![0-9.])", re.IGNORECASE
 )
 _INTEGER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
-Verdict = namedtuple("Verdict", "score reason raw", defaults=[None])  # score: 1-5, None when unparseable
+# score: strict 1-5, authors any integer; None when unparseable
+Verdict = namedtuple("Verdict", "score reason raw", defaults=[None])
 # score: the mean of the parsed verdicts (null: none), score_sd their sample SD (null below 2); judgments: all
 # verdicts in index order (null: unparseable); reason: the first verdict's; cached: all came from the cache
 SCORES_SCHEMA = {"qid": pl.Utf8, "score": pl.Float64, "score_sd": pl.Float64, "n_judgments": pl.Int64}
@@ -80,9 +98,17 @@ def parse_verdict(text: str | None) -> int | None:
     return None
 
 
-def read_verdict(text: str | None) -> Verdict:
-    """The score and the feedback before `[RESULT]`; an unparseable text is a verdict without a score."""
-    score = parse_verdict(text)
+def parse_verdict_authors(text: str | None) -> int | None:
+    """The DepthQA authors' reading: the integer after the leftmost cue of AUTHORS_CUES, where the text has
+    one ("...a score of 5 requires... [RESULT] 3" is 5, "Score: 4" is 4, "[RESULT] 4.5" is 4, "Score 7" 7)."""
+    found = _AUTHORS.search(text or "")
+    return int(found.group(1)) if found else None
+
+
+def read_verdict(text: str | None, parser: str = "strict") -> Verdict:
+    """The score (depth.judge.parser) and the feedback before `[RESULT]`; an unparseable text is a verdict
+    without a score."""
+    score = parse_verdict_authors(text) if parser == "authors" else parse_verdict(text)
     if score is None:
         return Verdict(None, f"unparseable verdict: {(text or '').strip()[:80]}", text)
     head = re.split(r"\[RESULT\]", text, flags=re.IGNORECASE)[0]
@@ -186,6 +212,7 @@ class OpenAIJudge:
         sampling = sampling if sampled(settings) else {"temperature": 0}
         self.request = dict(model=self.model, max_tokens=int(settings["max_new_tokens"]), **sampling)
         self.openai, self.failed, self.prompt = openai, None, judge_prompt(settings)
+        self.parser = settings["parser"]
         for name in ("httpx", "httpx2", "httpcore"):  # no line per request in the rule log
             logging.getLogger(name).setLevel(logging.WARNING)
 
@@ -220,7 +247,7 @@ class OpenAIJudge:
         reply = None
         try:
             reply = self.client.chat.completions.create(messages=messages, **self.request, **seed)
-            return read_verdict(reply.choices[0].message.content)
+            return read_verdict(reply.choices[0].message.content, self.parser)
         except self.openai.OpenAIError as exc:
             self.failed = self._error(exc)
         except (AttributeError, IndexError, TypeError):  # the SDK does not check a reply's shape
@@ -287,7 +314,7 @@ class HFJudge:
         for start in range(0, len(rows), chunk):
             prompts = [self._prompt(r) for r in rows[start : start + chunk]]
             for offset, out in enumerate(generate_answers(self.lm, prompts, size, limit, **options)):
-                yield start + offset, read_verdict(out["answer"])
+                yield start + offset, read_verdict(out["answer"], self.settings["parser"])
 
 
 def judge_method(settings: Mapping) -> dict:
@@ -303,7 +330,9 @@ def judge_method(settings: Mapping) -> dict:
         source = "".join(inspect.getsource(f) for f in scorer)
         return method | {"scorer": hashlib.sha256(source.encode()).hexdigest()[:16]}
     prompt = judge_prompt(settings)
-    method.update(system=prompt.system, template=prompt.task, rubric=prompt.rubric, parser=PARSER_VERSION)
+    # the strict parser keeps the keys it had before parsers were a setting
+    parser = PARSER_VERSION if settings["parser"] == "strict" else settings["parser"]
+    method.update(system=prompt.system, template=prompt.task, rubric=prompt.rubric, parser=parser)
     method["max_new_tokens"] = int(settings["max_new_tokens"])  # a longer verdict may end on another [RESULT]
     if backend == "hf":
         method["dtype"] = str(settings["dtype"])
@@ -328,7 +357,8 @@ def read_cache(cache_path: str | Path) -> dict[str, dict]:
         try:
             entry = json.loads(line)
             draw = entry["score"] is None and entry.get("index") is not None  # a sampled draw
-            if entry["score"] in (1, 2, 3, 4, 5) or draw:
+            # the authors' parser keeps any integer (bool is an int to Python, never a score)
+            if (isinstance(entry["score"], int) and not isinstance(entry["score"], bool)) or draw:
                 cache[entry["key"]] = entry
         except (json.JSONDecodeError, KeyError, TypeError):
             continue
