@@ -1,6 +1,7 @@
 """The DepthQA authors' metrics (truthflow.depth.metrics): mean score per depth, forward and backward
-discrepancy, by hand on a small graph (the >= 4 gate, the first-successor rule, the two unparseable-verdict
-policies, n = 0), and on the shared run's demo scores against a second computation written here."""
+discrepancy, by hand on a small graph (the >= 4 gate, the first-successor rule in the authors' node order, the
+two unparseable-verdict policies, n = 0), and on the shared run's demo scores against a second computation
+written here."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from truthflow.depth.metrics import METRICS_SCHEMA, depth_metrics, question_scor
 from truthflow.depth.tables import NODE_COLUMNS
 from truthflow.errors import TruthflowError
 
-# D1 a1..a4, D2 b1..b3, D3 c1, c2; every node its own question q_<node>. a2's successors list b2 first.
+# D1 a1..a4, D2 b1..b3, D3 c1, c2; every node its own question q_<node>. a2's successors list b2 first, but
+# b1 comes first in the table: the authors' first successor of a2 is b1.
 GRAPH = {
     "a1": (1, [], ["b1"]),
     "a2": (1, [], ["b2", "b1"]),
@@ -24,6 +26,14 @@ GRAPH = {
     "b3": (2, ["a4"], ["c2"]),
     "c1": (3, ["b1", "b2"], []),
     "c2": (3, ["b3"], []),
+}
+# the issue's toy graph for the first-successor order (b3: a second node of b2's question)
+TOY = {
+    "a1": (1, [], ["b1"]),
+    "a2": (1, [], ["b2", "b1"]),
+    "b1": (2, ["a1", "a2"], []),
+    "b2": (2, ["a2"], []),
+    "b3": (2, [], []),
 }
 SCORES = {"a1": 5, "a2": 4, "a3": 3, "a4": 5, "b1": 3, "b2": 5, "b3": 4, "c1": 2, "c2": 5}
 
@@ -63,13 +73,13 @@ def test_hand_case_every_metric() -> None:
     assert (fwd["2-3"]["n"], fwd["2-3"]["value"]) == (2, pytest.approx(0.25))
     # overall pools the 4 counted nodes: (0.375 + 0.25 + 0.5 + 0) / 4
     assert (fwd["overall"]["n"], fwd["overall"]["value"]) == (4, pytest.approx(0.28125))
-    # backward 1-2: a1's first successor b1 = 3 < 4, not counted; a2's FIRST successor is b2 = 5 -> 0.25;
-    # a3: b2 = 5 -> 0.5; a4: b3 = 4 -> floored 0. Mean over 3: 0.25
+    # backward 1-2: a1's first successor b1 = 3 < 4, not counted; a2's first successor in table order is b1
+    # too (its list names b2 first): not counted; a3: b2 = 5 -> 0.5; a4: b3 = 4 -> floored 0. Mean over 2
     bwd = {s: metric(table, "backward_discrepancy", s) for s in ("1-2", "2-3", "overall")}
-    assert (bwd["1-2"]["n"], bwd["1-2"]["value"]) == (3, pytest.approx(0.25))
+    assert (bwd["1-2"]["n"], bwd["1-2"]["value"]) == (2, pytest.approx(0.25))
     # backward 2-3: b1, b2 -> c1 = 2 < 4; b3 -> c2 = 5: (5 - 4) / 4
     assert (bwd["2-3"]["n"], bwd["2-3"]["value"]) == (1, pytest.approx(0.25))
-    assert (bwd["overall"]["n"], bwd["overall"]["value"]) == (4, pytest.approx(0.25))
+    assert (bwd["overall"]["n"], bwd["overall"]["value"]) == (3, pytest.approx(0.75 / 3))
     assert table["n_unparseable"].sum() == 0 and set(table["unparseable"]) == {"omit"}
     assert table.filter(pl.col("metric") != "mean_score")["depth"].to_list() == [2, 3, None] * 2
 
@@ -84,20 +94,33 @@ def test_gate_is_at_least_four() -> None:
     assert fwd["n"] == 2 and fwd["value"] == pytest.approx((0.5 + 0) / 2)
 
 
-def test_first_successor_rule() -> None:
-    """a2 lists b2 first: its backward value uses b2 alone. With b1 (3 < 4) first, a2 is not counted."""
-    graph = {**GRAPH, "a2": (1, [], ["b1", "b2"])}
-    bwd = metric(
-        depth_metrics(per_question(SCORES, graph), nodes_table(graph)), "backward_discrepancy", "1-2"
-    )
-    assert (bwd["n"], bwd["value"]) == (2, pytest.approx((0.5 + 0) / 2))
-    # and with b1 at 5 the first successor counts: (5 - 4) / 4 for a2, (5 - 5) for a1
-    bwd = metric(
-        depth_metrics(per_question({**SCORES, "b1": 5}, graph), nodes_table(graph)),
-        "backward_discrepancy",
-        "1-2",
-    )
-    assert (bwd["n"], bwd["value"]) == (4, pytest.approx((0 + 0.25 + 0.5 + 0) / 4))
+def toy_table(order: list[str], graph: dict, qid: dict) -> pl.DataFrame:
+    """The nodes of `graph` in table order `order`, node -> its question in `qid`."""
+    table = nodes_table({n: graph[n] for n in order})
+    return table.with_columns(pl.col("nodeid").replace(qid).alias("qid"))
+
+
+def test_first_successor_is_first_in_the_authors_node_order() -> None:
+    """The issue's toy graph: a2's successors b1 (5) and b2 (3). Their backward_disc takes the first depth-2
+    node of node_results (grouped by question, in table order) that names a2 a predecessor, whatever the
+    order of a2's own direct_successors. a1's question is unparseable (0 under `zero`)."""
+    judged = {"a1": [None], "a2": 4, "b1": 5, "b2": 3, "b3": 3}
+    qid = {n: f"q_{n}" for n in judged} | {"b3": "q_b2"}  # b3 asks b2's question
+    per_q = per_question({n: v for n, v in judged.items() if n != "b3"}, TOY)
+    for listed in (["b2", "b1"], ["b1", "b2"]):
+        graph = {**TOY, "a2": (1, [], listed)}
+
+        def backward(order: list[str], graph=graph) -> tuple:
+            table = depth_metrics(per_q, toy_table(order, graph, qid), unparseable="zero")
+            row = metric(table, "backward_discrepancy", "1-2")
+            return row["n"], row["value"]
+
+        # b1 before b2: a1 (5 - 0) / 4 = 1.25 and a2 (5 - 4) / 4 = 0.25, mean 0.75
+        assert backward(["a1", "a2", "b1", "b2", "b3"]) == (2, pytest.approx(0.75)), listed
+        # b2 before b1: a2's first successor b2 = 3 < 4 is not counted, a1 alone: 1.25
+        assert backward(["a1", "a2", "b2", "b1", "b3"]) == (1, pytest.approx(1.25)), listed
+        # b2 after b1 in the table, but its question's first node b3 comes first: grouped there, b2 leads
+        assert backward(["b3", "a1", "a2", "b1", "b2"]) == (1, pytest.approx(1.25)), listed
 
 
 def test_unparseable_left_out_or_zero() -> None:
@@ -107,9 +130,9 @@ def test_unparseable_left_out_or_zero() -> None:
     d1 = metric(omit, "mean_score", "depth 1")
     assert (d1["n"], d1["n_left_out"], d1["n_unparseable"]) == (3, 1, 2)
     assert d1["value"] == pytest.approx(13.5 / 3)
-    # backward 1-2: a1 (first successor b1 = 3) not counted, a2 0.25, a3 left out, a4 0
+    # backward 1-2: a1 and a2 (first successor b1 = 3) not counted, a3 left out, a4 0
     bwd = metric(omit, "backward_discrepancy", "1-2")
-    assert (bwd["n"], bwd["n_left_out"], bwd["value"]) == (2, 1, pytest.approx(0.125))
+    assert (bwd["n"], bwd["n_left_out"], bwd["value"]) == (1, 1, pytest.approx(0.0))
     # forward 1-2: b2 (pred a3) left out; b1 preds (4.5 + 4) / 2 = 4.25 -> (4.25 - 3) / 4; b3 0.25
     fwd = metric(omit, "forward_discrepancy", "1-2")
     assert (fwd["n"], fwd["n_left_out"], fwd["value"]) == (2, 1, pytest.approx((0.3125 + 0.25) / 2))
@@ -118,9 +141,9 @@ def test_unparseable_left_out_or_zero() -> None:
     # a1 = (5 + 4 + 0) / 3 = 3; a3 = 0: D1 = (3 + 4 + 0 + 5) / 4
     d1 = metric(zero, "mean_score", "depth 1")
     assert (d1["n"], d1["n_left_out"], d1["value"]) == (4, 0, pytest.approx(3.0))
-    # backward 1-2: a1 (b1 = 3) no; a2 (b2 = 5) (5 - 4) / 4; a3 (b2 = 5) (5 - 0) / 4; a4 0
+    # backward 1-2: a1, a2 (b1 = 3) no; a3 (b2 = 5) (5 - 0) / 4; a4 0
     bwd = metric(zero, "backward_discrepancy", "1-2")
-    assert (bwd["n"], bwd["value"]) == (3, pytest.approx((0.25 + 1.25 + 0) / 3))
+    assert (bwd["n"], bwd["value"]) == (2, pytest.approx((1.25 + 0) / 2))
     # forward 1-2: b1 preds (3 + 4) / 2 < 4 no; b2 (4 + 0) / 2 no; b3 0.25
     fwd = metric(zero, "forward_discrepancy", "1-2")
     assert (fwd["n"], fwd["value"]) == (1, pytest.approx(0.25))
@@ -188,6 +211,15 @@ def independent_metrics(per_q: list[dict], nodes: list[dict]) -> dict:
         out[("mean_score", f"depth {d}")] = (len(vals), sum(vals) / len(vals) if vals else None)
     node = {n["nodeid"]: n for n in nodes}
     node_score = {k: score.get(n["qid"]) for k, n in node.items()}
+    # the authors' node_results order: grouped by question, in table order; a node's first successor is the
+    # first deeper node in it that names the node a predecessor
+    questions = list(dict.fromkeys(n["qid"] for n in nodes))
+    ordered = [n for q in questions for n in nodes if n["qid"] == q]
+    first = {(1, 2): {}, (2, 3): {}}
+    for n in ordered:
+        for p in n["direct_predecessors"]:
+            if (node[p]["depth"], n["depth"]) in first:
+                first[(node[p]["depth"], n["depth"])].setdefault(p, n["nodeid"])
     for name in ("forward_discrepancy", "backward_discrepancy"):
         everything = []
         for a, b in ((1, 2), (2, 3)):
@@ -199,11 +231,11 @@ def independent_metrics(per_q: list[dict], nodes: list[dict]) -> dict:
                         m = sum(preds) / len(preds)
                         if m >= 4:
                             vals.append(max(0.0, (m - node_score[k]) / 4))
-                if name == "backward_discrepancy" and n["depth"] == a:
-                    succ = [s for s in n["direct_successors"] if node[s]["depth"] == b]
-                    if succ and node_score[succ[0]] is not None and node_score[k] is not None:
-                        if node_score[succ[0]] >= 4:
-                            vals.append(max(0.0, (node_score[succ[0]] - node_score[k]) / 4))
+                if name == "backward_discrepancy" and n["depth"] == a and k in first[(a, b)]:
+                    succ = first[(a, b)][k]
+                    if node_score[succ] is not None and node_score[k] is not None:
+                        if node_score[succ] >= 4:
+                            vals.append(max(0.0, (node_score[succ] - node_score[k]) / 4))
             everything += vals
             out[(name, f"{a}-{b}")] = (len(vals), sum(vals) / len(vals) if vals else None)
         out[(name, "overall")] = (len(everything), sum(everything) / len(everything) if everything else None)

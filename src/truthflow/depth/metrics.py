@@ -3,7 +3,9 @@ gap, from the per-question table (model, qid, depth, judgments) and the graph (t
 score per depth over its questions, with a bootstrap 95% CI; the forward discrepancy per depth pair (a, b) =
 (1, 2), (2, 3): over the nodes of depth b whose direct predecessors of depth a have a mean score p >= 4, the
 mean of max(0, (p - s) / 4), s the node's own score ("overall" pools both pairs' nodes); the backward
-discrepancy: the same over the nodes of depth a, p the score of the first direct successor of depth b.
+discrepancy: the same over the nodes of depth a, p the score of the first successor of depth b, first in the
+order the authors' node_results is built (grouped by question, questions in the order of their first node,
+nodes in table order), not the node's own direct_successors order.
 Discrepancies are over graph nodes (a question two nodes share counts once per node), mean scores over
 questions, as in the authors' code. A question's score is the mean of its verdicts. An unparseable verdict:
 `unparseable` "zero" scores it 0 (the authors' compute_score); "omit" leaves it out of its question's mean, a
@@ -85,16 +87,32 @@ def _node_scores(nodes: dict, scores: pl.DataFrame) -> tuple[dict, dict]:
     return score_of, {n: by_q.get(r["qid"], (None, 0))[1] for n, r in nodes.items()}
 
 
+def first_successors(nodes: dict, a: int, b: int) -> dict[str, str]:
+    """Node of depth a -> its first successor of depth b: the first node of depth b, in the authors' order,
+    that names it a direct predecessor (their backward_disc takes aggregate[aid][0])."""
+    by_question: dict[str, list[str]] = {}
+    for nodeid, rec in nodes.items():
+        by_question.setdefault(rec["qid"], []).append(nodeid)
+    first: dict[str, str] = {}
+    for nodeid in (n for group in by_question.values() for n in group):
+        if nodes[nodeid]["depth"] == b:
+            for p in nodes[nodeid]["direct_predecessors"]:
+                if nodes[p]["depth"] == a:
+                    first.setdefault(p, nodeid)
+    return first
+
+
 def discrepancy_values(
     nodes: dict, score_of: dict, bad_of: dict, a: int, b: int, forward: bool
 ) -> tuple[list, int, int, int]:
     """One pair and direction (module docstring) -> (values, left out, unparseable verdicts, nodes seen)."""
     values, left_out, bad, looked = [], 0, 0, 0
+    first = {} if forward else first_successors(nodes, a, b)
     for nodeid, rec in sorted(nodes.items()):
         if forward:
             depth, others = b, [p for p in rec["direct_predecessors"] if nodes[p]["depth"] == a]
         else:
-            depth, others = a, [s for s in rec["direct_successors"] if nodes[s]["depth"] == b][:1]
+            depth, others = a, [first[nodeid]] if nodeid in first else []
         if rec["depth"] != depth or not others:
             continue
         looked += 1
