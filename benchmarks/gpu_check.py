@@ -240,7 +240,19 @@ def sampled_check(lm, shape: str, table: Table, sizes: Sizes) -> None:
         answers[batch] = [o["answer_ids"] for o in out]
     same = sum(answers[1][i] == answers[8][i] == answers[16][i] for i in range(16))
     result = f"{same}/16 prompts the same at batch 1, 8 and 16 ({sizes.sampled_tokens} new tokens each)"
+    if differ := [i for i in range(16) if not answers[1][i] == answers[8][i] == answers[16][i]]:
+        # where the batches part: a rounding near-tie diverges at one step, a key or seed bug at the first
+        steps = [first_difference([answers[b][i] for b in (1, 8, 16)]) for i in differ]
+        result += "; differing prompts (first differing new token): " + ", ".join(
+            f"{i} ({step})" for i, step in zip(differ, steps, strict=True)
+        )
     table.check(shape, "sampled answers across batch sizes", result, same == 16)
+
+
+def first_difference(rows: list[list[int]]) -> int:
+    """The first index at which the token lists differ (or the shortest length)."""
+    columns = enumerate(zip(*rows, strict=False))  # to the shortest list
+    return next((k for k, tokens in columns if len(set(tokens)) > 1), min(map(len, rows)))
 
 
 # ------------------------------------------------------------------ project against plain, both orders

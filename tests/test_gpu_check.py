@@ -63,6 +63,27 @@ def test_cudnn_attention_fails_every_kernel_check(gpu_check, monkeypatch):
     assert all("cuDNN: cudnn_generated" in result for _, _, result, _ in kernel_rows)
 
 
+def test_answers_that_depend_on_the_batch_fail_the_sampled_check(gpu_check, monkeypatch):
+    """Prompt 3's third new token changes with the batch size: the row fails and names it."""
+    lm = gpu_check.random_model("tiny", dtype="float32", device="cpu")
+
+    def generate(lm, prompts, batch, tokens, **kwargs):
+        return [{"answer_ids": [7, 8, batch if i == 3 else 9]} for i in range(len(prompts))]
+
+    monkeypatch.setattr(gpu_check, "generate_answers", generate)
+    table = gpu_check.Table()
+    gpu_check.sampled_check(lm, "tiny", table, gpu_check.Sizes(tiny=True))
+    [(_, check, result, verdict)] = table.rows
+    assert verdict == "FAIL" and result.startswith("15/16 prompts the same")
+    assert result.endswith("differing prompts (first differing new token): 3 (2)")
+
+
+def test_first_difference_by_hand(gpu_check):
+    assert gpu_check.first_difference([[5, 6, 7], [5, 6, 8], [5, 6, 7]]) == 2
+    assert gpu_check.first_difference([[5, 6], [5, 6, 7]]) == 2
+    assert gpu_check.first_difference([[4], [5]]) == 0
+
+
 def test_a_failed_check_exits_1_after_the_table(gpu_check, monkeypatch, capsys):
     def one_failure(shape, table):
         table.check(shape, "sampled answers across batch sizes", "15/16 prompts the same", False)
