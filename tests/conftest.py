@@ -159,8 +159,11 @@ def _is_checkout(workdir: Path) -> bool:
 def snakemake_cmd(workdir: Path, *args: str) -> list[str]:
     """`snakemake --cores 2 ARGS`: typed in a checkout (its own Snakefile and config.yaml), or run on a temp
     dir with this checkout's Snakefile and the dir's config.yaml."""
-    where = [] if _is_checkout(workdir) else ["-s", str(REPO / "Snakefile"), "-d", str(workdir),
-                                               "--configfile", str(workdir / "config.yaml")]  # fmt: skip
+    if _is_checkout(workdir):
+        where = []
+    else:
+        configfile = workdir / "config.yaml"
+        where = ["-s", str(REPO / "Snakefile"), "-d", str(workdir), "--configfile", str(configfile)]
     return [sys.executable, "-m", "snakemake", *where, "--cores", "2", *args]
 
 
@@ -297,8 +300,12 @@ def _copy_tree(src: Path, dst: Path) -> Path:
         if item.name == "resources":
             subprocess.run(["cp", "-al", str(item), str(dst)], check=True)
         elif item.name == ".snakemake":
-            shutil.copytree(item, dst / item.name, symlinks=True,
-                            ignore=shutil.ignore_patterns("locks", "log", "incomplete"))  # fmt: skip
+            shutil.copytree(
+                item,
+                dst / item.name,
+                symlinks=True,
+                ignore=shutil.ignore_patterns("locks", "log", "incomplete"),
+            )
         else:
             subprocess.run(["cp", "-a", str(item), str(dst)], check=True)
     return dst

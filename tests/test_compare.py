@@ -121,11 +121,11 @@ def test_depthqa_authors_metrics_against_the_published_tsv_rows():
         ("backward_discrepancy", "2-3", 3, 70, 0.09),
         ("backward_discrepancy", "overall", None, 70, 0.09),
     ]
+    blank_row = {**dict.fromkeys(METRICS_SCHEMA), "model": "llama-3-8b-instruct"}
     table = pl.DataFrame(
-        [{**dict.fromkeys(METRICS_SCHEMA), "model": "llama-3-8b-instruct", "metric": m, "scope": s,
-          "depth": d, "n": n, "value": v} for m, s, d, n, v in rows],
+        [{**blank_row, "metric": m, "scope": s, "depth": d, "n": n, "value": v} for m, s, d, n, v in rows],
         schema=METRICS_SCHEMA,
-    )  # fmt: skip
+    )
     out = compare(published, {"depth_metrics": table}).filter(pl.col("model") == "llama-3-8b-instruct")
     got = {
         r["detail"].split(" (")[0]: (r["published"], r["reproduced"], r["verdict"]) for r in out.to_dicts()

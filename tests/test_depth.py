@@ -19,9 +19,13 @@ from truthflow.errors import TruthflowError
 def node(nodeid: str, qid: str, preds: list[str] = (), succs: list[str] = ()) -> dict:
     depth = int(nodeid.split("_")[1][1])
     return {
-        "nodeid": nodeid, "group": nodeid.split("_")[0], "depth": depth,
-        "direct_predecessors": list(preds), "direct_successors": list(succs), "qid": qid,
-    }  # fmt: skip
+        "nodeid": nodeid,
+        "group": nodeid.split("_")[0],
+        "depth": depth,
+        "direct_predecessors": list(preds),
+        "direct_successors": list(succs),
+        "qid": qid,
+    }
 
 
 # group 1: D3 ← two D2 that share one D1; group 2: a chain; group 3: a lone D3; group 4: D3 ← D2 without D1
@@ -41,15 +45,33 @@ NODES = pl.DataFrame(
         node("4_d2_n1", "d2_q4", [], ["4_d3"]),
     ],
     schema={
-        "nodeid": pl.Utf8, "group": pl.Utf8, "depth": pl.Int64, "direct_predecessors": pl.List(pl.Utf8),
-        "direct_successors": pl.List(pl.Utf8), "qid": pl.Utf8,
+        "nodeid": pl.Utf8,
+        "group": pl.Utf8,
+        "depth": pl.Int64,
+        "direct_predecessors": pl.List(pl.Utf8),
+        "direct_successors": pl.List(pl.Utf8),
+        "qid": pl.Utf8,
     },
-)  # fmt: skip
+)
 
 MINK = {
-    "d1_q1": 1.0, "d1_q2": 2.0, "d1_q3": 6.0, "d2_q1": 3.0, "d2_q2": 5.0, "d3_q1": 7.0,
-    "d1_q4": 2.0, "d2_q3": 4.0, "d3_q2": 5.0, "d3_q3": 9.0, "d2_q4": 1.0, "d3_q4": 3.0,
-}  # fmt: skip
+    # group 1
+    "d1_q1": 1.0,
+    "d1_q2": 2.0,
+    "d1_q3": 6.0,
+    "d2_q1": 3.0,
+    "d2_q2": 5.0,
+    "d3_q1": 7.0,
+    # group 2
+    "d1_q4": 2.0,
+    "d2_q3": 4.0,
+    "d3_q2": 5.0,
+    # group 3
+    "d3_q3": 9.0,
+    # group 4
+    "d2_q4": 1.0,
+    "d3_q4": 3.0,
+}
 SCORE = {"d3_q1": 4, "d2_q1": 5, "d2_q2": 2, "d3_q2": 2, "d2_q3": 5, "d3_q3": 5, "d2_q4": None, "d3_q4": 5}
 
 
@@ -57,22 +79,28 @@ def questions() -> pl.DataFrame:
     qids = sorted(MINK)
     return pl.DataFrame(
         {
-            "id": qids, "dataset": ["depthqa"] * len(qids), "question": [f"question {q}?" for q in qids],
-            "answers": [[f"reference {q}"] for q in qids], "depth": [int(q[1]) for q in qids],
+            "id": qids,
+            "dataset": ["depthqa"] * len(qids),
+            "question": [f"question {q}?" for q in qids],
+            "answers": [[f"reference {q}"] for q in qids],
+            "depth": [int(q[1]) for q in qids],
             "reference_answer": [f"reference {q}" for q in qids],
         }
-    )  # fmt: skip
+    )
 
 
 def per_question(model: str = "m") -> pl.DataFrame:
     qids = sorted(MINK)
     return pl.DataFrame(
         {
-            "model": [model] * len(qids), "qid": qids, "depth": [int(q[1]) for q in qids],
-            "mink_20": [MINK[q] for q in qids], "score": [SCORE.get(q) for q in qids],
+            "model": [model] * len(qids),
+            "qid": qids,
+            "depth": [int(q[1]) for q in qids],
+            "mink_20": [MINK[q] for q in qids],
+            "score": [SCORE.get(q) for q in qids],
         },
         schema_overrides={"score": pl.Int64},
-    )  # fmt: skip
+    )
 
 
 def test_group_members_follow_predecessors() -> None:

@@ -275,8 +275,11 @@ def test_sampled_answers_of_a_demo_model_do_not_depend_on_the_batch(smollm):
     penalty 1.03): batches of 1, 7 and 32 give the same answers, each fixed by its question id."""
     from truthflow.engine.decoding import Decoding
 
-    questions = [f"Why does {x} matter in {y}?" for x in ("entropy", "a proton gradient", "inflation")
-                 for y in ("physics", "biology", "economics")]  # fmt: skip
+    questions = [
+        f"Why does {x} matter in {y}?"
+        for x in ("entropy", "a proton gradient", "inflation")
+        for y in ("physics", "biology", "economics")
+    ]
     prompts = [build_prompt(smollm.tokenizer, q, chat=True, instruction="") for q in questions]
     keys = [f"d{i}" for i in range(len(prompts))]
     sampled = Decoding(temperature=1.0, top_p=0.9, repetition_penalty=1.03, seed=42)

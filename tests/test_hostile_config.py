@@ -211,24 +211,46 @@ def test_overlay_refusal_reaches_the_user_and_the_null_fix_plans(tmp_path):
 @pytest.mark.parametrize(
     "mutate,message",
     [
-        (lambda c: c["pathways"].update({"knockot": {}}), "pathways: Additional properties are not allowed "
-         "('knockot' was unexpected)"),
-        (lambda c: c["models"]["gemma3-270m"].update({"batch_size": "big"}),
-         "models.gemma3-270m.batch_size: 'big' is not of type 'integer'"),
-        (lambda c: c["figures"].update({"pathways": [["smollm2-135m", "llama-9000"]]}),
-         "config key 'figures.pathways[0]' names model 'llama-9000', which is not defined"),
-        (lambda c: c["datasets"].update({"squad": c["datasets"]["nq"]}),
-         "config key 'datasets.squad': 'squad' is not a registered dataset"),
-        (lambda c: c["datasets"]["nq"]["source"].update(local="/nonexistent/missing.jsonl"),
-         "dataset 'nq' (config key 'datasets.nq.source.local'): '/nonexistent/missing.jsonl' does not exist"),
-        (lambda c: c["depth"].update(mink={"k_grid": [10, 30], "k_plot": 20}),
-         "config key 'depth.mink.k_plot' (20) must be one of depth.mink.k_grid [10, 30]"),
-        (lambda c: c["depth"].update(memorization={"lower_quantile": 0.8, "upper_quantile": 0.2}),
-         "config key 'depth.memorization.lower_quantile' must be below upper_quantile, got 0.8 and 0.2"),
+        (
+            lambda c: c["pathways"].update({"knockot": {}}),
+            "pathways: Additional properties are not allowed ('knockot' was unexpected)",
+        ),
+        (
+            lambda c: c["models"]["gemma3-270m"].update({"batch_size": "big"}),
+            "models.gemma3-270m.batch_size: 'big' is not of type 'integer'",
+        ),
+        (
+            lambda c: c["figures"].update({"pathways": [["smollm2-135m", "llama-9000"]]}),
+            "config key 'figures.pathways[0]' names model 'llama-9000', which is not defined",
+        ),
+        (
+            lambda c: c["datasets"].update({"squad": c["datasets"]["nq"]}),
+            "config key 'datasets.squad': 'squad' is not a registered dataset",
+        ),
+        (
+            lambda c: c["datasets"]["nq"]["source"].update(local="/nonexistent/missing.jsonl"),
+            "dataset 'nq' (config key 'datasets.nq.source.local'): "
+            "'/nonexistent/missing.jsonl' does not exist",
+        ),
+        (
+            lambda c: c["depth"].update(mink={"k_grid": [10, 30], "k_plot": 20}),
+            "config key 'depth.mink.k_plot' (20) must be one of depth.mink.k_grid [10, 30]",
+        ),
+        (
+            lambda c: c["depth"].update(memorization={"lower_quantile": 0.8, "upper_quantile": 0.2}),
+            "config key 'depth.memorization.lower_quantile' must be below upper_quantile, got 0.8 and 0.2",
+        ),
     ],
-    ids=["unknown-key", "wrong-type", "undefined-model", "unregistered-dataset", "missing-local-file",
-         "k_plot-not-in-grid", "quantiles-crossed"],
-)  # fmt: skip
+    ids=[
+        "unknown-key",
+        "wrong-type",
+        "undefined-model",
+        "unregistered-dataset",
+        "missing-local-file",
+        "k_plot-not-in-grid",
+        "quantiles-crossed",
+    ],
+)
 def test_bad_config_is_refused_naming_the_culprit(mutate, message):
     cfg = small_config()
     mutate(cfg)
@@ -383,8 +405,12 @@ def depth_config(judge: dict) -> dict:
     return cfg
 
 
-OPENAI_JUDGE = {"backend": "openai", "model": "judge-model", "base_url": "http://127.0.0.1:9/v1",
-                "api_key_env": KEY_ENV}  # fmt: skip
+OPENAI_JUDGE = {
+    "backend": "openai",
+    "model": "judge-model",
+    "base_url": "http://127.0.0.1:9/v1",
+    "api_key_env": KEY_ENV,
+}
 
 
 def test_missing_judge_key_is_refused_at_parse_time(capsys, caplog):

@@ -39,11 +39,14 @@ class Endpoint:
                     message = f"Incorrect API key provided: {key}. Request headers: {dict(self.headers)}"
                     payload = {"error": {"message": message, "type": "invalid_request_error"}}
                 else:
+                    reply = {"role": "assistant", "content": text}
                     payload = {
-                        "id": "chatcmpl-x", "object": "chat.completion", "created": 0, "model": body["model"],
-                        "choices": [{"index": 0, "finish_reason": "stop",
-                                     "message": {"role": "assistant", "content": text}}],
-                    }  # fmt: skip
+                        "id": "chatcmpl-x",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": body["model"],
+                        "choices": [{"index": 0, "finish_reason": "stop", "message": reply}],
+                    }
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")

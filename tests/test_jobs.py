@@ -17,11 +17,19 @@ class Resources(dict):
 
 
 def fake_job(**resources) -> SimpleNamespace:
-    params = SimpleNamespace(dtype="float32", attention="efficient", chat=False, max_new_tokens=4,
-                             token_budget=None, max_prompt_tokens=64, chat_template_kwargs={})  # fmt: skip
+    params = SimpleNamespace(
+        dtype="float32",
+        attention="efficient",
+        chat=False,
+        max_new_tokens=4,
+        token_budget=None,
+        max_prompt_tokens=64,
+        chat_template_kwargs={},
+    )
     res = Resources(gpu=0, batch_size=2, **resources)
-    return SimpleNamespace(input=SimpleNamespace(model="resources/models/twin"), params=params, resources=res,
-                           threads=3)  # fmt: skip
+    return SimpleNamespace(
+        input=SimpleNamespace(model="resources/models/twin"), params=params, resources=res, threads=3
+    )
 
 
 def test_answer_table_is_answer_questions_with_the_rule_params(monkeypatch) -> None:

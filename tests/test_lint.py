@@ -13,7 +13,11 @@ from conftest import REPO, env
 def test_snakemake_lint_is_clean():
     run = subprocess.run(
         [sys.executable, "-m", "snakemake", "--lint"],
-        cwd=REPO, env=env(), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=REPO,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "Lints for" not in run.stdout + run.stderr

@@ -24,16 +24,25 @@ PAPERS = {
 ENV = {"OPENAI_API_KEY": "sk-test"}
 # published parameter counts (model cards / safetensors metadata), in billions
 PUBLISHED = {
-    "meta-llama/Llama-3.2-1B": 1.24, "meta-llama/Llama-3.2-3B": 3.21,
+    "meta-llama/Llama-3.2-1B": 1.24,
+    "meta-llama/Llama-3.2-3B": 3.21,
     "meta-llama/Llama-3.2-3B-Instruct": 3.21,
-    "meta-llama/Meta-Llama-3-8B": 8.03, "meta-llama/Meta-Llama-3-8B-Instruct": 8.03,
-    "meta-llama/Meta-Llama-3-70B": 70.6, "meta-llama/Meta-Llama-3-70B-Instruct": 70.6,
-    "meta-llama/Llama-2-7b-chat-hf": 6.74, "meta-llama/Llama-2-13b-chat-hf": 13.0,
-    "meta-llama/Llama-2-70b-chat-hf": 69.0, "mistralai/Mistral-7B-v0.1": 7.24,
-    "mistralai/Mistral-7B-Instruct-v0.1": 7.24, "mistralai/Mistral-7B-Instruct-v0.2": 7.24,
-    "mistralai/Mistral-7B-v0.3": 7.25, "mistralai/Mistral-7B-Instruct-v0.3": 7.25,
-    "mistralai/Mixtral-8x7B-Instruct-v0.1": 46.7, "Qwen/Qwen3-8B": 8.19, "Qwen/Qwen3-32B": 32.8,
-}  # fmt: skip
+    "meta-llama/Meta-Llama-3-8B": 8.03,
+    "meta-llama/Meta-Llama-3-8B-Instruct": 8.03,
+    "meta-llama/Meta-Llama-3-70B": 70.6,
+    "meta-llama/Meta-Llama-3-70B-Instruct": 70.6,
+    "meta-llama/Llama-2-7b-chat-hf": 6.74,
+    "meta-llama/Llama-2-13b-chat-hf": 13.0,
+    "meta-llama/Llama-2-70b-chat-hf": 69.0,
+    "mistralai/Mistral-7B-v0.1": 7.24,
+    "mistralai/Mistral-7B-Instruct-v0.1": 7.24,
+    "mistralai/Mistral-7B-Instruct-v0.2": 7.24,
+    "mistralai/Mistral-7B-v0.3": 7.25,
+    "mistralai/Mistral-7B-Instruct-v0.3": 7.25,
+    "mistralai/Mixtral-8x7B-Instruct-v0.1": 46.7,
+    "Qwen/Qwen3-8B": 8.19,
+    "Qwen/Qwen3-32B": 32.8,
+}
 
 
 def _check(cfg: dict) -> dict:

@@ -74,8 +74,15 @@ def test_rehearsal_runs_every_paper_rule_on_the_four_twins(tmp_path):
     qwen = pl.concat([pl.read_parquet(res / "answers" / "qwen3" / f"{ds}.parquet") for ds in qa])
     assert all(p.endswith("<think>\n\n</think>\n\n") for p in qwen["prompt"])  # thinking off, as the paper
     assert qwen["think_stripped"].any()  # a </think> the twin wrote was stripped from its answer
-    tables = ("accuracy", "pathways_check", "pathways_table3", "depth_pooled_by_depth", "depth_metrics",
-              "depth_prompts", "benchmarks")  # fmt: skip
+    tables = (
+        "accuracy",
+        "pathways_check",
+        "pathways_table3",
+        "depth_pooled_by_depth",
+        "depth_metrics",
+        "depth_prompts",
+        "benchmarks",
+    )
     for table in tables:
         assert (res / "tables" / f"{table}.tsv").exists(), table
     # a probe setting changed after the states were removed: the dry run names what it must re-extract

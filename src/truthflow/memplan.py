@@ -50,11 +50,20 @@ class Dims:
     def of(cls, cfg: dict) -> Dims:
         """From a config.json (a multimodal one's text_config)."""
         cfg = cfg.get("text_config") or cfg
-        layers, d, h = (int(cfg[k]) for k in ("num_hidden_layers", "hidden_size", "num_attention_heads"))
-        kv, hd = int(cfg.get("num_key_value_heads") or h), int(cfg.get("head_dim") or d // h)
-        moe = (int(cfg.get(k) or 1) for k in ("num_local_experts", "num_experts_per_tok"))
-        tied = bool(cfg.get("tie_word_embeddings", False))
-        return cls(layers, d, h, kv, hd, int(cfg["intermediate_size"]), int(cfg["vocab_size"]), tied, *moe)
+        hidden = int(cfg["hidden_size"])
+        heads = int(cfg["num_attention_heads"])
+        return cls(
+            layers=int(cfg["num_hidden_layers"]),
+            hidden=hidden,
+            heads=heads,
+            kv_heads=int(cfg.get("num_key_value_heads") or heads),
+            head_dim=int(cfg.get("head_dim") or hidden // heads),
+            intermediate=int(cfg["intermediate_size"]),
+            vocab=int(cfg["vocab_size"]),
+            tied=bool(cfg.get("tie_word_embeddings", False)),
+            experts=int(cfg.get("num_local_experts") or 1),
+            experts_per_token=int(cfg.get("num_experts_per_tok") or 1),
+        )
 
     @property
     def params(self) -> int:
@@ -67,7 +76,9 @@ class Dims:
 
 def predict(m: Dims, dtype: str, gpus: int, batch: int, budget: int, saliency_batch: int) -> dict[str, float]:
     """Peak GiB per GPU of each job kind, and the weights' share."""
-    b, g, t = BYTES.get(dtype, 2), max(1, gpus), ROW_TOKENS
+    b = BYTES.get(dtype, 2)  # bytes per weight and per activation element
+    g = max(1, gpus)  # each GPU holds 1/g of the layers
+    t = ROW_TOKENS
     weights = m.params * b / g
     base = (HEAD_GIB + OVERHEAD_GIB) * GIB + weights  # of every job: the fixed share and the weights
     act = 4 * m.hidden + 3 * m.intermediate * m.experts_per_token  # one layer's activations, per token
@@ -77,10 +88,13 @@ def predict(m: Dims, dtype: str, gpus: int, batch: int, budget: int, saliency_ba
     # activations, one layer's float32 softmax
     probs = 2 * m.layers * m.heads * t * t * b
     saliency = saliency_batch * ((probs + m.layers * t * saved * b) / g + m.heads * t * t * 4)
-    out = {"weights": weights, "generation": base + budget * per_token}
-    out["passes"] = base + batch * t * per_token + batch * t * t * b  # + the 4D mask
-    out["saliency"] = base + saliency
-    return {k: v / GIB for k, v in out.items()}
+    peak_bytes = {
+        "weights": weights,
+        "generation": base + budget * per_token,
+        "passes": base + batch * t * per_token + batch * t * t * b,  # + the 4D mask
+        "saliency": base + saliency,
+    }
+    return {k: v / GIB for k, v in peak_bytes.items()}
 
 
 @cache
@@ -114,7 +128,9 @@ def _largest(fits, low: int, high: int) -> int:
 
 def plan_model(name: str, spec: dict, dims: Dims, jobs: set[str], saliency_batch: int) -> dict:
     """Refuse `name` if its smallest jobs exceed the GPU; else the fitting batch sizes and the peaks."""
-    mem, gpus, dtype = float(spec["gpu_mem_gb"]), int(spec["gpus"]), spec["dtype"]
+    mem = float(spec["gpu_mem_gb"])
+    gpus = int(spec["gpus"])
+    dtype = spec["dtype"]
     at = partial(predict, dims, dtype, gpus)  # (batch, budget, saliency_batch) on the config's GPUs
 
     def smallest(g: int) -> float:
@@ -131,13 +147,24 @@ def plan_model(name: str, spec: dict, dims: Dims, jobs: set[str], saliency_batch
         )
     fixed = at(0, 0, 0)["generation"]  # weights, head, overhead
     cap = fixed + HEADROOM * (mem - fixed)
-    batch = spec.get("batch_size") or _largest(lambda x: at(x, ROW_TOKENS, 1)["passes"] <= cap, 1, MAX_BATCH)
-    budget = spec.get("token_budget") or _largest(
-        lambda x: at(1, x, 1)["generation"] <= cap, ROW_TOKENS, MAX_BUDGET
-    )
+
+    def batch_fits(batch: int) -> bool:
+        return at(batch, ROW_TOKENS, 1)["passes"] <= cap
+
+    def budget_fits(budget: int) -> bool:
+        return at(1, budget, 1)["generation"] <= cap
+
+    batch = spec.get("batch_size") or _largest(batch_fits, 1, MAX_BATCH)
+    budget = spec.get("token_budget") or _largest(budget_fits, ROW_TOKENS, MAX_BUDGET)
     peaks = at(batch, budget, saliency_batch)
-    return {"batch_size": batch, "token_budget": budget, "params": dims.params, "smallest": smallest(gpus),
-            **{k: peaks[k] for k in ("weights", *sorted(jobs))}}  # fmt: skip
+    job_peaks = {k: peaks[k] for k in ("weights", *sorted(jobs))}
+    return {
+        "batch_size": batch,
+        "token_budget": budget,
+        "params": dims.params,
+        "smallest": smallest(gpus),
+        **job_peaks,
+    }
 
 
 def fit_to_memory(config: dict, full: dict | None = None) -> dict[str, dict]:
@@ -152,8 +179,12 @@ def fit_to_memory(config: dict, full: dict | None = None) -> dict[str, dict]:
         if found is None:
             continue
         dims, derive = found
-        jobs = {"generation", "passes"} | ({"saliency"} if name in pw["models"] else set())
-        plans[name] = plan = plan_model(name, spec, dims, jobs, pw["experiments"]["saliency_batch_size"])
-        for key in DERIVED if derive else ():
-            given.setdefault(key, plan[key])
+        jobs = {"generation", "passes"}
+        if name in pw["models"]:  # only the pathways experiments run the saliency pass
+            jobs.add("saliency")
+        plan = plan_model(name, spec, dims, jobs, pw["experiments"]["saliency_batch_size"])
+        plans[name] = plan
+        if derive:
+            for key in DERIVED:
+                given.setdefault(key, plan[key])
     return plans

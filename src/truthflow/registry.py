@@ -118,7 +118,8 @@ def _triviaqa(rec: dict) -> dict:
         aliases = [a for low, cap in keys for a in as_list(ans.get(low) or ans.get(cap))]
         value = ans.get("value") or ans.get("Value")
     else:  # flat copies: answer = value, aliases in their own column
-        aliases, value = as_list(rec.get("aliases")), ans
+        aliases = as_list(rec.get("aliases"))
+        value = ans
     question = str(rec.get("question") or rec.get("Question") or "").strip()
     # lm-eval style copies wrap it: "Question: ...\nAnswer:"
     question = question.removeprefix("Question:").removesuffix("Answer:").strip()
@@ -131,17 +132,40 @@ def _nq(rec: dict) -> dict:
     return {"question": str(rec.get("question") or "").strip(), "answers": answers}
 
 
+def _hotpotqa(rec: dict) -> dict:
+    return {**_nq(rec), "type": rec.get("type"), "level": rec.get("level")}
+
+
 # order = the order of tables, figure legends and the default pathways.datasets; colours: seaborn tab10
 QA_SETS: tuple[QASet, ...] = (
-    QASet("popqa", "PopQA", "#1f77b4", Hub("akariasai/PopQA", split="test"), _popqa,
-          required=("question", "possible_answers"), int_fields=("s_pop",), question_spans=popqa_spans),
-    QASet("triviaqa", "TriviaQA", "#ff7f0e", Hub("mandarjoshi/trivia_qa", "rc.nocontext"), _triviaqa,
-          id_fields=("question_id", "QuestionId")),
-    QASet("hotpotqa", "HotpotQA", "#2ca02c", Hub("hotpotqa/hotpot_qa", "distractor"),
-          lambda rec: {**_nq(rec), "type": rec.get("type"), "level": rec.get("level")},
-          id_fields=("_id", "id")),
+    QASet(
+        "popqa",
+        "PopQA",
+        "#1f77b4",
+        Hub("akariasai/PopQA", split="test"),
+        _popqa,
+        required=("question", "possible_answers"),
+        int_fields=("s_pop",),
+        question_spans=popqa_spans,
+    ),
+    QASet(
+        "triviaqa",
+        "TriviaQA",
+        "#ff7f0e",
+        Hub("mandarjoshi/trivia_qa", "rc.nocontext"),
+        _triviaqa,
+        id_fields=("question_id", "QuestionId"),
+    ),
+    QASet(
+        "hotpotqa",
+        "HotpotQA",
+        "#2ca02c",
+        Hub("hotpotqa/hotpot_qa", "distractor"),
+        _hotpotqa,
+        id_fields=("_id", "id"),
+    ),
     QASet("nq", "NQ", "#d62728", Hub("google-research-datasets/nq_open"), _nq),
-)  # fmt: skip
+)
 
 # DepthQA is not a QA set of the pathways analysis: its loader (data.load_depthqa) reads a question graph
 DEPTHQA = "depthqa"
@@ -171,8 +195,11 @@ def get(name: str) -> QASet:
 
 def fill_source(name: str, spec: dict) -> None:
     """Hub defaults into one dataset entry of the config, before the schema's defaults (Hub)."""
-    hub = DEPTHQA_HUB if name == DEPTHQA else _BY_NAME[name].hub if name in _BY_NAME else None
-    if hub is None:
+    if name == DEPTHQA:
+        hub = DEPTHQA_HUB
+    elif name in _BY_NAME:
+        hub = _BY_NAME[name].hub
+    else:
         return
     if spec.get("source") is None:
         spec["source"] = {"hub": hub.id, "config": hub.config, "split": hub.split}

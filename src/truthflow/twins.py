@@ -11,8 +11,22 @@ from .prepared import INFO_FILE, LoadedModel
 
 ARCHS = ("llama", "gemma3", "mistral", "qwen3", "mixtral")
 WINDOW = 8  # Gemma-3 / Mistral sliding window (tokens): every test sequence crosses it
-SPECIAL = ["<pad>", "<bos>", "<eos>", "<|im_start|>", "<|im_end|>", "<start_of_turn>", "<end_of_turn>",
-           "[INST]", "[/INST]", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]  # fmt: skip
+SPECIAL = [
+    # the byte-level stand-in's own pad/BOS/EOS
+    "<pad>",
+    "<bos>",
+    "<eos>",
+    # the turn tokens of every family's chat template: Qwen3, Gemma-3, Mistral/Mixtral, Llama-3
+    "<|im_start|>",
+    "<|im_end|>",
+    "<start_of_turn>",
+    "<end_of_turn>",
+    "[INST]",
+    "[/INST]",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
+]
 THINK = ["<think>", "</think>"]  # plain added tokens, as in Qwen3 (decoded like text)
 TEMPLATES = {
     "llama": "{{ bos_token }}<|start_header_id|>system<|end_header_id|>\n\nYou are a helpful assistant."
@@ -35,18 +49,32 @@ TEMPLATES = {
     "{% if enable_thinking is defined and enable_thinking is false %}"
     "<think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endif %}",
 }
-TURN_END = {"llama": "<|eot_id|>", "gemma3": "<end_of_turn>", "mistral": None, "qwen3": "<|im_end|>",
-            "mixtral": None}  # fmt: skip
+# the token that ends an assistant turn, a stop token beside EOS (None: the family ends a turn with EOS)
+TURN_END = {
+    "llama": "<|eot_id|>",
+    "gemma3": "<end_of_turn>",
+    "mistral": None,
+    "qwen3": "<|im_end|>",
+    "mixtral": None,
+}
 # a real tokenizer in a family's layout: its template's turn tokens, BOS/EOS/pad unless its own (None: no BOS)
 FAMILY = {
-    "llama": {"turn": ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"], "bos": "<|begin_of_text|>",
-              "eos": "<|end_of_text|>", "pad": "<|end_of_text|>"},
+    "llama": {
+        "turn": ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
+        "bos": "<|begin_of_text|>",
+        "eos": "<|end_of_text|>",
+        "pad": "<|end_of_text|>",
+    },
     "mistral": {"turn": ["[INST]", "[/INST]"]},
-    "qwen3": {"turn": ["<|im_start|>", "<|im_end|>"], "bos": None, "eos": "<|im_end|>",
-              "pad": "<|endoftext|>"},
+    "qwen3": {
+        "turn": ["<|im_start|>", "<|im_end|>"],
+        "bos": None,
+        "eos": "<|im_end|>",
+        "pad": "<|endoftext|>",
+    },
     "gemma3": {"turn": ["<start_of_turn>", "<end_of_turn>"]},
     "mixtral": {"turn": ["[INST]", "[/INST]"]},
-}  # fmt: skip
+}
 # Qwen3's twin: its </think> row (tied: logit and embedding) x this, so about one answer in six closes a block
 THINK_SCALE = 2.5
 
@@ -67,16 +95,21 @@ def build_tokenizer(arch: str):
     if bos:
         tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, 1)])
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token=bos, eos_token="<eos>", pad_token="<pad>",
-        chat_template=TEMPLATES[arch], model_max_length=4096,
-    )  # fmt: skip
+        tokenizer_object=tok,
+        bos_token=bos,
+        eos_token="<eos>",
+        pad_token="<pad>",
+        chat_template=TEMPLATES[arch],
+        model_max_length=4096,
+    )
 
 
 def adapt_tokenizer(arch: str, tok):
     """A real tokenizer in `arch`'s layout (in place): FAMILY's missing tokens, BOS, chat template."""
     from tokenizers import processors
 
-    fam, vocab = FAMILY[arch], tok.get_vocab()
+    fam = FAMILY[arch]
+    vocab = tok.get_vocab()
     named = dict.fromkeys(fam["turn"] + [fam.get(k) for k in ("bos", "eos", "pad")])
     tok.add_tokens([t for t in named if t and t not in vocab], special_tokens=True)
     if arch == "qwen3":
@@ -86,7 +119,10 @@ def adapt_tokenizer(arch: str, tok):
             setattr(tok, f"{key}_token", fam[key])
     if "bos" in fam:  # the family's own BOS on a plain encoding (base prompts), or none
         bos = fam["bos"]
-        single, special = (f"{bos} $A", [(bos, tok.convert_tokens_to_ids(bos))]) if bos else ("$A", [])
+        if bos:
+            single, special = f"{bos} $A", [(bos, tok.convert_tokens_to_ids(bos))]
+        else:
+            single, special = "$A", []
         tok.backend_tokenizer.post_processor = processors.TemplateProcessing(single, special_tokens=special)
     tok.chat_template = TEMPLATES[arch]
     return tok
@@ -98,25 +134,56 @@ def build_config(arch: str, vocab_size: int, ids: dict, **overrides):
 
     if arch not in ARCHS:
         raise ValueError(f"unknown twin architecture '{arch}'; one of {ARCHS}")
-    llama_rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
-                  "high_freq_factor": 4.0, "original_max_position_embeddings": 64}  # fmt: skip
-    config_class, own = {
+    # Llama-3's rope scaling; an original context of 64 tokens puts the twin's four rotary frequencies on
+    # both sides of the cut (wavelength 6 kept, 167 and longer divided by `factor`)
+    llama_rope = {
+        "rope_type": "llama3",
+        "rope_theta": 500000.0,
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    }
+    # each family's config class and the settings that carry its traits
+    family_configs = {
         "llama": (tf.LlamaConfig, dict(num_hidden_layers=3, rope_parameters=llama_rope)),
         "mistral": (tf.MistralConfig, dict(num_hidden_layers=2, sliding_window=WINDOW)),
-        "qwen3": (tf.Qwen3Config, dict(num_hidden_layers=3, rope_parameters={"rope_type": "default",
-                  "rope_theta": 1e6})),
+        "qwen3": (
+            tf.Qwen3Config,
+            dict(num_hidden_layers=3, rope_parameters={"rope_type": "default", "rope_theta": 1e6}),
+        ),
         # no sliding window, as Mixtral-8x7B's config; 4 experts, 2 per token, as 8 and 2 in the real model
-        "mixtral": (tf.MixtralConfig, dict(num_hidden_layers=2, num_local_experts=4, num_experts_per_tok=2,
-                    sliding_window=None)),
-        "gemma3": (tf.Gemma3TextConfig, dict(num_hidden_layers=3, sliding_window=WINDOW,
-                   layer_types=["sliding_attention", "full_attention", "sliding_attention"],
-                   final_logit_softcapping=3.0, attn_logit_softcapping=5.0, query_pre_attn_scalar=8)),
-    }[arch]  # fmt: skip
+        "mixtral": (
+            tf.MixtralConfig,
+            dict(num_hidden_layers=2, num_local_experts=4, num_experts_per_tok=2, sliding_window=None),
+        ),
+        "gemma3": (
+            tf.Gemma3TextConfig,
+            dict(
+                num_hidden_layers=3,
+                sliding_window=WINDOW,
+                layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                final_logit_softcapping=3.0,
+                attn_logit_softcapping=5.0,
+                query_pre_attn_scalar=8,
+            ),
+        ),
+    }
+    config_class, own = family_configs[arch]
+    # the dims every twin shares: small, with grouped-query heads (4 query heads over 2 key/value heads)
     cfg = config_class(
-        vocab_size=vocab_size, max_position_embeddings=4096, initializer_range=0.2, hidden_size=32,
-        intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-        tie_word_embeddings=arch in ("qwen3", "gemma3"), **ids, **own,
-    )  # fmt: skip
+        vocab_size=vocab_size,
+        max_position_embeddings=4096,
+        initializer_range=0.2,
+        hidden_size=32,
+        intermediate_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        tie_word_embeddings=arch in ("qwen3", "gemma3"),
+        **ids,
+        **own,
+    )
     for key, value in overrides.items():
         setattr(cfg, key, value)
     return cfg
@@ -129,8 +196,8 @@ def build_twin(
     from transformers import AutoModelForCausalLM, GenerationConfig
 
     tok = build_tokenizer(arch) if tokenizer is None else adapt_tokenizer(arch, tokenizer)
-    ids = {"pad_token_id": tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
-           "bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id}  # fmt: skip
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    ids = {"pad_token_id": pad_id, "bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id}
     cfg = build_config(arch, len(tok), ids, **overrides)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -141,13 +208,18 @@ def build_twin(
             model.get_output_embeddings().weight[tok.convert_tokens_to_ids(THINK[1])] *= THINK_SCALE
     model = model.to(dtype).eval()
     turn = [tok.convert_tokens_to_ids(TURN_END[arch])] if TURN_END[arch] else []
+    stop_ids = list(dict.fromkeys([cfg.eos_token_id, *turn]))
     model.generation_config = GenerationConfig(
-        bos_token_id=cfg.bos_token_id, eos_token_id=list(dict.fromkeys([cfg.eos_token_id, *turn])),
-        pad_token_id=cfg.pad_token_id, do_sample=False,
-    )  # fmt: skip
-    info = {"name": f"twin-{arch}", "architecture": cfg.architectures[0], "model_type": cfg.model_type,
-            "n_layers": cfg.num_hidden_layers, "hidden_size": cfg.hidden_size,
-            "key": {"twin": arch, "seed": seed}}  # fmt: skip
+        bos_token_id=cfg.bos_token_id, eos_token_id=stop_ids, pad_token_id=cfg.pad_token_id, do_sample=False
+    )
+    info = {
+        "name": f"twin-{arch}",
+        "architecture": cfg.architectures[0],
+        "model_type": cfg.model_type,
+        "n_layers": cfg.num_hidden_layers,
+        "hidden_size": cfg.hidden_size,
+        "key": {"twin": arch, "seed": seed},
+    }
     return LoadedModel(model=model, tokenizer=tok, info=info, device="cpu")
 
 
