@@ -236,59 +236,96 @@ class _HTTPError(Exception):
         self.response = _Response(status)
 
 
+COMMIT = "c0ffee" * 6 + "beef"  # the commit the fake hub's main branch names
+
+
 @pytest.fixture
 def fake_hub(monkeypatch, tiny_src):
+    """The two hub calls a download makes, faked where truthflow calls them: HfApi().model_info (the
+    revision resolved to its commit) and snapshot_download; `failures` are raised by the call `step`."""
     import huggingface_hub
     import tenacity
+    from huggingface_hub.hf_api import ModelInfo
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
     monkeypatch.setattr(hub, "HUB_WAIT", tenacity.wait_none())
-    calls = []
+    calls = []  # (step, the revision it was asked for)
 
-    def install(failures: list[BaseException]):
-        def snapshot_download(repo_id, revision=None, local_dir=None, allow_patterns=None):
-            calls.append(repo_id)
-            if failures:
+    def install(failures: list[BaseException], step: str = "snapshot_download"):
+        def called(name: str, revision: str | None) -> None:
+            calls.append((name, revision))
+            if name == step and failures:
                 raise failures.pop(0)
+
+        def model_info(self, repo_id, *, revision=None, files_metadata=False, **kwargs):
+            called("model_info", revision)
+            lfs = {"sha256": "5" * 64, "size": 3, "pointerSize": 130}
+            siblings = [{"rfilename": "config.json"}, {"rfilename": "model.safetensors", "lfs": lfs}]
+            return ModelInfo(id=repo_id, sha=COMMIT, siblings=siblings)
+
+        def snapshot_download(repo_id, revision=None, local_dir=None, allow_patterns=None):
+            called("snapshot_download", revision)
             for f in tiny_src.iterdir():
                 shutil.copy(f, Path(local_dir) / f.name)
             return str(local_dir)
 
+        monkeypatch.setattr(huggingface_hub.HfApi, "model_info", model_info)
         monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
         return calls
 
     return install
 
 
-def test_hub_download_retries_transient_errors(fake_hub, tmp_path):
-    calls = fake_hub([ConnectionError("reset by peer"), _HTTPError(503), _HTTPError(429)])
+def _steps(calls: list, name: str) -> list:
+    return [revision for step, revision in calls if step == name]
+
+
+@pytest.mark.parametrize("step", ["model_info", "snapshot_download"])
+def test_hub_download_retries_transient_errors(fake_hub, tmp_path, step):
+    calls = fake_hub([ConnectionError("reset by peer"), _HTTPError(503), _HTTPError(429)], step)
     info = prepare_model("h", {"source": {"hub": "org/tiny"}}, tmp_path / "h")
-    assert len(calls) == 4 and info["n_layers"] == 2
+    assert len(_steps(calls, step)) == 4 and info["n_layers"] == 2
+    # the branch asked for is resolved once to its commit, and the snapshot downloaded at that commit
+    assert set(_steps(calls, "model_info")) == {None} and set(_steps(calls, "snapshot_download")) == {COMMIT}
+    assert info["resolved"]["revision"] == COMMIT and info["resolved"]["requested"] is None
 
 
+@pytest.mark.parametrize("step", ["model_info", "snapshot_download"])
 @pytest.mark.parametrize("status", [401, 404])
-def test_hub_download_fails_at_once_on_deterministic_errors(fake_hub, tmp_path, status):
-    calls = fake_hub([_HTTPError(status)] * 5)
+def test_hub_download_fails_at_once_on_deterministic_errors(fake_hub, tmp_path, status, step):
+    calls = fake_hub([_HTTPError(status)] * 5, step)
     with pytest.raises(TruthflowError) as err:
         prepare_model("h", {"source": {"hub": "org/tiny"}}, tmp_path / "h")
-    assert len(calls) == 1 and "\n" not in str(err.value) and "'h'" in str(err.value)
+    assert len(_steps(calls, step)) == 1 and "\n" not in str(err.value) and "'h'" in str(err.value)
+    assert ("resolving the revision" in str(err.value)) == (step == "model_info")
+    assert not _steps(calls, "snapshot_download") or step == "snapshot_download"  # no download unresolved
     assert not (tmp_path / "h").exists()
 
 
-def test_hub_download_gives_up_after_the_attempts(fake_hub, tmp_path):
-    calls = fake_hub([_HTTPError(502)] * 10)
-    with pytest.raises(TruthflowError, match="transient"):
+@pytest.mark.parametrize("step", ["model_info", "snapshot_download"])
+def test_hub_download_gives_up_after_the_attempts(fake_hub, tmp_path, step):
+    calls = fake_hub([_HTTPError(502)] * 10, step)
+    with pytest.raises(TruthflowError, match=f"failed {hub.HUB_ATTEMPTS} times \\(transient\\)"):
         prepare_model("h", {"source": {"hub": "org/tiny"}}, tmp_path / "h")
-    assert len(calls) == hub.HUB_ATTEMPTS
+    assert len(_steps(calls, step)) == hub.HUB_ATTEMPTS
 
 
 def test_offline_mode_is_never_retried(fake_hub, tmp_path, monkeypatch):
     calls = fake_hub([ConnectionError("offline")] * 5)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(TruthflowError):
-        prepare_model("h", {"source": {"hub": "org/tiny"}}, tmp_path / "h")
-    assert len(calls) == 1
+    with pytest.raises(TruthflowError) as err:
+        prepare_model("h", {"source": {"hub": "org/tiny", "revision": "v1"}}, tmp_path / "h")
+    # the hub API is not asked offline; the cache is, once, for the revision as given
+    assert calls == [("snapshot_download", "v1")] and "\n" not in str(err.value)
+
+
+def test_offline_mode_reads_the_cache_and_says_the_revision_is_unresolved(fake_hub, tmp_path, monkeypatch):
+    calls = fake_hub([])
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    info = prepare_model("h", {"source": {"hub": "org/tiny"}}, tmp_path / "h")
+    assert calls == [("snapshot_download", None)] and info["resolved"]["revision"] is None
+    assert info["resolved"]["note"].startswith("offline")
 
 
 # ---------------------------------------------------------------- in a real Snakemake run

@@ -61,6 +61,7 @@ def test_a_hub_model_records_its_commit_and_files(online, monkeypatch, tmp_path)
         "requested": None,
         "revision": OLD,
         "files": {"config.json": digest},
+        "note": "hub snapshot",
     }
 
 

@@ -89,21 +89,30 @@ def _convert_gguf(gguf_path: Path, out_dir: Path, dtype: str) -> None:
 
 
 def _hub_snapshot(repo_id: str, revision: str | None, out_dir: Path, name: str) -> dict:
-    """The snapshot at the commit `revision` names now; that commit and its files' sha256 (the info file's
-    `resolved`, which the run's report shows)."""
+    """The snapshot at the commit `revision` names now (offline: `revision` as given, from the local cache);
+    that commit and its files' sha256 (the info file's `resolved`, which the run's report shows)."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
 
-    from .hub import HUB_ATTEMPTS, is_transient, resolve_revision, retrying, sha256_of
+    from .hub import HUB_ATTEMPTS, is_transient, offline, resolve_revision, retrying, sha256_of
 
+    step = f"resolving the revision of '{repo_id}'"
     try:
-        commit = resolve_revision(repo_id, "model", revision, f"model '{name}'")["revision"]
+        commit = None  # offline, the hub API cannot be asked: the cache serves what `revision` named
+        if not offline():
+            commit = resolve_revision(repo_id, "model", revision, f"model '{name}'")["revision"]
+        step = f"download of '{repo_id}'"
         retrying(f"model '{name}'", repo_id)(
-            snapshot_download, repo_id, revision=commit, local_dir=out_dir, allow_patterns=HUB_PATTERNS
+            snapshot_download,
+            repo_id,
+            revision=commit or revision,
+            local_dir=out_dir,
+            allow_patterns=HUB_PATTERNS,
         )
         files = sorted(f for f in out_dir.rglob("*") if f.is_file() and ".cache" not in f.parts)
         digests = {str(f.relative_to(out_dir)): sha256_of(f) for f in files}
-        return {"source": repo_id, "requested": revision, "revision": commit, "files": digests}
+        note = "hub snapshot" if commit else "offline: read from the local cache, revision not resolved"
+        return {"source": repo_id, "requested": revision, "revision": commit, "files": digests, "note": note}
     except GatedRepoError:
         why = (
             f"hub repo '{repo_id}' is gated; accept its licence on the hub and export HF_TOKEN=<a read "
@@ -115,7 +124,7 @@ def _hub_snapshot(repo_id: str, revision: str | None, out_dir: Path, name: str) 
         why = f"hub repo '{repo_id}' not found (or private: export HF_TOKEN)"
     except Exception as exc:  # noqa: BLE001 - network, offline mode, HTTP errors
         tried = f"failed {HUB_ATTEMPTS} times (transient)" if is_transient(exc) else "failed"
-        why = f"download of '{repo_id}' {tried}: {type(exc).__name__}: {str(exc)[:300]}"
+        why = f"{step} {tried}: {type(exc).__name__}: {str(exc)[:300]}"
     raise TruthflowError(f"model '{name}': {why}") from None
 
 

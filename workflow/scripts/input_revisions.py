@@ -31,7 +31,7 @@ def main(sm):
                     resolved["requested"],
                     resolved["revision"],
                     resolved["files"],
-                    "hub snapshot",
+                    resolved.get("note", "hub snapshot"),
                 )
             )
         else:
