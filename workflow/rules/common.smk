@@ -22,6 +22,8 @@ from truthflow.scheduling import model_slots, model_threads, torch_threads, visi
 RUN = config["run"]
 MODELS = list(config["models"])
 QA = [d for d in registry.qa_names() if d in config["datasets"]]
+# the models of depth.released_answers: their answers are read from a released file, not generated
+RELEASED = config["depth"]["released_answers"]
 
 
 def _local_cores():
@@ -171,6 +173,18 @@ def pw_runs():
     return [(m, d) for m in pw["models"] for d in pw["datasets"]]
 
 
+def used_models():
+    """The models a run prepares (the inputs table lists each)."""
+    return sorted(set(config["pathways"]["models"]) | set(config["depth"]["models"]))
+
+
+def used_datasets():
+    """The datasets a run reads (the inputs table lists each)."""
+    qa = {d for _, d in qa_runs()} | {d for _, d in pw_runs()}
+    depthqa = ["depthqa"] if config["depth"]["models"] or RELEASED else []
+    return sorted(qa) + depthqa
+
+
 def pw_dir(*parts):
     return results_path("pathways", "{model}", "{dataset}", *parts)
 
@@ -202,6 +216,20 @@ def judge_model_input():
     path = Path(str(judge.get("model")))
     prepared = path.parent == Path("resources/models") and path.name in config["models"]
     return [model_dir(model=path.name)] if judge["backend"] == "hf" and prepared else []
+
+
+def depth_answers(wildcards):
+    """A model's answers (qid, answer, depth): read from its released file, else generated."""
+    if wildcards.model in RELEASED:
+        return rules.released_answers.output.answers
+    return rules.answer_depthqa.output[0]
+
+
+def judged_questions(wildcards):
+    """The questions and references the judge reads: a released file's own (as its authors judged them)."""
+    if wildcards.model in RELEASED:
+        return rules.released_answers.output.questions
+    return rules.download_depthqa.output.questions
 
 
 def gpu_jobs():
@@ -328,3 +356,19 @@ def check_gated_tokens():
                 check_gated_token(name, model_spec(name)["source"])
     except TruthflowError as exc:
         raise WorkflowError(str(exc))
+
+
+def check_revisions():
+    """Before any job: a hub source left unpinned that now resolves to another commit than the one this run
+    recorded (a prepared model's, a dataset's) is named, with both commits."""
+    import json
+
+    from truthflow.hub import changed_revisions
+    from truthflow.prepared import INFO_FILE
+
+    paths = [Path(model_dir(model=m), INFO_FILE) for m in used_models()]
+    paths += [Path(results_path("data", f"{d}.source.json")) for d in used_datasets()]
+    records = [json.loads(path.read_text()) for path in paths if path.exists()]
+    records = [r.get("resolved", r) | {"name": r["name"]} for r in records]
+    for line in changed_revisions(records):
+        print(f"truthflow: {line}", file=sys.stderr)

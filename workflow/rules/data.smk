@@ -41,22 +41,13 @@ rule download_depthqa:
         "../scripts/download_depthqa.py"
 
 
-def used_models():
-    return sorted(set(config["pathways"]["models"]) | set(config["depth"]["models"]))
-
-
-def used_datasets():
-    qa = {d for _, d in qa_runs()} | {d for _, d in pw_runs()}
-    return sorted(qa) + (["depthqa"] if config["depth"]["models"] or config["depth"]["released_answers"] else [])
-
-
 # every model's and dataset's resolved revision and files' sha256, and the pinned files (the report's table)
 rule input_revisions:
     input:
         models=[model_dir(model=m) for m in used_models()],
         datasets=[results_path("data", f"{d}.source.json") for d in used_datasets()],
         # depth.smk defines the rule, after this file
-        released=lambda w: expand(rules.released_answers.output.released, model=config["depth"]["released_answers"]),
+        released=lambda w: expand(rules.released_answers.output.released, model=RELEASED),
         code=code_inputs("input_revisions.py"),
     output:
         results_path("tables", "inputs.tsv"),
@@ -70,19 +61,3 @@ rule input_revisions:
         "../../envs/truthflow.yaml"
     script:
         "../scripts/input_revisions.py"
-
-
-def check_revisions():
-    """Before any job: a hub source left unpinned that now resolves to another commit than the one this run
-    recorded (a prepared model's, a dataset's) is named, with both commits."""
-    import json
-
-    from truthflow.hub import changed_revisions
-    from truthflow.prepared import INFO_FILE
-
-    paths = [Path(model_dir(model=m), INFO_FILE) for m in used_models()]
-    paths += [Path(results_path("data", f"{d}.source.json")) for d in used_datasets()]
-    records = [json.loads(path.read_text()) for path in paths if path.exists()]
-    records = [r.get("resolved", r) | {"name": r["name"]} for r in records]
-    for line in changed_revisions(records):
-        print(f"truthflow: {line}", file=sys.stderr)

@@ -54,11 +54,6 @@ rule answer_depthqa:
         "../scripts/answer_depthqa.py"
 
 
-from truthflow.depth import authors
-
-RELEASED = config["depth"]["released_answers"]
-
-
 rule authors_prompts:
     input:
         code=code_inputs("authors_prompts.py"),
@@ -96,20 +91,6 @@ rule released_answers:
         "../../envs/truthflow.yaml"
     script:
         "../scripts/released_answers.py"
-
-
-def depth_answers(wildcards):
-    """A model's answers (qid, answer, depth): read from its released file, else generated."""
-    if wildcards.model in RELEASED:
-        return rules.released_answers.output.answers
-    return rules.answer_depthqa.output[0]
-
-
-def judged_questions(wildcards):
-    """The questions and references the judge reads: a released file's own (as its authors judged them)."""
-    if wildcards.model in RELEASED:
-        return rules.released_answers.output.questions
-    return rules.download_depthqa.output.questions
 
 
 rule judge_answers:
