@@ -12,7 +12,7 @@ for CPU-seconds and resident memory. The reference is one scikit-learn fit of th
 + LogisticRegression on a training fold of one layer), in a fresh process too: probe_deltap makes
 layers x seeds x folds such fits.
 
-States: Gaussian [N, D] per layer with one planted direction (35% positives; a probe AUC of about 0.66), a
+States: Gaussian [N, D] per layer with one planted direction (35% positives; probe AUCs of 0.7 to 0.9), a
 knockout that turns the direction round for 40% of the samples (Question-Anchored), and controls that add
 noise. Disk: only `--layers` of the model's layers are written (every row and hidden unit); the per-layer
 stages' figures are scaled to the model's layer count (layers are fitted independently: time and CPU grow
@@ -66,7 +66,7 @@ CPU_COST_COLUMNS = [
 SHAPES = {"llama-3-70b": (80, 8192), "llama-3-8b": (32, 4096), "qwen3-32b": (64, 5120), "tiny": (6, 64)}
 POSITIVE_SHARE = 0.35
 Q_ANCHORED_SHARE = 0.4
-SIGNAL = 0.05  # the planted direction's strength: a cross-fitted probe AUC of about 0.66 at D 4,096
+SIGNAL = 1.0  # the planted direction's projection (noise: 1 per unit): probe AUCs of 0.7 to 0.9
 SAMPLE_EVERY_S = 0.2
 
 
@@ -94,11 +94,11 @@ def write_states(folder: Path, n: int, layers: int, hidden: int, draws: int, see
     anchored = (rng.random(n) < Q_ANCHORED_SHARE).astype(np.float32)
     direction = rng.standard_normal(hidden).astype(np.float32)
     direction /= np.linalg.norm(direction)
-    signal = np.outer(np.where(correct, 1.0, -1.0) * SIGNAL * np.sqrt(hidden), direction).astype(np.float32)
+    signal = np.outer(np.where(correct, 1.0, -1.0) * SIGNAL, direction).astype(np.float32)
     with activations.written(paths, activations.resid_shapes(n, layers, hidden, draws)) as resid:
         clean, kos = activations.knockout_out(*resid)
         for layer in range(layers):
-            state = rng.standard_normal((n, hidden), dtype=np.float32) + signal * (layer + 1) / layers
+            state = rng.standard_normal((n, hidden), dtype=np.float32) + signal * (0.5 + (layer + 1) / layers)
             clean[:, layer] = state
             # the target knockout turns the direction round for the Question-Anchored share, and leaves the
             # others' states: their probe's verdict flips, the others' does not
