@@ -5,17 +5,33 @@ import polars as pl
 
 from .errors import TruthflowError
 
-SCHEMA = dict.fromkeys(["check", "model", "dataset", "detail"], pl.String) | {"published": pl.Float64}
-SCHEMA |= {"published_range": pl.String, "reproduced": pl.Float64, "verdict": pl.String}
-# published.tsv kind -> the table of this run it is compared with
-TABLE_OF_KIND = {"delta_p": "pathways", "median_mink": "depthwise", "patching": "rows", "answer_only": "rows"}
-TABLE_OF_KIND |= {"awareness": "awareness", "detection": "detection"}
+SCHEMA = {
+    "check": pl.String,
+    "model": pl.String,
+    "dataset": pl.String,
+    "detail": pl.String,
+    "published": pl.Float64,
+    "published_range": pl.String,
+    "reproduced": pl.Float64,
+    "verdict": pl.String,
+}
 # the DepthQA metrics; `depth`: a mean score's, a discrepancy's deeper one (2: 1-2, 3: 2-3), empty: overall
 DEPTH_METRICS = ("mean_score", "forward_discrepancy", "backward_discrepancy")
-TABLE_OF_KIND |= dict.fromkeys(DEPTH_METRICS, "depth_metrics")
+# published.tsv kind -> the table of this run it is compared with
+TABLE_OF_KIND = {
+    "delta_p": "pathways",
+    "median_mink": "depthwise",
+    "patching": "rows",
+    "answer_only": "rows",
+    "awareness": "awareness",
+    "detection": "detection",
+    **dict.fromkeys(DEPTH_METRICS, "depth_metrics"),
+}
 # the bar experiments: the condition compared and what its value is
-BARS = {"patching": ("E_Q", "flip rate (%) under E_Q patching")}
-BARS |= {"answer_only": ("-ΔP", "−ΔP (%) from the answer alone")}
+BARS = {
+    "patching": ("E_Q", "flip rate (%) under E_Q patching"),
+    "answer_only": ("-ΔP", "−ΔP (%) from the answer alone"),
+}
 DEPTH_VERDICTS = {None: "undefined (a depth is empty)", True: "holds", False: "does not hold"}
 
 
@@ -23,7 +39,9 @@ def reproduced(p: dict, tables: dict[str, pl.DataFrame | None]) -> tuple[float, 
     """This run's value and description for a published.tsv row; None where the run has no such row."""
     if p["kind"] not in TABLE_OF_KIND:
         raise TruthflowError(f"published.tsv: unknown kind '{p['kind']}' (known: {', '.join(TABLE_OF_KIND)})")
-    table, kind, src = tables.get(TABLE_OF_KIND[p["kind"]]), p["kind"], p["source"]
+    kind = p["kind"]
+    src = p["source"]
+    table = tables.get(TABLE_OF_KIND[kind])
     if table is None:
         return None
     sub = table.filter(model=p["model"])
@@ -45,7 +63,8 @@ def reproduced(p: dict, tables: dict[str, pl.DataFrame | None]) -> tuple[float, 
     if kind in BARS:
         cond, what = BARS[kind]
         sub = sub.filter(experiment=kind, condition=cond, group=p["anchor"]).drop_nulls("value")
-        return (sub["value"][0] if sub.height else None), f"{what}, {p['anchor']} ({src})"
+        value = sub["value"][0] if sub.height else None
+        return value, f"{what}, {p['anchor']} ({src})"
     if kind == "awareness":
         sub = sub.drop_nulls("auc").group_by("layer").agg(pl.col("auc").mean())
         best = sub.sort(["auc", "layer"], descending=[True, False]).head(1)
@@ -64,7 +83,8 @@ def quantitative(published: pl.DataFrame, tables: dict[str, pl.DataFrame | None]
         if value is None:
             continue
         verdict = "within range" if p["low"] <= value <= p["high"] else "outside range"
-        rng, dataset = f"[{p['low']:g}, {p['high']:g}]", p["dataset"] or "depthqa"
+        rng = f"[{p['low']:g}, {p['high']:g}]"
+        dataset = p["dataset"] or "depthqa"  # DepthQA's rows name no dataset
         rows.append(("published value", p["model"], dataset, detail, p["published"], rng, value, verdict))
     return rows
 
@@ -91,12 +111,16 @@ def qualitative_pathways(check: pl.DataFrame) -> list[tuple]:
 
 def qualitative_depth(depthwise: pl.DataFrame | None, pooled: pl.DataFrame) -> list[tuple]:
     rows = []
-    source = depthwise if depthwise is not None and depthwise.height else pooled.rename({"median": "mink"})
+    if depthwise is not None and depthwise.height:
+        source = depthwise
+    else:
+        source = pooled.rename({"median": "mink"})
     for model in source["model"].unique(maintain_order=True).to_list():
         sub = source.filter(model=model)
         med = [sub.filter(pl.col("depth") == d)["mink"].median() for d in (1, 2, 3)]
         rise = None if med[0] is None or med[2] is None else med[2] - med[0]
-        verdict = DEPTH_VERDICTS[None if None in med else med[0] < med[1] < med[2]]
+        rises = None if None in med else med[0] < med[1] < med[2]
+        verdict = DEPTH_VERDICTS[rises]
         detail = "median by depth D1/D2/D3: " + " / ".join("-" if m is None else f"{m:.2f}" for m in med)
         rows.append(("MIN-K% rises with depth", model, "depthqa", detail, None, None, rise, verdict))
     return rows
@@ -104,7 +128,11 @@ def qualitative_depth(depthwise: pl.DataFrame | None, pooled: pl.DataFrame) -> l
 
 def compare(published: pl.DataFrame, tables: dict[str, pl.DataFrame | None]) -> pl.DataFrame:
     """Published values of the models that ran, each model's qualitative checks; None tables add no rows."""
-    check, pooled = tables.get("check"), tables.get("pooled")
-    rows = quantitative(published, tables) + (qualitative_pathways(check) if check is not None else [])
-    rows += qualitative_depth(tables.get("depthwise"), pooled) if pooled is not None else []
+    check = tables.get("check")
+    pooled = tables.get("pooled")
+    rows = quantitative(published, tables)
+    if check is not None:
+        rows += qualitative_pathways(check)
+    if pooled is not None:
+        rows += qualitative_depth(tables.get("depthwise"), pooled)
     return pl.DataFrame(rows, schema=SCHEMA, orient="row")

@@ -50,7 +50,9 @@ def check_schema(config: dict) -> None:
     key = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path)[1:]
     desc = err.schema.get("description") if isinstance(err.schema, dict) else None
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-    hint = f" ({desc})" if desc and err.validator in {"type", "enum", "pattern", "minimum", "oneOf"} else ""
+    # the key's description where its value is wrong, not where a key is missing or unexpected
+    value_error = err.validator in {"type", "enum", "pattern", "minimum", "oneOf"}
+    hint = f" ({desc})" if desc and value_error else ""
     where = key or "the config's top level"
     raise TruthflowError(f"{where}: {err.message}{hint}{more}; every key is documented in {SCHEMA_DOC}")
 
@@ -89,16 +91,22 @@ def check_path_names(config: dict) -> None:
 def check_sources(config: dict) -> None:
     """Null source keys dropped where null is no value; a source of two kinds refused (config files merge)."""
     for entry in ("model", "dataset"):
-        section, schema = f"{entry}s", _schema()["$defs"][entry]["properties"]["source"]
-        props, kinds = schema["properties"], [rule["required"][0] for rule in schema["oneOf"]]
+        section = f"{entry}s"
+        schema = _schema()["$defs"][entry]["properties"]["source"]
+        props = schema["properties"]
+        kinds = [rule["required"][0] for rule in schema["oneOf"]]  # hub, local, ...: each rule's first key
         entries = config.get(section)
-        for name, spec in entries.items() if isinstance(entries, dict) else ():
+        if not isinstance(entries, dict):
+            continue
+        for name, spec in entries.items():
             source = spec.get("source") if isinstance(spec, dict) else None
             if not isinstance(source, dict):
                 continue
-            for key in [k for k, v in source.items() if v is None and k in props]:
+            null_keys = [k for k, v in source.items() if v is None and k in props]
+            for key in null_keys:
                 types = props[key].get("type", [])
-                if "null" not in ([types] if isinstance(types, str) else types):
+                allowed = [types] if isinstance(types, str) else types
+                if "null" not in allowed:
                     del source[key]
             given = [k for k in source if k in kinds]
             if len(given) < 2:
@@ -120,7 +128,8 @@ def _duplicate_keys(node, path: str = ""):
         seen: dict = {}
         for key_node, value_node in node.value:
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
-            dotted, line = f"{path}.{key}" if path else str(key), key_node.start_mark.line + 1
+            dotted = f"{path}.{key}" if path else str(key)
+            line = key_node.start_mark.line + 1
             if key in seen:
                 yield dotted, seen[key], line
             elif key not in (None, "<<"):
@@ -156,8 +165,11 @@ def check_names(config: dict) -> None:
             f"config key 'datasets.{unknown[0]}': '{unknown[0]}' is not a registered dataset (registered: "
             f"{', '.join(registry.names())}); a new QA set is an entry in src/truthflow/registry.py"
         )
-    pw, depth, figures = config["pathways"], config["depth"], config["figures"]
-    models, datasets = set(config["models"]), set(config["datasets"])
+    pw = config["pathways"]
+    depth = config["depth"]
+    figures = config["figures"]
+    models = set(config["models"])
+    datasets = set(config["datasets"])
     listed = {f"pathways.{k}": pw[k] for k in ("models", "datasets")} | {"depth.models": depth["models"]}
     figure_lists = {f"figures.{k}": figures[k] for k in ("depth", "pathways")}
     for key, names in (listed | figure_lists).items():
@@ -176,14 +188,20 @@ def check_names(config: dict) -> None:
     named = [(key, names, None) for key, names in listed.items()]  # (key, names, the stage a figure reads)
     named += [(f"figures.pathways[{i}]", pair, "pathways") for i, pair in enumerate(figures["pathways"])]
     for key, names, stage in [*named, ("figures.depth", figures["depth"], "depth")]:
-        kind, known = ("dataset", datasets) if key == "pathways.datasets" else ("model", models)
+        if key == "pathways.datasets":
+            kind, known = "dataset", datasets
+        else:
+            kind, known = "model", models
         for name in names:
             if name not in known:
                 raise TruthflowError(
                     f"config key '{key}' names {kind} '{name}', which is not defined under '{kind}s' "
                     f"(defined: {', '.join(sorted(known)) or 'none'})"
                 )
-            if stage and name not in (ran := config[stage]["models"]):
+            if stage is None:
+                continue
+            ran = config[stage]["models"]
+            if name not in ran:
                 # an overlay that empties a stage's models keeps the figures list it overlays: name both fixes
                 raise TruthflowError(
                     f"config key '{key}' names model '{name}', which {stage}.models does not run "
@@ -206,7 +224,8 @@ def check_names(config: dict) -> None:
             )
     if pw["anchor_split"] == "fixed_layer" and pw.get("fixed_layer") is None:
         raise TruthflowError("config key 'pathways.fixed_layer' must be set when anchor_split is fixed_layer")
-    if isinstance(span := pw.get("check", {}).get("layers"), list) and span[0] > span[1]:
+    span = pw.get("check", {}).get("layers")
+    if isinstance(span, list) and span[0] > span[1]:
         raise TruthflowError(
             f"config key 'pathways.check.layers' is [from, to] with from <= to (1-based), got {span}"
         )
@@ -214,7 +233,8 @@ def check_names(config: dict) -> None:
 
 def check_depth(depth: dict) -> None:
     """Settings of the (filled) depth section that must agree with each other."""
-    mink, memo = depth["mink"], depth["memorization"]
+    mink = depth["mink"]
+    memo = depth["memorization"]
     if not depth["models"]:
         return
     if mink["k_plot"] not in mink["k_grid"]:

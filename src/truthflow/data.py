@@ -50,17 +50,19 @@ def _read_json_records(path: Path, text: str, field: str | None) -> list[dict]:
             return _json_lines(path, text)
         raise _bad_json(path, exc.lineno, exc) from None
     if isinstance(obj, dict):
+        data_lists = [obj[k] for k in ("Data", "data") if isinstance(obj.get(k), list)]  # Data: TriviaQA's
         if field:
             if field not in obj:
                 raise TruthflowError(f"{path}: has no top-level field '{field}' (it has {sorted(obj)[:10]})")
             obj = obj[field]
-        elif lists := [obj[k] for k in ("Data", "data") if isinstance(obj.get(k), list)]:  # Data: TriviaQA's
-            obj = lists[0]
+        elif data_lists:
+            obj = data_lists[0]
         elif obj and all(isinstance(v, dict) for v in obj.values()):  # dict keyed by id
             obj = [{"_key": k, **v} for k, v in obj.items()]
     if not isinstance(obj, list):
         raise TruthflowError(f"{path}: expected a JSON list of records (set `field:` for nested lists)")
-    if (bad := next((i for i, r in enumerate(obj) if not isinstance(r, dict)), None)) is not None:
+    bad = next((i for i, r in enumerate(obj) if not isinstance(r, dict)), None)
+    if bad is not None:
         raise TruthflowError(f"{path}: record {bad} is a {type(obj[bad]).__name__}, not a JSON object")
     return obj
 
@@ -70,10 +72,13 @@ def _read_delimited(path: Path, delimiter: str) -> list[dict]:
     kind = "tab" if delimiter == "\t" else "comma"
     with path.open(encoding="utf-8", newline="") as fh:
         reader = csv.reader(fh, delimiter=delimiter, strict=True)
-        records, header, start = [], None, 1
+        records = []
+        header = None
+        start = 1  # the line the next row starts on (a quoted field may span lines)
         try:
             for row in reader:
-                lineno, start = start, reader.line_num + 1
+                lineno = start
+                start = reader.line_num + 1
                 if not row or (len(row) == 1 and not row[0].strip()):
                     continue
                 if header is None:
@@ -99,7 +104,8 @@ def _check_file(path: Path) -> None:
     if path.is_dir():
         raise TruthflowError(f"'{path}' is a directory, not a data file")
     size = path.stat().st_size
-    if size == 0 or (size <= 4096 and path.suffix.lower() != ".parquet" and not path.read_bytes().strip()):
+    small_text = size <= 4096 and path.suffix.lower() != ".parquet"
+    if size == 0 or (small_text and not path.read_bytes().strip()):
         raise TruthflowError(f"'{path}' is empty")
 
 
@@ -142,11 +148,16 @@ def load_hub_records(
     return ds.to_list()
 
 
+def _copy_entry(spec: dict) -> dict:
+    """A dataset entry that registry.fill_source may fill without touching the config's (its source too)."""
+    return {**spec, "source": dict(spec["source"])} if spec.get("source") else dict(spec)
+
+
 def resolve_source(name: str, spec: dict) -> tuple[dict, dict]:
     """A dataset entry with its hub source pinned to the commit its revision names now (offline: as given),
     and the record the run's report shows: source, requested and resolved revision, each file's sha256 (the
     hub's, of its data files; a local file's own)."""
-    spec = {**spec, "source": dict(spec["source"])} if spec.get("source") else dict(spec)
+    spec = _copy_entry(spec)
     registry.fill_source(name, spec)
     src = spec["source"]
     record = {"kind": "dataset", "name": name, "requested": src.get("revision"), "revision": None}
@@ -197,9 +208,11 @@ def _sample(name: str, usable: int, unit: str, origin: str, n: int | None, seed:
 def load_qa(name: str, spec: dict) -> tuple[pl.DataFrame, dict]:
     """One QA dataset loaded, normalized and subsampled: the table, and a report with the dropped table."""
     entry = registry.get(name)  # an unknown name fails here, naming the registered ones
-    spec = {**spec, "source": dict(spec["source"])} if spec.get("source") else dict(spec)
+    spec = _copy_entry(spec)
     registry.fill_source(name, spec)
-    src, n, seed = spec["source"], spec.get("n"), int(spec.get("seed", 0))
+    src = spec["source"]
+    n = spec.get("n")
+    seed = int(spec.get("seed", 0))
     if "local" in src:
         origin = str(src["local"])
         try:
@@ -211,28 +224,40 @@ def load_qa(name: str, spec: dict) -> tuple[pl.DataFrame, dict]:
         records = load_hub_records(
             src["hub"], src.get("config"), src.get("split", "validation"), src.get("revision"), name
         )
-    columns = src.get("columns") or {}
-    records = [{**r, **{c: _get(r, source) for c, source in columns.items()}} for r in records]
+    columns = src.get("columns") or {}  # our column -> the file's field (dotted: nested)
+    records = [r | {c: _get(r, field) for c, field in columns.items()} for r in records]
     if not records:
         raise TruthflowError(f"dataset '{name}': '{origin}' holds no records")
-    first = records[0]  # a capitalized column counts (TriviaQA's "Question")
-    missing = [c for c in entry.required if _get(first, c) is None and _get(first, c.capitalize()) is None]
+    first = records[0]
+
+    def has_column(c: str) -> bool:  # a capitalized column counts (TriviaQA's "Question")
+        return _get(first, c) is not None or _get(first, c.capitalize()) is not None
+
+    missing = [c for c in entry.required if not has_column(c)]
     if missing:
         raise TruthflowError(
             f"dataset '{name}': '{origin}' lacks column(s) {missing} (it has {sorted(first)[:12]}); "
             f"map them with `datasets.{name}.source.columns`, e.g. {{{missing[0]}: <column in the file>}}"
         )
-    rows, dropped, seen = [], [], set()  # dropped: no question, no gold answer, or an id seen before
+    rows = []
+    dropped = []  # no question, no gold answer, or an id seen before
+    seen = set()
     for i, rec in enumerate(records):
         row = entry.normalize(rec, i)
-        problems = {"no_question": not row["question"], "no_gold_answer": not row["answers"]}
-        reason = next((r for r, bad in {**problems, "duplicate_id": row["id"] in seen}.items() if bad), None)
+        reason = None
+        if not row["question"]:
+            reason = "no_question"
+        elif not row["answers"]:
+            reason = "no_gold_answer"
+        elif row["id"] in seen:
+            reason = "duplicate_id"
         if reason:
             dropped.append({"id": row["id"], "reason": reason, "detail": None})
         else:
             seen.add(row["id"])
             rows.append(row)
-    rows = [{**rows[i], "dataset": name} for i in _sample(name, len(rows), "rows", origin, n, seed, dropped)]
+    kept = _sample(name, len(rows), "rows", origin, n, seed, dropped)
+    rows = [{**rows[i], "dataset": name} for i in kept]
     if not rows:
         raise TruthflowError(
             f"dataset '{name}': no usable row in '{origin}' (every row lacks a question or answer)"
@@ -246,14 +271,17 @@ def load_qa(name: str, spec: dict) -> tuple[pl.DataFrame, dict]:
 
 
 def _depthqa_questions(records: list[dict], where: str) -> tuple[pl.DataFrame, list[dict]]:
-    rows, dropped, seen = [], [], set()
+    rows = []
+    dropped = []
+    seen = set()
     for i, rec in enumerate(records):
         qid = rec.get("qid") or rec.get("_key")
         if qid is None or "question" not in rec:
             raise TruthflowError(
                 f"DepthQA questions ({where}, record {i}): need 'qid' and 'question' (got {sorted(rec)[:8]})"
             )
-        if (qid := str(qid)) in seen:
+        qid = str(qid)
+        if qid in seen:
             dropped.append({"id": qid, "reason": "duplicate_id", "detail": None})
             continue
         seen.add(qid)
@@ -263,10 +291,12 @@ def _depthqa_questions(records: list[dict], where: str) -> tuple[pl.DataFrame, l
             raise TruthflowError(
                 f"DepthQA questions ({where}): question '{qid}' has no integer 'depth'"
             ) from None
-        ref, question = str(rec.get("answer") or ""), str(rec["question"]).strip()
+        ref = str(rec.get("answer") or "")
+        question = str(rec["question"]).strip()
         row = {"id": qid, "dataset": "depthqa", "question": question, "answers": [ref] if ref else []}
         rows.append(row | {"depth": depth, "reference_answer": ref, "domain": rec.get("domain")})
-    return pl.DataFrame(rows, schema_overrides={"answers": pl.List(pl.String), "domain": pl.String}), dropped
+    table = pl.DataFrame(rows, schema_overrides={"answers": pl.List(pl.String), "domain": pl.String})
+    return table, dropped
 
 
 def _graph_error(message: str) -> TruthflowError:
@@ -277,11 +307,15 @@ def depthqa_nodes(
     nodes: list[dict], node_to_q: list[dict], depth_of: dict[str, int], where: dict[str, str]
 ) -> pl.DataFrame:
     """The nodes table (NODES_SCHEMA), checked closed: named nodes exist, map to a question of their depth."""
+    # where each part was read, as the errors name it: wn the nodes, wm the node-to-question map, wq questions
     wn, wm, wq = (where.get(k, k) for k in ("nodes", "node_to_q", "questions"))
     if not nodes and not node_to_q:
         return pl.DataFrame(schema=NODES_SCHEMA)
     if not nodes or not node_to_q:
-        have, lack = ("nodes", "node_to_q") if nodes else ("node_to_q", "nodes")
+        if nodes:
+            have, lack = "nodes", "node_to_q"
+        else:
+            have, lack = "node_to_q", "nodes"
         raise _graph_error(f"{where.get(have, have)} is given but the {lack} file is missing or empty")
     qid_of: dict[str, str] = {}
     for i, rec in enumerate(node_to_q):
@@ -301,7 +335,8 @@ def depthqa_nodes(
             raise _graph_error(f"{wn}: node '{nid}' appears twice")
         if nid not in qid_of:
             raise _graph_error(f"{wn}: node '{nid}' has no question in {wm}")
-        depth, qid = rec.get("depth"), qid_of[nid]
+        depth = rec.get("depth")
+        qid = qid_of[nid]
         if str(depth) not in ("1", "2", "3") or int(depth) != depth_of[qid]:
             need = f"its question '{qid}' has {depth_of[qid]}; a node's depth is 1, 2 or 3, its question's"
             raise _graph_error(f"{wn}: node '{nid}' has depth {depth!r} but {need}")
@@ -325,25 +360,32 @@ def depthqa_nodes(
 
 def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
     """DepthQA questions + graph: from a directory of questions/nodes/node_to_q files, or a questions file."""
-    src, n, seed = spec["source"], spec.get("n"), int(spec.get("seed", 0))
+    src = spec["source"]
+    n = spec.get("n")
+    seed = int(spec.get("seed", 0))
     if "hub" in src:
-        origin, split, revision = src["hub"], src.get("split", "test"), src.get("revision")
+        origin = src["hub"]
+        split = src.get("split", "test")
+        revision = src.get("revision")
         parts = {c: load_hub_records(origin, c, split, revision, "depthqa") for c in DEPTHQA_CONFIGS}
         where = {c: f"{origin} ({c})" for c in DEPTHQA_CONFIGS}
     else:
         origin = str(src["local"])
         path = Path(origin)
         if path.is_dir():
-            parts, where = {}, {}
+            parts = {}
+            where = {}
             for c in DEPTHQA_CONFIGS:
-                hits = [f for f in sorted(path.glob(f"{c}.*")) if f.suffix in (".jsonl", ".json", ".parquet")]
+                candidates = sorted(path.glob(f"{c}.*"))
+                hits = [f for f in candidates if f.suffix in (".jsonl", ".json", ".parquet")]
                 parts[c] = read_local_records(hits[0]) if hits else []
                 where[c] = str(hits[0] if hits else path / f"{c}.jsonl")
             if not parts["questions"]:
                 raise TruthflowError(f"dataset 'depthqa': '{path}' has no questions.jsonl/.json/.parquet")
         else:
             records = read_local_records(path, src.get("format", "auto"), src.get("field"))
-            parts, where = {"questions": records, "nodes": [], "node_to_q": []}, {"questions": origin}
+            parts = {"questions": records, "nodes": [], "node_to_q": []}  # a questions file alone: no graph
+            where = {"questions": origin}
     questions, dropped = _depthqa_questions(parts["questions"], where["questions"])
     depth_of = dict(zip(questions["id"], questions["depth"], strict=True))
     nodes = depthqa_nodes(parts["nodes"], parts["node_to_q"], depth_of, where)
@@ -354,10 +396,17 @@ def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
         questions = questions.filter(pl.col("id").is_in(nodes["qid"].implode()))
     else:
         questions = questions[_sample("depthqa", questions.height, "questions", origin, n, seed, dropped)]
-    report = {"dataset": "depthqa", "origin": origin, "n": n, "questions": questions.height}
-    duplicates = sum(d["reason"] == "duplicate_id" for d in dropped)
-    report |= {"nodes": nodes.height, "groups": nodes["group"].n_unique(), "duplicate_id": duplicates}
-    return questions, nodes, report | {"dropped": _dropped_frame("depthqa", dropped)}
+    report = {
+        "dataset": "depthqa",
+        "origin": origin,
+        "n": n,
+        "questions": questions.height,
+        "nodes": nodes.height,
+        "groups": nodes["group"].n_unique(),
+        "duplicate_id": sum(d["reason"] == "duplicate_id" for d in dropped),
+        "dropped": _dropped_frame("depthqa", dropped),
+    }
+    return questions, nodes, report
 
 
 def check_local_sources(config: dict) -> None:

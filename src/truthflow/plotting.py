@@ -51,9 +51,11 @@ def datasets_in(table: pl.DataFrame) -> list[str]:
 def table(df: pl.DataFrame | None, schema: Mapping[str, pl.DataType], optional=()) -> pl.DataFrame:
     """`df`, or an empty table of `schema` if missing, empty or short of a column; absent `optional`s null."""
     optional = [c for c in ("k_layer", *optional) if c in schema]
-    if df is None or df.height == 0 or any(c not in df.columns for c in schema if c not in optional):
+    required = [c for c in schema if c not in optional]
+    if df is None or df.height == 0 or any(c not in df.columns for c in required):
         return pl.DataFrame(schema=dict(schema))
-    return df.with_columns(pl.lit(None, dtype=schema[c]).alias(c) for c in optional if c not in df.columns)
+    absent = [c for c in optional if c not in df.columns]
+    return df.with_columns(pl.lit(None, dtype=schema[c]).alias(c) for c in absent)
 
 
 def ylabel(axes_row, text: str) -> None:
@@ -110,7 +112,8 @@ def note(ax, lines: list[tuple[str, str]] | list[str], loc: str = "lower left") 
     pairs = ((x, NOTE_COLOUR) if isinstance(x, str) else x for x in lines)
     rows = [TextArea(textwrap.fill(t, chars), textprops={"fontsize": 6.5, "color": c}) for t, c in pairs]
     if rows:
-        child = VPacker(children=rows, align="right" if loc.endswith("right") else "left", pad=0, sep=2)
+        align = "right" if loc.endswith("right") else "left"
+        child = VPacker(children=rows, align=align, pad=0, sep=2)
         box = AnchoredOffsetbox(loc, child=child, borderpad=0.4, zorder=6)
         box.patch.set(facecolor="white", alpha=0.75, lw=0)
         ax.add_artist(box)
@@ -120,7 +123,7 @@ def blank(ax, why: str = "") -> None:
     """A panel with nothing drawn: no ticks (an empty scale would suggest values), only the reason."""
     ax.set(xticks=[], yticks=[], xlabel="")
     ax.grid(False)
-    note(ax, [why] * bool(why))
+    note(ax, [why] if why else [])
 
 
 def per_model(axes_row, table: pl.DataFrame, models: list[str], why: str):
@@ -158,14 +161,17 @@ def draw_series(ax, rows: pl.DataFrame, n_layers: int, col: str, style: str, y: 
     full = pl.DataFrame({"layer": x}).join(rows, on="layer", how="left")
     n = full["n"].fill_null(0).to_numpy()
     mean = full[y].cast(pl.Float64).to_numpy()
-    big, small = n >= MIN_LINE_N, (n > 0) & (n < MIN_LINE_N)
-    ax.plot(x, np.where(big, mean, np.nan), style, color=col, lw=1.6)
+    as_line = n >= MIN_LINE_N
+    as_points = (n > 0) & (n < MIN_LINE_N)
+    ax.plot(x, np.where(as_line, mean, np.nan), style, color=col, lw=1.6)
     if "ci_low" in full.columns and y == "mean_delta_p":
-        lo, hi = (full[c].cast(pl.Float64).to_numpy() for c in ("ci_low", "ci_high"))
-        ok = big & np.isfinite(lo) & np.isfinite(hi)
+        lo = full["ci_low"].cast(pl.Float64).to_numpy()
+        hi = full["ci_high"].cast(pl.Float64).to_numpy()
+        ok = as_line & np.isfinite(lo) & np.isfinite(hi)
         ax.fill_between(x, np.where(ok, lo, np.nan), np.where(ok, hi, np.nan), color=col, alpha=0.13, lw=0)
-    if small.any():
-        ax.plot(x[small], mean[small], "o", color=col, ms=3.5, mfc="none" if style != "-" else col)
+    if as_points.any():
+        fill = col if style == "-" else "none"  # a dashed or dotted series' points are hollow
+        ax.plot(x[as_points], mean[as_points], "o", color=col, ms=3.5, mfc=fill)
     return True
 
 
@@ -176,7 +182,8 @@ def draw_styles(ax, sub: pl.DataFrame, column: str, styles: dict, ds: str, n_lay
         rows = sub.filter(pl.col(column) == key)
         if draw_series(ax, rows, n_layers, colour(ds), style, **kw):
             drawn.add((key, ds))
-            small |= bool(((rows["n"] > 0) & (rows["n"] < MIN_LINE_N)).any())
+            as_points = (rows["n"] > 0) & (rows["n"] < MIN_LINE_N)
+            small |= bool(as_points.any())
     return small
 
 
@@ -186,11 +193,16 @@ def band_by_layer(ax, sub: pl.DataFrame, col: str, n_layers: int = 0) -> pl.Data
     agg = sub.group_by("layer").agg(m=auc.mean(), lo=auc.min(), hi=auc.max(), seeds=pl.len())
     x = np.arange(1, max(n_layers, int(agg["layer"].max())) + 1)
     full = pl.DataFrame({"layer": x}).join(agg, on="layer", how="left")
-    m, lo, hi = (full[c].cast(pl.Float64).to_numpy() for c in ("m", "lo", "hi"))
+    m = full["m"].cast(pl.Float64).to_numpy()
+    lo = full["lo"].cast(pl.Float64).to_numpy()
+    hi = full["hi"].cast(pl.Float64).to_numpy()
     multi = full["seeds"].fill_null(0).to_numpy() > 1
     ax.plot(x, m, color=col, lw=1.6)
     ax.fill_between(x, np.where(multi, lo, np.nan), np.where(multi, hi, np.nan), color=col, alpha=0.15, lw=0)
-    alone = np.isfinite(m) & np.isnan(np.r_[np.nan, m[:-1]]) & np.isnan(np.r_[m[1:], np.nan])
+    # a layer whose neighbours have no value: the line draws nothing there, so it gets a point
+    no_previous = np.isnan(np.r_[np.nan, m[:-1]])
+    no_next = np.isnan(np.r_[m[1:], np.nan])
+    alone = np.isfinite(m) & no_previous & no_next
     if alone.any():
         ax.plot(x[alone], m[alone], "o", color=col, ms=3)
     return full

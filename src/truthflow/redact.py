@@ -25,8 +25,9 @@ def add_secret(value: str | None) -> None:
 def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
     environ = os.environ if environ is None else environ
     found = {environ.get(name) or "" for name in SECRET_ENV} | _registered
+    secrets = [s for s in found if len(s) >= MIN_SECRET_LEN]
     # longest first, so a secret that contains another is masked whole
-    for secret in sorted((s for s in found if len(s) >= MIN_SECRET_LEN), key=len, reverse=True):
+    for secret in sorted(secrets, key=len, reverse=True):
         text = text.replace(secret, MASK)
     for pattern, mask in _PATTERNS:
         text = pattern.sub(mask, text)

@@ -86,7 +86,8 @@ def _cell(col: str, value) -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return f'<td class="num">{text}</td>'
     if col == "verdict" and isinstance(value, str):
-        return f'<td class="{VERDICTS.get(value.partition(" ")[0], "not")}">{text}</td>'
+        first_word = value.partition(" ")[0]
+        return f'<td class="{VERDICTS.get(first_word, "not")}">{text}</td>'
     return f"<td>{text}</td>"
 
 
@@ -97,7 +98,8 @@ def to_html(table: pl.DataFrame, title: str, caption: str = "") -> str:
         "<tr>" + "".join(_cell(c, row[c]) for c in table.columns) + "</tr>"
         for row in table.iter_rows(named=True)
     )
-    cap, title = f'<p class="caption">{html.escape(caption)}</p>' if caption else "", html.escape(title)
+    cap = f'<p class="caption">{html.escape(caption)}</p>' if caption else ""
+    title = html.escape(title)
     return (
         f'<!doctype html>\n<html><head><meta charset="utf-8"><title>{title}</title>'
         f"<style>{STYLE}</style></head><body><h1>{title}</h1>{cap}"

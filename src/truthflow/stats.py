@@ -12,7 +12,8 @@ def bootstrap_ci(values: np.ndarray, n_boot: int, seed: int, alpha: float = 0.05
     if len(values) < MIN_CI_N:
         return float("nan"), float("nan")
     rng = np.random.default_rng(seed)
-    means = values[rng.integers(0, len(values), size=(n_boot, len(values)))].mean(axis=1)
+    resampled = rng.integers(0, len(values), size=(n_boot, len(values)))  # indices drawn with replacement
+    means = values[resampled].mean(axis=1)
     lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
     return float(lo), float(hi)
 
@@ -20,7 +21,8 @@ def bootstrap_ci(values: np.ndarray, n_boot: int, seed: int, alpha: float = 0.05
 def wilson_ci(values: np.ndarray, z: float = 1.959963984540054) -> tuple[float, float]:
     """Wilson score 95% CI of a rate from values in [0, 1] (docs/method.md); NaN under MIN_CI_N values."""
     values = np.asarray(values, dtype=float)
-    if (n := len(values)) < MIN_CI_N:
+    n = len(values)
+    if n < MIN_CI_N:
         return float("nan"), float("nan")
     if values.min() < 0 or values.max() > 1:
         raise ValueError("wilson_ci takes values in [0, 1]")

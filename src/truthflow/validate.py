@@ -27,7 +27,8 @@ def _first_line(exc: BaseException) -> str:
 
 def check_columns(df: pl.DataFrame, path: str | Path, required: Sequence[str]) -> None:
     if missing := [c for c in required if c not in df.columns]:
-        plural, has = "s" if len(missing) > 1 else "", ", ".join(df.columns) or "none"
+        plural = "s" if len(missing) > 1 else ""
+        has = ", ".join(df.columns) or "none"
         raise bad_file(path, f"missing column{plural} {', '.join(missing)} (has: {has})")
 
 

@@ -21,7 +21,9 @@ MAX_OPTION_WORDS = 6
 
 def _find_all(tokens: list[str], target: list[str]) -> list[int]:
     n = len(target)
-    return [i for i in range(len(tokens) - n + 1) if tokens[i : i + n] == target] if n else []
+    if n == 0:
+        return []
+    return [i for i in range(len(tokens) - n + 1) if tokens[i : i + n] == target]
 
 
 def _is_content(word: str) -> bool:
@@ -51,11 +53,14 @@ def _gap(question: str, qw: list[Word], i: int, j: int, pattern) -> bool:
 def _option_words(qw: list[Word], question: str, j: int, step: int) -> list[str]:
     """The option at question word j, direction `step`: right, up to MAX_OPTION_WORDS content or capitalized
     words (connectors inside) up to punctuation, a coordinator or stop word; left, a capitalized name or j."""
+    # capitalized (not as the question's first character) or a number: a word of a name
     cap = [(question[s].isupper() and s > 0) or question[s].isdigit() for _, s, _ in qw]
     usable = [_is_content(w) or c for (w, _, _), c in zip(qw, cap, strict=True)]
     if not (0 <= j < len(qw)) or not usable[j] or qw[j][0] in COORDINATORS:
         return []
-    out, capitalized, k = [], cap[j], j
+    out = []
+    capitalized = cap[j]
+    k = j
     while 0 <= k < len(qw) and len(out) < MAX_OPTION_WORDS:
         w = qw[k][0]
         if out:
@@ -63,8 +68,10 @@ def _option_words(qw: list[Word], question: str, j: int, step: int) -> list[str]
                 break
             nxt = k + step
             connector = w in NAME_CONNECTORS and 0 <= nxt < len(qw) and usable[nxt]
-            if step < 0 and (not capitalized or not cap[k] and not (connector and cap[nxt])):
-                break
+            if step < 0:  # leftwards only a capitalized name grows: a capitalized word, or a connector in it
+                joins_name = cap[k] or (connector and cap[nxt])
+                if not capitalized or not joins_name:
+                    break
             if step > 0 and not usable[k] and not connector:
                 break
         out.append(w)
@@ -75,20 +82,29 @@ def _option_words(qw: list[Word], question: str, j: int, step: int) -> list[str]
 def choice_options(question: str, alias: str) -> list[list[str]]:
     """The other options of a choice question offering `alias` ("Mars or Jupiter?", "A, B, or C"): the names
     joined to it by or/and/nor/vs (commas inside such a list), as normalized words; [] if not offered so."""
-    qw, target = normalized_words(question), normalize_text(alias).split()
-    tokens, n = [w for w, _, _ in qw], len(target)
+    qw = normalized_words(question)
+    tokens = [w for w, _, _ in qw]
+    target = normalize_text(alias).split()
+    n = len(target)
     for i in _find_all(tokens, target):
-        options, coord = [], False
+        options = []
+        coord = False  # whether a coordinator joins the options: a list without one offers no choice
         for step in (1, -1):
             # j: the first word outside the alias in this direction; edge: the last word of the items taken
-            j, edge = (i + n, i + n - 1) if step > 0 else (i - 1, i)
+            if step > 0:
+                j, edge = i + n, i + n - 1
+            else:
+                j, edge = i - 1, i
             while 0 <= j < len(qw):
                 by_comma = _gap(question, qw, edge, j, r"[,;]")
                 if tokens[j] in COORDINATORS:
-                    coord, by_comma, j = True, False, j + step
+                    coord = True
+                    by_comma = False
+                    j += step
                 elif not by_comma:
                     break
-                if not (opt := _option_words(qw, question, j, step)):
+                opt = _option_words(qw, question, j, step)
+                if not opt:
                     break
                 far = j + step * len(opt)  # the first word beyond this option
                 # an option after a comma is closed on its far side: by the end, a coordinator or , ; ?
@@ -96,7 +112,8 @@ def choice_options(question: str, alias: str) -> list[list[str]]:
                     if not _gap(question, qw, far - step, far, r"[,;?]"):
                         break
                 options.append(opt)
-                edge, j = far - step, far
+                edge = far - step
+                j = far
         if coord and options:
             return options
     return []
@@ -127,7 +144,8 @@ def _match_choice(ans: list[str], target: list[str], options: list[list[str]]) -
             merged.append((s, e, o))
     listed = [False] * len(merged)
     for m in range(len(merged) - 1):
-        (_, e1, o1), (s2, _, o2) = merged[m], merged[m + 1]
+        _, e1, o1 = merged[m]
+        s2, _, o2 = merged[m + 1]
         between = ans[e1:s2]
         # two different options side by side ("X, Y") or joined by and/or ("X or Y", "both X and Y")
         if o1 != o2 and set(between) <= COORDINATORS | {"both", "either", "neither"}:
@@ -151,17 +169,22 @@ def match_answer(answer: str, aliases: list[str], question: str | None = None) -
     echo = False
     for alias in sorted(aliases, key=lambda a: -len(normalize_text(a))):
         target = normalize_text(alias).split()
-        n, starts = len(target), _find_all(tokens, target)
+        n = len(target)
+        starts = _find_all(tokens, target)
         if not starts:
             continue
         if q_tokens is not None and n == 1 and target[0] in POLAR:  # the answer's first yes/no decides
-            hit = starts[0] if next(w for w in tokens if w in POLAR) == target[0] else -1
+            first_polar = next(w for w in tokens if w in POLAR)
+            hit = starts[0] if first_polar == target[0] else -1
         elif q_tokens is None or not _find_all(q_tokens, target):
             hit = starts[0]
         else:
             options = choice_options(question, alias)
-            own = (i for i in starts if not _echo_by_copy(tokens, i, n, q_tokens))
-            hit = _match_choice(tokens, target, options) if options else next(own, -1)
+            if options:
+                hit = _match_choice(tokens, target, options)
+            else:  # the first occurrence outside a run copied from the question
+                own = (i for i in starts if not _echo_by_copy(tokens, i, n, q_tokens))
+                hit = next(own, -1)
             echo = echo or hit < 0
         if hit >= 0:
             return AliasMatch(alias, ans_words[hit][1], ans_words[hit + n - 1][2], False)
@@ -172,23 +195,37 @@ def is_refusal(answer: str) -> bool:
     return not answer.strip() or bool(_REFUSAL.search(answer))
 
 
-LABEL_SCHEMA = {"correct": pl.Boolean, "matched_alias": pl.String, "match_start": pl.Int64}
-LABEL_SCHEMA |= {"match_end": pl.Int64, "echo_rejected": pl.Boolean, "refusal": pl.Boolean}
+LABEL_SCHEMA = {
+    "correct": pl.Boolean,
+    "matched_alias": pl.String,
+    "match_start": pl.Int64,
+    "match_end": pl.Int64,
+    "echo_rejected": pl.Boolean,
+    "refusal": pl.Boolean,
+}
 
 
 def label_frame(answers: pl.DataFrame, questions: pl.DataFrame) -> pl.DataFrame:
     """answers (id, answer) + LABEL_SCHEMA, by questions' id, answers and question (if any: the echo rule)."""
     text = questions["question"] if "question" in questions.columns else [None] * questions.height
-    gold = dict(zip(questions["id"], zip(questions["answers"].to_list(), text, strict=True), strict=True))
+    aliases = questions["answers"].to_list()
+    # id -> match_answer's (aliases, question)
+    gold = {qid: (a, q) for qid, a, q in zip(questions["id"], aliases, text, strict=True)}
     rows = []
     for i, a in zip(answers["id"], answers["answer"], strict=True):
         m = match_answer(a, *gold[i])
-        rows.append((m.correct, m.alias, m.start, m.end, m.echo_rejected, not m.correct and is_refusal(a)))
-    return answers.with_columns(pl.DataFrame(rows, schema=LABEL_SCHEMA, orient="row").get_columns())
+        refusal = not m.correct and is_refusal(a)
+        rows.append((m.correct, m.alias, m.start, m.end, m.echo_rejected, refusal))
+    labels = pl.DataFrame(rows, schema=LABEL_SCHEMA, orient="row")
+    return answers.with_columns(labels.get_columns())
 
 
 def accuracy_table(labelled: pl.DataFrame, model: str, dataset: str) -> pl.DataFrame:
     n = {c: pl.col(c).sum().cast(pl.Int64).alias(f"n_{c}") for c in ("correct", "refusal", "echo_rejected")}
-    keys = pl.lit(model).alias("model"), pl.lit(dataset).alias("dataset"), pl.len().cast(pl.Int64).alias("n")
+    keys = (
+        pl.lit(model).alias("model"),
+        pl.lit(dataset).alias("dataset"),
+        pl.len().cast(pl.Int64).alias("n"),
+    )
     accuracy = pl.col("correct").mean().fill_null(float("nan")).alias("accuracy")
     return labelled.select(*keys, n["correct"], accuracy, n["refusal"], n["echo_rejected"])

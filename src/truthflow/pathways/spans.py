@@ -95,9 +95,12 @@ def _has_letter(text: str) -> bool:
 def _sentence_end(text: str) -> int:
     """End of the first sentence: the first . ! ? ; before a space or the end, not after "F." or "Dr."."""
     for m in re.finditer(r"[.!?;](?=\s|$)", text):
-        prev = re.search(r"([\w']+)$", text[: m.start()]) if m.group(0) == "." else None
-        if not (prev and (re.fullmatch(r"[A-Z]", prev.group(1)) or prev.group(1).lower() in ABBREVIATIONS)):
-            return m.start()
+        if m.group(0) == ".":
+            before = re.search(r"([\w']+)$", text[: m.start()])
+            word = before.group(1) if before else ""
+            if re.fullmatch(r"[A-Z]", word) or word.lower() in ABBREVIATIONS:
+                continue
+        return m.start()
     return len(text)
 
 
@@ -113,7 +116,7 @@ def _runs(words: list[Word], keep, text: str | None, bridges=NAME_CONNECTORS, al
             gap = text[cur[-1][2] : words[i][1]].strip() if cur and text is not None else ""
             if _norm(words[i][0]) in alone:
                 runs += [[words[i]], []]
-            elif gap in {"", "-", "&"} or gap == "." and _INITIAL.fullmatch(cur[-1][0]):
+            elif gap in {"", "-", "&"} or (gap == "." and _INITIAL.fullmatch(cur[-1][0])):
                 cur.append(words[i])
             else:
                 runs.append([words[i]])
@@ -169,13 +172,17 @@ def short_answer_span(answer: str, question: str) -> tuple[int, int] | None:
     def phrase_word(w: str) -> bool:  # of a lowercase answer phrase (step 3)
         return _is_content(w) and not is_q(w) and len(_norm(w)) > 1
 
+    def name_word(w: str) -> bool:  # of a named run (step 2)
+        return named(w) and _norm(w) not in FRAME_WORDS
+
     candidates: list[tuple[int, int]] = []
     for m in _QUOTED.finditer(line, start, end):
-        inner = _words(line, *m.span(1 if m.group(1) is not None else 2))
+        quote = 1 if m.group(1) is not None else 2  # the group of "straight" or “curly” quotes
+        inner = _words(line, *m.span(quote))
         if inner and not all(is_q(w) or _is_stop(w) for w, _, _ in inner):
             candidates.append(span_of(inner))
     anchored: list[tuple[int, int]] = []
-    for run in map(trimmed, _runs(words, lambda w: named(w) and _norm(w) not in FRAME_WORDS, line)):
+    for run in map(trimmed, _runs(words, name_word, line)):
         # "King Louis XF" -> "Louis XF" ("Queen of England" keeps its title): gold aliases omit titles
         last = max((k for k, (w, _, _) in enumerate(run) if _norm(w) in TITLE_WORDS), default=-1)
         after = run[last + 1][0] if 0 <= last < len(run) - 1 else ""
@@ -187,21 +194,26 @@ def short_answer_span(answer: str, question: str) -> tuple[int, int] | None:
         if run and not all(is_q(w) for w, _, _ in run):
             candidates.append(span_of(run))
             # anchored: the nearest non-stop word before it restates the question's relation ("born in India")
-            prev = next((w for w, _, _ in reversed(words[: words.index(run[0])]) if not _is_stop(w)), "")
+            before = words[: words.index(run[0])]
+            prev = next((w for w, _, _ in reversed(before) if not _is_stop(w)), "")
             if prev[:1].islower() and is_q(prev) and _has_letter(run[0][0]):
                 anchored.append(candidates[-1])
     if candidates:
         return min(anchored or candidates)
     # 3. a lowercase phrase in the first clause, else in the sentence
-    cb = _CLAUSE_BREAK.search(line, words[0][2], end)
-    for hi in (cb.start() if cb else end, end):
-        if runs := [r for r in map(trimmed, _runs(_words(line, start, hi), phrase_word, line)) if r]:
+    clause_break = _CLAUSE_BREAK.search(line, words[0][2], end)
+    clause_end = clause_break.start() if clause_break else end
+    for hi in (clause_end, end):
+        phrases = [r for r in map(trimmed, _runs(_words(line, start, hi), phrase_word, line)) if r]
+        if phrases:
             # the head: English noun phrases end in it ("a professional skier" -> "skier"), so the probe's
             # position stays; one with a connector ("god of war") has its head before it and is kept whole
-            run = runs[0][:MAX_EA_PHRASE]
-            return span_of(run if any(w.lower() in NAME_CONNECTORS for w, _, _ in run) else run[-1:])
+            run = phrases[0][:MAX_EA_PHRASE]
+            has_connector = any(w.lower() in NAME_CONNECTORS for w, _, _ in run)
+            return span_of(run if has_connector else run[-1:])
     # 4. only a restatement of the question
-    if caps := [r for r in map(trimmed, _runs(words, named, line)) if r]:
+    caps = [r for r in map(trimmed, _runs(words, named, line)) if r]
+    if caps:
         return span_of(caps[0])
     rest = [w for w in words if not _is_stop(w[0])] or words
     return rest[-1][1], rest[-1][2]
@@ -220,11 +232,19 @@ def question_spans(question: str, dataset: str, subj=None, prop=None) -> list[tu
         return sorted(spans)
     runs = _runs(words, _is_content, None, CHUNK_BRIDGES, RELATION_VERBS)
     chunks = [[w for w in r if _is_content(w[0])] for r in runs]
-    subject = max(reversed(chunks), key=lambda c: (len(c), sum(_has_letter(w) for w, _, _ in c)), default=[])
+
+    def size(chunk: list[Word]) -> tuple[int, int]:  # words, then words with letters
+        return len(chunk), sum(_has_letter(w) for w, _, _ in chunk)
+
+    subject = max(reversed(chunks), key=size, default=[])  # the largest chunk; on a tie, the last
     lettered = [w for c in chunks for w in c if _has_letter(w[0])]
     picked = set(subject[-MAX_SUBJECT_WORDS:]) | set(lettered[:1])  # the property: first content word
     picked |= {w for c in chunks for w in c if not _has_letter(w[0])}  # every number
-    apart = {sp for sp in spans if not any(a < sp[1] and sp[0] < b for _, a, b in picked)}
+
+    def overlaps_picked(span: tuple[int, int]) -> bool:
+        return any(a < span[1] and span[0] < b for _, a, b in picked)
+
+    apart = {sp for sp in spans if not overlaps_picked(sp)}
     return sorted({(s, e) for _, s, e in picked} | apart)
 
 
@@ -232,10 +252,12 @@ def _named_spans(question: str) -> list[tuple[int, int]]:
     """Quoted spans, capitalized runs and numbers of a mixed-case question."""
     spans = [m.span(1 if m.group(1) else 2) for m in _QUOTED.finditer(question)]
     # capitalized runs, connectors inside ("Statue of Liberty"); not text.NAME_CONNECTORS: E_Q would change
-    connector, cap = r"(?:of(?:\s+the)?|de|la|le|von|van|der|du|da|del|di)", r"[A-Z][\w'\-\.]*"
+    connector = r"(?:of(?:\s+the)?|de|la|le|von|van|der|du|da|del|di)"
+    cap = r"[A-Z][\w'\-\.]*"
     runs = re.finditer(rf"\b{cap}(?:\s+(?:{connector}\s+)?{cap})*", question)
     for m in chain(runs, re.finditer(r"\b\d[\d,]*(?:\.\d+)?\b", question)):  # then numbers
-        (s, e), words = m.span(), m.group(0).split()
+        s, e = m.span()
+        words = m.group(0).split()
         if not question[:s].strip() and words[0].lower() in STOPWORDS:  # a sentence-initial "What", "The"
             if len(words) == 1:
                 continue
@@ -272,10 +294,18 @@ def locate(
     return eq, ea, question_pos, None if ea else "ea_not_found"
 
 
-CLASS_TABLE_SCHEMA = dict.fromkeys(["model", "dataset", "class"], pl.String) | {"n": pl.UInt32}
-CLASS_TABLE_SCHEMA |= dict.fromkeys(["mean_ea_tokens", "mean_eq_tokens", "median_eq_share"], pl.Float64)
-CLASS_TABLE_SCHEMA |= {"n_no_matched_control": pl.UInt32}
-CLASS_TABLE_SCHEMA |= dict.fromkeys(["auc_ea_length_only", "auc_position_only"], pl.Float64)
+CLASS_TABLE_SCHEMA = {
+    "model": pl.String,
+    "dataset": pl.String,
+    "class": pl.String,
+    "n": pl.UInt32,
+    "mean_ea_tokens": pl.Float64,
+    "mean_eq_tokens": pl.Float64,
+    "median_eq_share": pl.Float64,
+    "n_no_matched_control": pl.UInt32,
+    "auc_ea_length_only": pl.Float64,
+    "auc_position_only": pl.Float64,
+}
 
 
 def position_only_auc(correct: np.ndarray, value: np.ndarray) -> float:
@@ -289,7 +319,8 @@ def position_only_auc(correct: np.ndarray, value: np.ndarray) -> float:
 
 def class_table(samples: pl.DataFrame, model: str, dataset: str) -> pl.DataFrame:
     """Per answer class of one (model, dataset): CLASS_TABLE_SCHEMA's counts, means and AUCs (METHOD A3)."""
-    auc_len, auc_pos = (position_only_auc(samples["correct"], samples[c]) for c in ("n_ea", "probe_position"))
+    auc_len = position_only_auc(samples["correct"], samples["n_ea"])
+    auc_pos = position_only_auc(samples["correct"], samples["probe_position"])
     cls = pl.when(pl.col("correct")).then(pl.lit("correct")).otherwise(pl.lit("wrong"))
     table = samples.group_by(cls.alias("class")).agg(
         model=pl.lit(model),
