@@ -10,28 +10,71 @@ from scipy import optimize, stats
 
 from .probes import CONTROL, TARGET
 
-HOLDS, NOT_HOLD, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
+HOLDS = "holds"
+NOT_HOLD = "does not hold"
+INCONCLUSIVE = "inconclusive"
 # the sign of E_Q − control that the papers predict: E_Q lowers p more (ΔP), E_Q flips more (flip rate)
 MEASURES = {"delta_p": -1, "flip_rate": 1}
 UNITS = {"delta_p": "ΔP points", "flip_rate": "flip-rate points (%)"}
 NAMES = {"delta_p": "ΔP", "flip_rate": "flip rate"}
-POWER, N_MAX = 0.8, 2**24  # the power that mde and n_needed plan for; n_needed's largest n
+POWER = 0.8  # the power that mde and n_needed plan for
+N_MAX = 2**24  # n_needed's largest n
 
-# range: all | second_half | explicit | middle_third; status: why a cell has no test (null: it has one)
-CELL_SCHEMA = dict.fromkeys(["range", "layers"], pl.String) | {"layer_from": pl.Int64, "layer_to": pl.Int64}
-CELL_SCHEMA |= {"measure": pl.String} | dict.fromkeys(["n_samples", "n_unmatched", "n_minority"], pl.Int64)
-CELL_SCHEMA |= dict.fromkeys("probe_auc target control diff sd".split(), pl.Float64) | {"status": pl.String}
-TEST_COLUMNS = dict.fromkeys("diff diff_low diff_high p_value p_holm sesoi mde".split(), pl.Float64)
-TEST_COLUMNS |= {"n_needed": pl.Int64, "verdict": pl.String}
-# verdict_cell: the cell without the family-wise correction; level: the corrected bounds' one-sided level
-CHECK_SCHEMA = dict.fromkeys(["model", "dataset", "measure", "layers"], pl.String) | {"n_samples": pl.Int64}
-CHECK_SCHEMA |= TEST_COLUMNS | {"reason": pl.String, "verdict_cell": pl.String, "level": pl.Float64}
-CHECK_SCHEMA |= {"secondary_measure": pl.String}
-CHECK_SCHEMA |= dict.fromkeys("secondary_diff secondary_low secondary_high secondary_p".split(), pl.Float64)
-CHECK_SCHEMA |= dict.fromkeys("flip_target flip_control delta_p_target delta_p_control".split(), pl.Float64)
-CHECK_SCHEMA |= {c: CELL_SCHEMA[c] for c in "layer_from layer_to n_unmatched n_minority probe_auc".split()}
-DROPPED_SCHEMA = dict.fromkeys(["model", "dataset", "reason"], pl.String)
-DROPPED_SCHEMA |= {"n": pl.UInt32, "detail": pl.String}
+CELL_SCHEMA = {
+    "range": pl.String,  # all | second_half | explicit | middle_third
+    "layers": pl.String,
+    "layer_from": pl.Int64,
+    "layer_to": pl.Int64,
+    "measure": pl.String,
+    "n_samples": pl.Int64,
+    "n_unmatched": pl.Int64,
+    "n_minority": pl.Int64,
+    "probe_auc": pl.Float64,
+    "target": pl.Float64,
+    "control": pl.Float64,
+    "diff": pl.Float64,
+    "sd": pl.Float64,
+    "status": pl.String,  # why a cell has no test (null: it has one)
+}
+TEST_COLUMNS = {
+    "diff": pl.Float64,
+    "diff_low": pl.Float64,
+    "diff_high": pl.Float64,
+    "p_value": pl.Float64,
+    "p_holm": pl.Float64,
+    "sesoi": pl.Float64,
+    "mde": pl.Float64,
+    "n_needed": pl.Int64,
+    "verdict": pl.String,
+}
+CHECK_SCHEMA = {
+    "model": pl.String,
+    "dataset": pl.String,
+    "measure": pl.String,
+    "layers": pl.String,
+    "n_samples": pl.Int64,
+    **TEST_COLUMNS,
+    "reason": pl.String,
+    "verdict_cell": pl.String,  # the cell without the family-wise correction
+    "level": pl.Float64,  # the corrected bounds' one-sided level
+    "secondary_measure": pl.String,
+    "secondary_diff": pl.Float64,
+    "secondary_low": pl.Float64,
+    "secondary_high": pl.Float64,
+    "secondary_p": pl.Float64,
+    "flip_target": pl.Float64,
+    "flip_control": pl.Float64,
+    "delta_p_target": pl.Float64,
+    "delta_p_control": pl.Float64,
+    **{c: CELL_SCHEMA[c] for c in ("layer_from", "layer_to", "n_unmatched", "n_minority", "probe_auc")},
+}
+DROPPED_SCHEMA = {
+    "model": pl.String,
+    "dataset": pl.String,
+    "reason": pl.String,
+    "n": pl.UInt32,
+    "detail": pl.String,
+}
 # the sensitivity table: the check table's test columns per layer range
 LAYERS_SCHEMA = dict.fromkeys(["model", "dataset", "range", "layers", "measure"], pl.String)
 LAYERS_SCHEMA |= {c: CHECK_SCHEMA[c] for c in ("n_samples", *TEST_COLUMNS, "reason")}
@@ -59,7 +102,12 @@ def check(samples: pl.DataFrame, auc=None, layers="second_half", probe_status=No
     """Per (layer range, measure): a CELL_SCHEMA row, from run_probes' two tables (`auc` may be None)."""
     unmatched = samples.filter(~pl.col("matched"))["id"].n_unique() if samples.height else 0
     no_control = not samples.filter(pl.col("knockout") == CONTROL).height
-    status = probe_status or ("no random-control draws (knockout.control_draws = 0)" if no_control else None)
+    if probe_status:
+        status = probe_status
+    elif no_control:
+        status = "no random-control draws (knockout.control_draws = 0)"
+    else:
+        status = None
     n_layers = 0 if status or not samples.height else int(samples["layer"].max())
     ranges = layer_ranges(max(n_layers, 1), layers)
     if not n_layers:  # no test: the ranges' names only
@@ -73,14 +121,18 @@ def check(samples: pl.DataFrame, auc=None, layers="second_half", probe_status=No
             rows += [{**base, "measure": m, "n_samples": 0, "status": why} for m in MEASURES]
             continue
         base["layers"] = f"{name} ({lo}-{hi})"
-        target, control = (per_sample_means(samples, ko, lo, hi) for ko in (TARGET, CONTROL))
+        target = per_sample_means(samples, TARGET, lo, hi)
+        control = per_sample_means(samples, CONTROL, lo, hi)
         both = target.join(control.drop("label"), on="id", suffix="_c")
-        n, n_correct = both.height, int(both["label"].sum())
-        probe_auc = ok.filter(pl.col("layer").is_between(lo, hi))["auc"].mean() if ok is not None else None
+        n = both.height
+        n_correct = int(both["label"].sum())
+        in_range = pl.col("layer").is_between(lo, hi)
+        probe_auc = ok.filter(in_range)["auc"].mean() if ok is not None else None
         base |= {"n_samples": n, "n_minority": min(n_correct, n - n_correct), "probe_auc": probe_auc}
         for measure in MEASURES:
             d = (both[measure] - both[f"{measure}_c"]).to_numpy()
-            diff, sd = float(d.mean()) if len(d) else None, float(d.std(ddof=1)) if len(d) > 1 else None
+            diff = float(d.mean()) if len(d) else None
+            sd = float(d.std(ddof=1)) if len(d) > 1 else None
             means = {"target": both[measure].mean(), "control": both[f"{measure}_c"].mean()}  # empty: None
             rows.append({**base, **means, "measure": measure, "diff": diff, "sd": sd})
     return pl.DataFrame(rows, schema=CELL_SCHEMA)
@@ -99,15 +151,25 @@ def holm(p, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     stop = np.minimum(passed.sum(axis=-1, keepdims=True), p.shape[-1] - 1)
     level = np.where(passed, step, np.take_along_axis(step, stop, -1))
     inverse = np.argsort(order, axis=-1)
-    return tuple(np.where(np.isnan(p), np.nan, np.take_along_axis(a, inverse, -1)) for a in (adjusted, level))
+
+    def in_input_order(a: np.ndarray) -> np.ndarray:  # untested cells: NaN
+        return np.where(np.isnan(p), np.nan, np.take_along_axis(a, inverse, -1))
+
+    return in_input_order(adjusted), in_input_order(level)
 
 
 def decide(low, high, sign: int, sesoi: float) -> np.ndarray:
     """holds / does not hold / inconclusive from the corrected interval (NaN bounds: inconclusive)."""
-    low, high = np.asarray(low, dtype=float), np.asarray(high, dtype=float)
-    lo, hi = (low, high) if sign > 0 else (-high, -low)  # in the predicted direction
+    low = np.asarray(low, dtype=float)
+    high = np.asarray(high, dtype=float)
+    if sign > 0:  # the bounds in the predicted direction
+        lo, hi = low, high
+    else:
+        lo, hi = -high, -low
     out = np.full(lo.shape, INCONCLUSIVE, dtype=object)
-    out[(lo > -sesoi) & (hi < sesoi) | (hi < 0)] = NOT_HOLD  # TOST: within ±SESOI; or the wrong way
+    equivalent = (lo > -sesoi) & (hi < sesoi)  # TOST: within ±SESOI
+    wrong_way = hi < 0
+    out[equivalent | wrong_way] = NOT_HOLD
     out[lo > 0] = HOLDS
     return out
 
@@ -119,7 +181,10 @@ def verdicts(mean, sd, n, sign: int, sesoi: float, alpha: float = 0.05, correct:
     with np.errstate(divide="ignore", invalid="ignore"):
         t = stats.t.sf(sign * mean / (sd / np.sqrt(n)), n - 1)
         p = np.where(np.isfinite(mean) & (sd > 0) & (n > 1), t, np.nan)
-        p_holm, level = holm(p, alpha) if correct else (p, np.where(np.isnan(p), np.nan, alpha))
+        if correct:
+            p_holm, level = holm(p, alpha)
+        else:  # each cell on its own, at alpha
+            p_holm, level = p, np.where(np.isnan(p), np.nan, alpha)
         half = stats.t.isf(level, n - 1) * sd / np.sqrt(n)
     low, high = mean - half, mean + half
     return dict(p=p, p_holm=p_holm, level=level, low=low, high=high, verdict=decide(low, high, sign, sesoi))
@@ -185,18 +250,28 @@ def _reason(v: str, sign: int, lo: float, hi: float, level: float, row: dict, cf
     )
 
 
+def _floats(table: pl.DataFrame, column: str) -> np.ndarray:
+    """A column as float64, null as NaN."""
+    return table[column].fill_null(np.nan).to_numpy().astype(float)
+
+
 def _family(rows: pl.DataFrame, cfg: dict) -> pl.DataFrame:
     """One family (one measure, one layer range, every cell of the run): gates, tests, Holm, verdicts."""
-    sign, sesoi = MEASURES[rows["measure"][0]], float(cfg["sesoi"])
+    sign = MEASURES[rows["measure"][0]]
+    sesoi = float(cfg["sesoi"])
     records = rows.to_dicts()
     gates = [_gate(r, cfg) for r in records]
     tested = np.array([g is None for g in gates])
-    n, sd, mean = (rows[c].fill_null(np.nan).to_numpy().astype(float) for c in ("n_samples", "sd", "diff"))
+    n = _floats(rows, "n_samples")
+    sd = _floats(rows, "sd")
+    mean = _floats(rows, "diff")
     fam = verdicts(np.where(tested, mean, np.nan), sd, n, sign, sesoi, cfg["alpha"])
     cell = verdicts(mean, sd, n, sign, sesoi, cfg["alpha"], correct=False)  # per cell, untested ones too
     for i, r in enumerate(records):
-        # an untested cell's planning numbers at Bonferroni's level, the strictest step of Holm
-        level = float(fam["level"][i]) if tested[i] else cfg["alpha"] / max(int(tested.sum()), 1)
+        if tested[i]:
+            level = float(fam["level"][i])
+        else:  # an untested cell's planning numbers at Bonferroni's level, the strictest step of Holm
+            level = cfg["alpha"] / max(int(tested.sum()), 1)
         r.update(sesoi=sesoi, level=level, mde=None, n_needed=None, p_value=None)
         if n[i] > 1 and sd[i] > 0:
             p = float(cell["p"][i])
@@ -213,7 +288,8 @@ def _family(rows: pl.DataFrame, cfg: dict) -> pl.DataFrame:
 
 def family(cells: pl.DataFrame, cfg: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The check table (Holm over the cells' `check` rows) and the sensitivity table (Holm per range)."""
-    primary, chosen = cfg["measure"], "explicit" if isinstance(cfg["layers"], list | tuple) else cfg["layers"]
+    primary = cfg["measure"]
+    chosen = "explicit" if isinstance(cfg["layers"], list | tuple) else cfg["layers"]  # the range reported
     secondary = next(m for m in MEASURES if m != primary)
     keys = ["model", "dataset"]
     cells = cells.sort(keys, maintain_order=True)
@@ -224,7 +300,9 @@ def family(cells: pl.DataFrame, cfg: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
     sens = pl.concat(tested.values()).select(list(LAYERS_SCHEMA))
     # the secondary measure, per cell and uncorrected: p and the interval at α each side
     sec = cells.filter(range=chosen, measure=secondary)
-    n, sd, mean = (sec[c].fill_null(np.nan).to_numpy().astype(float) for c in ("n_samples", "sd", "diff"))
+    n = _floats(sec, "n_samples")
+    sd = _floats(sec, "sd")
+    mean = _floats(sec, "diff")
     s = verdicts(mean, sd, n, MEASURES[secondary], float(cfg["sesoi"]), cfg["alpha"], correct=False)
     secondary_cols = [pl.lit(secondary).alias("secondary_measure"), pl.col("diff").alias("secondary_diff")]
     secondary_cols += [pl.Series(f"secondary_{k}", s[k]).fill_nan(None) for k in ("low", "high", "p")]
@@ -238,7 +316,8 @@ def family(cells: pl.DataFrame, cfg: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def caption(table: pl.DataFrame, cfg: dict) -> str:
     """The falsification figure's statement of the test: measure, layer range, correction, SESOI."""
-    measure, secondary = table["measure"][0], table["secondary_measure"][0]
+    measure = table["measure"][0]
+    secondary = table["secondary_measure"][0]
     tested = table["p_holm"].drop_nulls().len()
     sesoi = f"±{table['sesoi'][0]:g} {UNITS[measure]}"
     layers = " / ".join(table["layers"].unique(maintain_order=True))
@@ -264,7 +343,10 @@ def dropped_table(kept: list[tuple], dropped: pl.DataFrame, data_dropped: pl.Dat
     pair; dropped: the extraction drops; data_dropped: the drops at loading, which hold for every model."""
     load = data_dropped.group_by("dataset", "reason").agg(pl.col("detail").drop_nulls().first(), n=pl.len())
     kept = pl.DataFrame([(*k, "kept") for k in kept], ["model", "dataset", "n", "reason"], orient="row")
-    parts = [kept, dropped.group_by("model", "dataset", "reason").len("n")]
-    parts.append(load.with_columns(model=pl.lit("(loading, all models)")))
+    parts = [
+        kept,
+        dropped.group_by("model", "dataset", "reason").len("n"),
+        load.with_columns(model=pl.lit("(loading, all models)")),
+    ]
     table = pl.concat([pl.DataFrame(schema=DROPPED_SCHEMA), *parts], how="diagonal_relaxed")
     return table.select(list(DROPPED_SCHEMA)).cast(DROPPED_SCHEMA).sort("model", "dataset", "reason")

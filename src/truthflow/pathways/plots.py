@@ -17,7 +17,8 @@ _finish = plotting.finish  # module attribute: tests replace it to inspect the l
 
 def _panel_datasets(table: pl.DataFrame, auc: pl.DataFrame, model: str, notes: list[str]):
     """(dataset, its rows, the panel's layers) per dataset of a model; an undefined probe gives a note."""
-    mine, probes = table.filter(pl.col("model") == model), auc.filter(pl.col("model") == model)
+    mine = table.filter(pl.col("model") == model)
+    probes = auc.filter(pl.col("model") == model)
     n_layers = int(mine["layer"].max() or 0)
     for ds in plotting.datasets_in(mine) or plotting.datasets_in(probes):
         bad = probes.filter((pl.col("dataset") == ds) & (pl.col("status") != "ok"))
@@ -29,9 +30,15 @@ def _panel_datasets(table: pl.DataFrame, auc: pl.DataFrame, model: str, notes: l
 
 def _legend(drawn, styles: dict[str, str], names: dict[str, str], *extras) -> tuple[list, list[str]]:
     """The (series, dataset) pairs drawn, datasets in registry order, then the `extras`."""
-    pairs = [(k, ds) for ds in plotting.ordered(d for _, d in drawn) for k in styles if (k, ds) in drawn]
+    datasets = plotting.ordered(d for _, d in drawn)
+    pairs = [(k, ds) for ds in datasets for k in styles if (k, ds) in drawn]
     entries = [(plotting.line(colour(ds), styles[k]), f"{names[k]} ({label(ds)})") for k, ds in pairs]
     return plotting.legend(entries, *extras)
+
+
+def _legend_columns(models: list[str]) -> int:
+    """Two legend columns under one panel, four under a pair."""
+    return 2 if len(models) == 1 else 4
 
 
 def _panels(models, titles, n_rows: int = 1, height: float = 3.2, y: float = 0, ls: str = "-"):
@@ -47,7 +54,8 @@ def _close(ax, notes: list[str], empty: str = "no ΔP rows") -> None:
     """Only the zero line drawn: an empty scale would suggest values that are not there."""
     if len(ax.lines) <= 1:
         ax.set(yticks=[], xticks=[])
-        notes = notes or [empty] * bool(empty)
+        if not notes:
+            notes = [empty] if empty else []
     plotting.note(ax, notes)
 
 
@@ -56,7 +64,8 @@ def plot_anchored(summary, auc, models, titles, out_png, out_pdf, caption: str =
     = A-Anchored (the seeds' layout). knockout='control' draws the same for the matched random control."""
     summary = summary.filter(pl.col("knockout") == knockout)
     fig, axes = _panels(models, titles)
-    drawn, small = set(), False
+    drawn = set()
+    small = False  # whether any group was drawn as points
     for ax, model in zip(axes[0], models, strict=False):
         notes = []
         for ds, sub, n_layers in _panel_datasets(summary, auc, model, notes):
@@ -65,7 +74,7 @@ def plot_anchored(summary, auc, models, titles, out_png, out_pdf, caption: str =
     axes[0][0].set_ylabel("ΔP" if knockout == "target" else "ΔP (random-token control)")
     point = small and plotting.marker(f"point: n < {MIN_LINE_N} samples at that layer")
     handles, labels = _legend(drawn, STYLES, {a: a for a in STYLES}, point)
-    _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=2 if len(models) == 1 else 4)
+    _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=_legend_columns(models))
 
 
 plot_pathways = partial(plot_anchored, knockout="target")  # the seeds' figure: E_Q knockout, Q-/A-Anchored
@@ -78,19 +87,26 @@ def plot_check(
     (solid) vs the matched control (dotted); the verdicts listed, the layers they average shaded."""
     unsplit = summary.filter(pl.col("anchor") == "all").with_columns(pl.col("flip_rate") * 100)
     fig, axes = _panels(models, titles, n_rows=2, height=2.9)
-    drawn, shaded = set(), False
+    drawn = set()
+    shaded = False
     for top, bottom, model in zip(axes[0], axes[1], models, strict=False):
-        notes, verdicts, span = [], [], None
+        notes = []
+        verdicts = []
+        span = None  # the layers the verdicts average, as the first dataset's check row gives them
         for ds, sub, n_layers in _panel_datasets(unsplit, auc, model, notes):
             plotting.draw_styles(top, sub, "knockout", KNOCKOUT_STYLES, ds, n_layers, drawn)
             plotting.draw_styles(bottom, sub, "knockout", KNOCKOUT_STYLES, ds, n_layers, set(), y="flip_rate")
             for r in check.filter(model=model, dataset=ds).head(1).iter_rows(named=True):
-                d = r["diff_low"] is not None and (r["diff"], r["diff_low"], r["diff_high"])
-                ci = "; E_Q − control {:+.2f} [{:.2f}, {:.2f}]".format(*d) if d else ""
+                if r["diff_low"] is not None:
+                    ci = f"; E_Q − control {r['diff']:+.2f} [{r['diff_low']:.2f}, {r['diff_high']:.2f}]"
+                else:
+                    ci = ""
                 verdicts.append((f"{label(ds)}: {r['verdict']} (n={r['n_samples']}{ci})", "0.15"))
-                span = span or (r["layer_from"] is not None and (r["layer_from"], r["layer_to"]))
-        for ax in (top, bottom) if span else ():
-            ax.axvspan(span[0] - 0.5, span[1] + 0.5, color="0.92", lw=0, zorder=0)
+                if not span and r["layer_from"] is not None:
+                    span = (r["layer_from"], r["layer_to"])
+        if span:
+            for ax in (top, bottom):
+                ax.axvspan(span[0] - 0.5, span[1] + 0.5, color="0.92", lw=0, zorder=0)
             shaded = True
         _close(top, notes)
         _close(bottom, [], empty="")
@@ -100,7 +116,7 @@ def plot_check(
     names = {"target": TARGETS[target], "control": "random-token control"}
     shade = shaded and (Patch(color="0.92"), "layers averaged for the verdict")
     handles, labels = _legend(drawn, KNOCKOUT_STYLES, names, shade)
-    _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=2 if len(models) == 1 else 4)
+    _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=_legend_columns(models))
 
 
 def plot_probe_auc(auc, models, titles, out_png, out_pdf, caption: str = "") -> None:
@@ -116,4 +132,4 @@ def plot_probe_auc(auc, models, titles, out_png, out_pdf, caption: str = "") -> 
         plotting.note(ax, notes)
     axes[0][0].set_ylabel("Probe test AUC")
     handles, labels = plotting.dataset_legend(drawn)
-    _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=2 if len(models) == 1 else 4)
+    _finish(fig, handles, labels, caption, out_png, out_pdf, ncol=_legend_columns(models))

@@ -21,17 +21,32 @@ GROUP_COLOURS = {"Q-Anchored": "#542788", "A-Anchored": "#b35806"}
 ROWS_TABLE_SCHEMA = {**TABLE_KEYS, **ROW_SCHEMA}
 AWARENESS_TABLE_SCHEMA = {**TABLE_KEYS, **AWARENESS_SCHEMA}
 VALUES = dict.fromkeys(["s_pop", "s_eq_ea"], pl.Float64)  # per-sample values
-TABLES = {"rows": (ROWS_TABLE_SCHEMA, ("note",)), "awareness": (AWARENESS_TABLE_SCHEMA, ("n", "n_q", "n_a"))}
-TABLES["per_sample"] = (dict.fromkeys(["model", "dataset", "id", "group"], pl.String) | VALUES, tuple(VALUES))
+PER_SAMPLE_SCHEMA = dict.fromkeys(["model", "dataset", "id", "group"], pl.String) | VALUES
+TABLES = {
+    "rows": (ROWS_TABLE_SCHEMA, ("note",)),
+    "awareness": (AWARENESS_TABLE_SCHEMA, ("n", "n_q", "n_a")),
+    "per_sample": (PER_SAMPLE_SCHEMA, tuple(VALUES)),
+}
 REQUIRED = {name: [c for c in s if c not in ("k_layer", *opt)] for name, (s, opt) in TABLES.items()}
 PUBLISHED_SCHEMA = dict.fromkeys("kind model dataset anchor".split(), pl.String) | {"published": pl.Float64}
 SALIENCY = r"$S(E_Q \rightarrow E_A)$"
 # the bar figures: experiment -> (conditions with their legend suffixes, y label)
 PATCHED = {"E_Q": r", $E_Q$ patched", "random": ", random tokens (control)"}
-BARS = dict(patching=(PATCHED, "Prediction flip rate (%)"), answer_only=({"-ΔP": ""}, "−ΔP, answer only (%)"))
+BARS = {
+    "patching": (PATCHED, "Prediction flip rate (%)"),
+    "answer_only": ({"-ΔP": ""}, "−ΔP, answer only (%)"),
+}
 BAR = {"lw": 0.8, "zorder": 2, "error_kw": {"ecolor": "0.15", "elinewidth": 0.8, "capsize": 1.8}}
-N_LABEL = {"xytext": (0, 2), "textcoords": "offset points", "rotation": 90, "ha": "center", "va": "bottom"}
-N_LABEL |= {"fontsize": 6, "color": "0.3", "zorder": 4}
+N_LABEL = {
+    "xytext": (0, 2),
+    "textcoords": "offset points",
+    "rotation": 90,
+    "ha": "center",
+    "va": "bottom",
+    "fontsize": 6,
+    "color": "0.3",
+    "zorder": 4,
+}
 BOX = dict(widths=0.55, patch_artist=True, showfliers=False, medianprops={"color": "black", "lw": 1.4})
 _finish = plotting.finish  # module attribute: tests replace it to inspect the legend
 
@@ -70,7 +85,8 @@ def _bar_panel(ax, sub: pl.DataFrame, conditions: list[str], published: pl.DataF
     the legend; CI and n above; a group below MIN_LINE_N is a point; `published`: diamonds on the first's."""
     datasets = datasets_in(sub)
     present = [(ci, c) for ci, c in enumerate(conditions) if (sub["condition"] == c).any()]
-    gap, width = 0.06, (0.8 - 0.06) / (2 * len(present))
+    gap = 0.06  # between a dataset's Q- and A-Anchored bars
+    width = (0.8 - gap) / (2 * len(present))
     for pi, (ci, cond) in enumerate(present):
         for gi, group in enumerate(GROUPS):
             r = sub.filter((pl.col("condition") == cond) & (pl.col("group") == group) & (pl.col("n") > 0))
@@ -78,19 +94,23 @@ def _bar_panel(ax, sub: pl.DataFrame, conditions: list[str], published: pl.DataF
             idx = np.array([datasets.index(d) for d in r["dataset"]])
             x = idx - 0.4 + gi * gap + (gi * len(present) + pi + 0.5) * width
             v, lo, hi = r.select(pl.col("value", "ci_low", "ci_high").cast(pl.Float64)).to_numpy().T
-            big, col = r["n"].to_numpy() >= MIN_LINE_N, GROUP_COLOURS[group]
+            big = r["n"].to_numpy() >= MIN_LINE_N
+            col = GROUP_COLOURS[group]
             err = [(v - lo)[big], (hi - v)[big]]
             ax.bar(x[big], v[big], width * 0.92, yerr=err, **_face(group, ci), **BAR)
             if (~big).any():
-                ax.plot(x[~big], v[~big], "o", color=col, mfc=col if ci == 0 else "white", ms=4, zorder=3)
+                fill = col if ci == 0 else "white"  # the control's points are hollow, as its bars are light
+                ax.plot(x[~big], v[~big], "o", color=col, mfc=fill, ms=4, zorder=3)
                 drawn.add("small")
             pv = r["published"].to_numpy() if ci == 0 else np.full(len(v), np.nan)
             if np.isfinite(pv).any():
                 ax.plot(x, pv, "D", color="black", ms=3.2, zorder=5)
                 drawn.add("published")
-            for xi, n, top in zip(x, r["n"], np.nanmax([v, hi, pv, np.zeros(len(v))], axis=0), strict=True):
+            label_y = np.nanmax([v, hi, pv, np.zeros(len(v))], axis=0)  # above the bar, its CI and diamond
+            for xi, n, top in zip(x, r["n"], label_y, strict=True):
                 ax.annotate(str(n), (xi, top), **N_LABEL)
-            drawn |= {(cond, group)} if r.height else set()
+            if r.height:
+                drawn.add((cond, group))
     ax.set_xticks(range(len(datasets)), [label(d) for d in datasets])
     ax.set_xlim(-0.55, len(datasets) - 0.45)
     ax.tick_params(axis="x", length=0)
@@ -104,37 +124,56 @@ def _bar_legend(drawn: set, names: dict[str, str], narrow: bool) -> tuple[list, 
         [(Patch(**_face(g, ci)), f"{g}{names[cond]}") for g in GROUPS if (cond, g) in drawn]
         for ci, cond in enumerate(names)
     ]
-    columns = [[e for c in columns for e in c]] if narrow else [c for c in columns if c]
-    extras = [plotting.marker("published value", "D", "black", 3.2)] * ("published" in drawn)
-    extras += [plotting.marker(f"point: n < {MIN_LINE_N} samples (no CI)")] * ("small" in drawn)
+    if narrow:
+        columns = [[e for c in columns for e in c]]
+    else:
+        columns = [c for c in columns if c]
+    extras = []
+    if "published" in drawn:
+        extras.append(plotting.marker("published value", "D", "black", 3.2))
+    if "small" in drawn:
+        extras.append(plotting.marker(f"point: n < {MIN_LINE_N} samples (no CI)"))
     if any(columns):
         columns.append([*extras, plotting.marker("n samples (above bars)", "$12$", ms=7)])
     rows = max((len(c) for c in columns), default=0)
-    padded = [e for c in columns if c for e in c + [plotting.marker("", "")] * (rows - len(c))]
-    return *plotting.legend(padded), max(1, len(columns))
+    blank = plotting.marker("", "")
+    padded = []
+    for column in columns:
+        if column:
+            padded += column + [blank] * (rows - len(column))
+    handles, labels = plotting.legend(padded)
+    return handles, labels, max(1, len(columns))
 
 
 def plot_bars(experiment, rows, models, titles, out_png, out_pdf, caption: str = "", published=None) -> None:
     """Token patching (A12: flip rate (%), E_Q solid, the control hatched) or answer-only (A13: −ΔP (%)), per
     dataset, Q- vs A-Anchored, with 95% CI and n; `published` (published.tsv) values are diamonds."""
     names, ylabel = BARS[experiment]
-    rows = _table("rows", rows).filter(experiment=experiment).filter(pl.col("condition").is_in(list(names)))
+    rows = _table("rows", rows).filter(experiment=experiment)
+    rows = rows.filter(pl.col("condition").is_in(list(names)))
     pub = plotting.table(published, PUBLISHED_SCHEMA).filter(kind=experiment).rename({"anchor": "group"})
     pub = pub.select("model", "dataset", "group", pl.col("published").cast(pl.Float64))
     fig, axes = plotting.panels(models, titles)
-    drawn, used = set(), []
+    drawn = set()
+    used = []  # (panel, its notes) of each model with rows
     why = f"no {experiment.replace('_', '-')} rows"
     for ax, model, sub in plotting.per_model(axes[0], rows, models, why):
         noted = sub.filter(pl.col("note") != "").select("dataset", "note").unique(maintain_order=True)
         notes = [f"{label(d)}: {n}" for d, n in noted.rows()]  # a null note is not kept
         _bar_panel(ax, sub, list(names), pub.filter(pl.col("model") == model).drop("model"), drawn)
         missing = [c for c in list(names)[1:] if not (sub["condition"] == c).any()]  # the random control
-        used.append((ax, notes + ["no random-token control rows"] * bool(missing)))
+        if missing:
+            notes.append("no random-token control rows")
+        used.append((ax, notes))
     if used:  # one scale for the pair; headroom for the n labels and the notes
-        low, high = min(0.0, *(ax.dataLim.y0 for ax, _ in used)), max(ax.dataLim.y1 for ax, _ in used)
-        span, n_lines = max(high - low, 1.0), max(len(n) for _, n in used)
+        low = min(0.0, *(ax.dataLim.y0 for ax, _ in used))
+        high = max(ax.dataLim.y1 for ax, _ in used)
+        span = max(high - low, 1.0)
+        n_lines = max(len(n) for _, n in used)
+        below = 0.05 * span if low < 0 else 0.0
+        above = (0.22 + 0.09 * n_lines) * span
         for ax, notes in used:
-            ax.set_ylim(low - 0.05 * span * (low < 0), high + (0.22 + 0.09 * n_lines) * span)
+            ax.set_ylim(low - below, high + above)
             ax.axhline(0, color="0.4", lw=0.8, zorder=1)
             plotting.note(ax, notes, loc="upper left")
         used[0][0].set_ylabel(ylabel)
@@ -152,15 +191,25 @@ def _popularity_panel(ax, samples: pl.DataFrame) -> bool:
     if pop.height == 0:
         plotting.blank(ax, "no popularity values (PopQA only)")
         return False
-    ticks, small, notes, names = [], False, [], datasets_in(pop)
+    ticks = []
+    small = False
+    notes = []
+    names = datasets_in(pop)
     for di, ds in enumerate(names):
-        d, c = pop.filter(pl.col("dataset") == ds), colour(ds)
-        if bad := d.filter(~(pl.col("s_pop") > 0)).height:
-            notes.append(f"{label(ds)}: {bad} samples with popularity ≤ 0 left out")
+        d = pop.filter(pl.col("dataset") == ds)
+        c = colour(ds)
+        non_positive = d.filter(~(pl.col("s_pop") > 0)).height
+        if non_positive:
+            notes.append(f"{label(ds)}: {non_positive} samples with popularity ≤ 0 left out")
         for gi, group in enumerate(GROUPS):
-            y = np.log10(d.filter((pl.col("group") == group) & (pl.col("s_pop") > 0))["s_pop"].to_numpy())
-            x, ls = di * 2.6 + gi, STYLES[group]
-            ticks.append((x, f"{group}\nn = {len(y)}" + (f"\n{label(ds)}" if len(names) > 1 else "")))
+            positive = d.filter((pl.col("group") == group) & (pl.col("s_pop") > 0))
+            y = np.log10(positive["s_pop"].to_numpy())
+            x = di * 2.6 + gi
+            ls = STYLES[group]
+            tick = f"{group}\nn = {len(y)}"
+            if len(names) > 1:
+                tick += f"\n{label(ds)}"
+            ticks.append((x, tick))
             if len(y) >= MIN_LINE_N:
                 box = {"facecolor": (*to_rgb(c), 0.25), "edgecolor": c, "linestyle": ls}
                 lines = {"whiskerprops": {"color": c, "linestyle": ls}, "capprops": {"color": c}}
@@ -181,19 +230,25 @@ def _popularity_panel(ax, samples: pl.DataFrame) -> bool:
 def plot_boundary(rows, per_sample, models, titles, out_png, out_pdf, caption: str = "") -> None:
     """Knowledge boundary (A14), one row of panels per model: (a) accuracy and (b) refusal rate (%) per layer,
     Q-Anchored solid / A-Anchored dashed, colour = dataset; (c) log10 popularity by group at K (PopQA)."""
-    rows, ks = _table("rows", rows), experiment_layers(rows, None)
-    rows, samples = rows.filter(pl.col("experiment") == "boundary"), _table("per_sample", per_sample)
+    ks = experiment_layers(rows, None)
+    rows = _table("rows", rows).filter(pl.col("experiment") == "boundary")
+    samples = _table("per_sample", per_sample)
     fig, axes = plotting.figure(3, n_rows=max(1, len(models)), height=2.9)
-    drawn, small = set(), False
+    drawn = set()
+    small = False
     for r, model in enumerate(models):
-        name, sub = titles.get(model, model), rows.filter(pl.col("model") == model)
+        name = titles.get(model, model)
+        sub = rows.filter(pl.col("model") == model)
         mine = samples.filter(pl.col("model") == model)
         pop_k = {ks.get((model, ds)) for ds in datasets_in(mine.drop_nulls("s_pop"))} - {None}
         at_k = f", groups at K = {pop_k.pop()}" if len(pop_k) == 1 else ""
         for c, ax in enumerate(axes[r]):
-            ax.set_title(f"({chr(97 + (3 * r + c) % 26)}) {name}{at_k * (c == 2)}", fontsize=10, loc="left")
+            letter = chr(97 + (3 * r + c) % 26)  # (a), (b), ... across the rows
+            suffix = at_k if c == 2 else ""  # the popularity panel
+            ax.set_title(f"({letter}) {name}{suffix}", fontsize=10, loc="left")
         for c, (cond, ylabel) in enumerate((("accuracy", "Accuracy (%)"), ("refusal", "Refusal rate (%)"))):
-            ax, rates = axes[r][c], sub.filter(pl.col("condition") == cond)
+            ax = axes[r][c]
+            rates = sub.filter(pl.col("condition") == cond)
             if rates.height == 0:
                 plotting.blank(ax, f"no {cond} rows for this model")
                 continue
@@ -220,9 +275,12 @@ def plot_saliency(per_sample, models, titles, out_png, out_pdf, caption: str = "
     units) with a rug below zero, the rug alone below MIN_LINE_N or without spread; values ≤ 0 in a note."""
     samples = _table("per_sample", per_sample).filter(pl.col("s_eq_ea").is_not_nan())  # null: not kept
     fig, axes = plotting.panels(models, titles)
-    drawn, small = set(), False
+    drawn = set()
+    small = False
     for ax, _, sub in plotting.per_model(axes[0], samples, models, f"no {SALIENCY} values"):
-        info, notes, rugs = [], [], []
+        info = []
+        notes = []
+        rugs = []  # (dataset, its positive values, whether a density is drawn above them)
         for ds in datasets_in(sub):
             v = sub.filter(pl.col("dataset") == ds)["s_eq_ea"].cast(pl.Float64).to_numpy()
             pos = v[v > 0]
@@ -246,10 +304,14 @@ def plot_saliency(per_sample, models, titles, out_png, out_pdf, caption: str = "
             top = max([ln.get_ydata().max() for ln in ax.lines] or [1.0])
             h = 0.055 * top
             for i, (ds, pos, curve) in enumerate(rugs):
-                m, ms, alpha = ("|", 5, 0.45) if curve else ("o", 3.5, 1.0)
+                if curve:  # a rug under the density
+                    m, ms, alpha = "|", 5, 0.45
+                else:  # points where no density is drawn
+                    m, ms, alpha = "o", 3.5, 1.0
                 ax.plot(pos, np.full(len(pos), -(i + 0.7) * h), m, color=colour(ds), ms=ms, alpha=alpha)
             # headroom: the highest density stays below the text block in the top right
-            bottom, block = -(len(rugs) + 0.3) * h, 0.075 * (len(info) + len(notes)) + 0.06
+            bottom = -(len(rugs) + 0.3) * h
+            block = 0.075 * (len(info) + len(notes)) + 0.06  # the text block's share of the panel height
             ax.set_ylim(bottom, bottom + (top * 1.04 - bottom) / (1 - block))
             ax.set_yticks([t for t in ax.get_yticks() if 0 <= t <= ax.get_ylim()[1]])
             ax.axhline(0, color="0.5", lw=0.6)
@@ -265,14 +327,20 @@ def plot_saliency(per_sample, models, titles, out_png, out_pdf, caption: str = "
 
 def plot_awareness(awareness, rows, models, titles, out_png, out_pdf, caption: str = "") -> None:
     """Pathway awareness (A16): probe AUC by layer per dataset, chance dashed, layer K (unprobed) dotted."""
-    aw, ks = _table("awareness", awareness), experiment_layers(rows, awareness)
+    aw = _table("awareness", awareness)
+    ks = experiment_layers(rows, awareness)
     fig, axes = plotting.panels(models, titles)
-    drawn, band, at_k, low = set(), False, False, 0.3
+    drawn = set()
+    band = False  # whether any band (several probe seeds) was drawn
+    at_k = False  # whether any layer K line was drawn
+    low = 0.3  # the panels' shared lower y limit
     for ax, model, sub in plotting.per_model(axes[0], aw, models, "no awareness rows"):
-        info, notes = [], []
+        info = []
+        notes = []
         plotting.layer_axis(ax)
         for ds in datasets_in(sub):
-            d, k = sub.filter(pl.col("dataset") == ds), ks.get((model, ds))
+            d = sub.filter(pl.col("dataset") == ds)
+            k = ks.get((model, ds))
             ok = d.filter((pl.col("status") == "ok") & pl.col("auc").is_not_nan())  # null: not kept
             if ok.height == 0:
                 status = d.filter(pl.col("status") != "ok")["status"]
@@ -286,9 +354,11 @@ def plot_awareness(awareness, rows, models, titles, out_png, out_pdf, caption: s
                 at_k = True
             drawn.add(ds)
             first = d.row(0, named=True)
-            n = f"n = {first['n']}" * (first["n"] is not None)
-            n += f" (Q-A {first['n_q']}, A-A {first['n_a']})" * (None not in (first["n_q"], first["n_a"]))
-            text = ", ".join(t for t in (n, f"K = {k}" * (k is not None)) if t)
+            n = f"n = {first['n']}" if first["n"] is not None else ""
+            if first["n_q"] is not None and first["n_a"] is not None:
+                n += f" (Q-A {first['n_q']}, A-A {first['n_a']})"
+            k_text = f"K = {k}" if k is not None else ""
+            text = ", ".join(t for t in (n, k_text) if t)
             info.append((f"{label(ds)}: {text}", colour(ds)))
         if info:
             ax.axhline(0.5, color="0.45", lw=0.9, ls="--", zorder=0)
