@@ -13,9 +13,13 @@ SIDE_COLOURS = {"lower": "tab:green", "upper": "tab:orange"}
 MINK_COLUMNS = {"model": pl.String, "depth": pl.Int64, "mink": pl.Float64}
 SPLIT_COLUMNS = {"model": pl.String, "side": pl.String, "subset": pl.String, "gap": pl.Float64}
 NO_DATA = {"ha": "center", "va": "bottom", "fontsize": 7, "color": "0.4"}
-BOXES = {"widths": 0.55, "patch_artist": True, "manage_ticks": False}
-BOXES |= {"medianprops": {"color": "black", "linewidth": 1.2}}
-BOXES |= {"flierprops": {"marker": "o", "markersize": 3, "markeredgecolor": "0.3", "alpha": 0.6}}
+BOXES = {
+    "widths": 0.55,
+    "patch_artist": True,
+    "manage_ticks": False,
+    "medianprops": {"color": "black", "linewidth": 1.2},
+    "flierprops": {"marker": "o", "markersize": 3, "markeredgecolor": "0.3", "alpha": 0.6},
+}
 
 
 def _panels(models: list[str], titles: dict[str, str], **kw):
@@ -30,7 +34,8 @@ def plot_depth_boxes(depthwise_df: pl.DataFrame, models, titles, out_png, out_pd
     """Box plot per model of the depthwise average MIN-K% (columns model, depth, mink) at Depth 1/2/3."""
     fig, axes = _panels(models, titles, sharey=True)
     axes[0].set_ylabel("Depthwise Average MIN-K%")
-    top, depthwise_df = 0.0, plotting.table(depthwise_df, MINK_COLUMNS)
+    top = 0.0  # the highest value drawn: the shared y limit
+    depthwise_df = plotting.table(depthwise_df, MINK_COLUMNS)
     for ax, model in zip(axes, models or [""], strict=False):
         part = depthwise_df.filter(pl.col("model") == model)
         values = {d: part.filter(depth=d)["mink"].drop_nulls().drop_nans().to_numpy() for d in (1, 2, 3)}
@@ -51,11 +56,14 @@ def plot_depth_boxes(depthwise_df: pl.DataFrame, models, titles, out_png, out_pd
 
 
 def _density_panel(ax, part: pl.DataFrame) -> None:
-    notes, drawn, kde = [], False, False
+    notes = []
+    drawn = False
+    kde = False
     for side in ("lower", "upper"):
         rows = part.filter(pl.col("side") == side)
         name = rows["subset"][0] if rows.height else {"lower": "25%", "upper": "75%"}[side]
-        gaps, colour = rows["gap"].drop_nulls().drop_nans().to_numpy(), SIDE_COLOURS[side]
+        gaps = rows["gap"].drop_nulls().drop_nans().to_numpy()
+        colour = SIDE_COLOURS[side]
         if len(np.unique(gaps)) >= 2:
             sns.kdeplot(x=gaps, ax=ax, fill=True, alpha=0.4, color=colour, linewidth=1.2, label=name)
             drawn = kde = True
@@ -83,7 +91,8 @@ def _empty(ax, why: str) -> None:
 def plot_score_gap_density(subset_df: pl.DataFrame, models, titles, out_png, out_pdf, caption: str) -> None:
     """Filled KDE per model of the score gap (memorization_split's table), "25%" green and "75%" orange."""
     fig, axes = _panels(models, titles)
-    no_graph, subset_df = subset_df.height == 0, plotting.table(subset_df, SPLIT_COLUMNS)
+    no_graph = subset_df.height == 0
+    subset_df = plotting.table(subset_df, SPLIT_COLUMNS)
     for ax, model in zip(axes, models or [""], strict=False):
         ax.set(xlim=(-1.5, 1.5), xticks=np.arange(-1.5, 1.51, 0.5), xlabel="Score Gap (D3 - D2)")
         ax.set_ylabel("Density")

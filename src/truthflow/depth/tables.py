@@ -10,15 +10,46 @@ from .mink import k_label, mink_column
 
 NODE_COLUMNS = ("nodeid", "group", "depth", "direct_predecessors", "direct_successors", "qid")
 
-DEPTHWISE_SCHEMA = dict.fromkeys(["model", "group", "d3_node"], pl.Utf8) | {"depth": pl.Int64, "k": pl.Utf8}
-DEPTHWISE_SCHEMA |= {"mink": pl.Float64, "n_questions": pl.Int64}
-GAP_SCHEMA = dict.fromkeys(["model", "group", "d3_node", "d3_qid"], pl.Utf8)
-GAP_SCHEMA |= {"d3_score": pl.Float64, "d2_mean_score": pl.Float64, "n_d2": pl.Int64, "gap": pl.Float64}
-GAP_SCHEMA |= {"excluded": pl.Utf8}
-SPLIT_SCHEMA = dict.fromkeys(["model", "group", "subset", "side"], pl.Utf8)
-SPLIT_SCHEMA |= dict.fromkeys(["gap", "d3_mink", "threshold"], pl.Float64)
-POOLED_SCHEMA = {"model": pl.Utf8, "depth": pl.Int64, "k": pl.Utf8, "n": pl.Int64}
-POOLED_SCHEMA |= dict.fromkeys(["mean", "std", "median", "q25", "q75"], pl.Float64)
+DEPTHWISE_SCHEMA = {
+    "model": pl.Utf8,
+    "group": pl.Utf8,
+    "d3_node": pl.Utf8,
+    "depth": pl.Int64,
+    "k": pl.Utf8,
+    "mink": pl.Float64,
+    "n_questions": pl.Int64,
+}
+GAP_SCHEMA = {
+    "model": pl.Utf8,
+    "group": pl.Utf8,
+    "d3_node": pl.Utf8,
+    "d3_qid": pl.Utf8,
+    "d3_score": pl.Float64,
+    "d2_mean_score": pl.Float64,
+    "n_d2": pl.Int64,
+    "gap": pl.Float64,
+    "excluded": pl.Utf8,  # why the group has no gap (null: it has one)
+}
+SPLIT_SCHEMA = {
+    "model": pl.Utf8,
+    "group": pl.Utf8,
+    "subset": pl.Utf8,
+    "side": pl.Utf8,
+    "gap": pl.Float64,
+    "d3_mink": pl.Float64,
+    "threshold": pl.Float64,
+}
+POOLED_SCHEMA = {
+    "model": pl.Utf8,
+    "depth": pl.Int64,
+    "k": pl.Utf8,
+    "n": pl.Int64,
+    "mean": pl.Float64,
+    "std": pl.Float64,
+    "median": pl.Float64,
+    "q25": pl.Float64,
+    "q75": pl.Float64,
+}
 
 
 def require_columns(df: pl.DataFrame, columns: list[str] | tuple[str, ...], what: str) -> None:
@@ -42,7 +73,8 @@ def group_members(nodes_df: pl.DataFrame) -> pl.DataFrame:
     for d3, rec in nodes.items():
         if rec["depth"] != 3:
             continue
-        seen, stack = {d3}, [d3]
+        seen = {d3}
+        stack = [d3]
         while stack:  # the seen set also keeps a cyclic (broken) graph from looping
             new = set(nodes[stack.pop()]["direct_predecessors"]) - seen
             seen |= new
@@ -89,16 +121,19 @@ def score_gaps(per_question_df: pl.DataFrame, nodes_df: pl.DataFrame) -> tuple[p
         for d3, rec in sorted(nodes.items()):
             if rec["depth"] != 3:
                 continue
-            d2_qids = sorted({nodes[p]["qid"] for p in rec["direct_predecessors"] if nodes[p]["depth"] == 2})
+            d2_parents = [p for p in rec["direct_predecessors"] if nodes[p]["depth"] == 2]
+            d2_qids = sorted({nodes[p]["qid"] for p in d2_parents})
             d3_score = score_of.get(rec["qid"])
             d2_scores = [score_of[q] for q in d2_qids if q in score_of]
             missing_d2 = [q for q in d2_qids if q not in score_of]
-            reasons = [
-                (not d2_qids, "no D2 predecessor"),
-                (d3_score is None, f"D3 score missing ({rec['qid']})"),
-                (missing_d2, f"D2 score missing ({', '.join(missing_d2)})"),
-            ]
-            reason = next((why for failed, why in reasons if failed), None)
+            if not d2_qids:
+                reason = "no D2 predecessor"
+            elif d3_score is None:
+                reason = f"D3 score missing ({rec['qid']})"
+            elif missing_d2:
+                reason = f"D2 score missing ({', '.join(missing_d2)})"
+            else:
+                reason = None
             d2_mean = sum(d2_scores) / len(d2_scores) if d2_scores else None
             gap = (d3_score - d2_mean) / 4 if reason is None else None
             rows.append((model, rec["group"], d3, rec["qid"], d3_score, d2_mean, len(d2_qids), gap, reason))
@@ -119,13 +154,14 @@ def memorization_split(
         return pl.DataFrame(schema=SPLIT_SCHEMA)
     d3 = d3_mink_by_group.select("model", "group", pl.col("mink").alias("d3_mink")).drop_nulls("d3_mink")
     joined = gaps_df.filter(pl.col("gap").is_not_null()).join(d3, on=["model", "group"])
-    mink, threshold = pl.col("d3_mink"), pl.col("threshold")
-    parts = [
-        joined.with_columns(mink.quantile(q, interpolation="linear").over("model").alias("threshold"))
-        .filter(keep)
-        .with_columns(pl.lit(f"{q * 100:g}%").alias("subset"), pl.lit(side).alias("side"))
-        for side, q, keep in (("lower", lower_q, mink <= threshold), ("upper", upper_q, mink >= threshold))
-    ]
+    mink = pl.col("d3_mink")
+    threshold = pl.col("threshold")
+    sides = (("lower", lower_q, mink <= threshold), ("upper", upper_q, mink >= threshold))
+    parts = []
+    for side, q, keep in sides:
+        model_quantile = mink.quantile(q, interpolation="linear").over("model")
+        kept = joined.with_columns(model_quantile.alias("threshold")).filter(keep)
+        parts.append(kept.with_columns(pl.lit(f"{q * 100:g}%").alias("subset"), pl.lit(side).alias("side")))
     return pl.concat(parts).select(list(SPLIT_SCHEMA)).cast(SPLIT_SCHEMA).sort("model", "side", "group")
 
 
@@ -134,8 +170,14 @@ def pooled_by_depth(per_question_df: pl.DataFrame, k: float) -> pl.DataFrame:
     col = mink_column(k)
     require_columns(per_question_df, ["model", "qid", "depth", col], "per-question table")
     value = pl.col(col).cast(pl.Float64)
-    stats = {"n": value.count(), "mean": value.mean(), "std": value.std(), "median": value.median()}
-    stats |= {f"q{q * 100:g}": value.quantile(q, interpolation="linear") for q in (0.25, 0.75)}
+    stats = {
+        "n": value.count(),
+        "mean": value.mean(),
+        "std": value.std(),
+        "median": value.median(),
+        "q25": value.quantile(0.25, interpolation="linear"),
+        "q75": value.quantile(0.75, interpolation="linear"),
+    }
     return (
         per_question_df.group_by("model", "depth")
         .agg(**stats)
