@@ -391,11 +391,13 @@ def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
     nodes = depthqa_nodes(parts["nodes"], parts["node_to_q"], depth_of, where)
     if nodes.height:  # sample whole groups so each keeps its D3/D2/D1 structure
         groups = sorted(nodes["group"].unique().to_list(), key=lambda g: (len(g), g))
-        keep = [groups[i] for i in _sample("depthqa", len(groups), "groups", origin, n, seed, dropped)]
+        sampled = _sample("depthqa", len(groups), "groups", origin, n, seed, dropped)
+        keep = [groups[i] for i in sampled]
         nodes = nodes.filter(pl.col("group").is_in(keep))
         questions = questions.filter(pl.col("id").is_in(nodes["qid"].implode()))
     else:
-        questions = questions[_sample("depthqa", questions.height, "questions", origin, n, seed, dropped)]
+        sampled = _sample("depthqa", questions.height, "questions", origin, n, seed, dropped)
+        questions = questions[sampled]
     report = {
         "dataset": "depthqa",
         "origin": origin,
