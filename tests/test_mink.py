@@ -12,14 +12,13 @@ from conftest import small_config
 from truthflow.config import check_schema
 from truthflow.depth.mink import (
     encode_for_scoring,
-    k_label,
     min_k_percent,
     min_k_plus_plus,
-    mink_column,
     n_lowest,
     score_texts,
     token_moments,
 )
+from truthflow.depth.tables import k_label, mink_column
 from truthflow.errors import TruthflowError
 from truthflow.models import LoadedModel
 

@@ -10,15 +10,7 @@ import torch
 from ..engine import Logits, run
 from ..errors import TruthflowError
 from ..models import LoadedModel
-
-
-def k_label(k: float) -> str:
-    """`20` for 20.0, `12.5` for 12.5: the suffix of the mink_/minkpp_ columns."""
-    return str(int(k)) if float(k).is_integer() else str(k)
-
-
-def mink_column(k: float, plus_plus: bool = False) -> str:
-    return f"{'minkpp' if plus_plus else 'mink'}_{k_label(k)}"
+from .tables import mink_column
 
 
 def n_lowest(n: int, k: float) -> int:

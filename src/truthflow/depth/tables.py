@@ -6,9 +6,20 @@ empty group tables. A group is one D3 node with its ancestors (direct_predecesso
 import polars as pl
 
 from ..errors import TruthflowError
-from .mink import k_label, mink_column
 
 NODE_COLUMNS = ("nodeid", "group", "depth", "direct_predecessors", "direct_successors", "qid")
+
+
+# here, not in .mink: the judge-only path (rule released_metrics) reads these tables without torch or the
+# engine, and its code inputs list no engine module
+def k_label(k: float) -> str:
+    """`20` for 20.0, `12.5` for 12.5: the suffix of the mink_/minkpp_ columns."""
+    return str(int(k)) if float(k).is_integer() else str(k)
+
+
+def mink_column(k: float, plus_plus: bool = False) -> str:
+    return f"{'minkpp' if plus_plus else 'mink'}_{k_label(k)}"
+
 
 DEPTHWISE_SCHEMA = {
     "model": pl.Utf8,
