@@ -41,8 +41,8 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
+from truthflow import registry  # noqa: E402
 from truthflow.config import schema_defaults  # noqa: E402
-from truthflow.diskplan import DATASET_ROWS  # noqa: E402
 from truthflow.pathways import activations  # noqa: E402
 from truthflow.pathways.experiments import SCORES_SCHEMA  # noqa: E402
 from truthflow.pathways.probes import n_folds  # noqa: E402
@@ -350,7 +350,7 @@ def machine() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", choices=sorted(SHAPES), default="llama-3-70b")
-    ap.add_argument("--dataset", choices=sorted(DATASET_ROWS), default="popqa")
+    ap.add_argument("--dataset", choices=registry.qa_names(), default="popqa")
     ap.add_argument("--n", type=int, help="rows (default: the dataset's; tiny: 60)")
     ap.add_argument("--layers", type=int, help="layers written and fitted (default: all; the figures scale)")
     ap.add_argument("--workers", type=int, nargs="+", default=[1], help="threads of the per-layer stages")
@@ -361,7 +361,7 @@ def main() -> None:
     if args.run_stage:
         return run_stage_here(args.run_stage)
     model_layers, hidden = SHAPES[args.shape]
-    n = args.n or (60 if args.shape == "tiny" else DATASET_ROWS[args.dataset])
+    n = args.n or (60 if args.shape == "tiny" else registry.hub_rows(args.dataset))
     layers = min(args.layers or model_layers, model_layers)
     scale = model_layers / layers
     probe = schema_defaults("pathways", "probe")

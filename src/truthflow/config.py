@@ -215,7 +215,7 @@ def check_names(config: dict) -> None:
         )
     if depth["models"] and "depthqa" not in datasets:
         raise TruthflowError("config key 'depth.models' is set but 'datasets.depthqa' is not defined")
-    for name in depth["released_answers"]:
+    for name in depth.get("released_answers", {}):
         key = f"config key 'depth.released_answers.{name}'"
         if name not in models or name in depth["models"] or "depthqa" not in datasets:
             raise TruthflowError(

@@ -7,7 +7,7 @@ resid_control [C, N, L, D], `pathways.activations`) and its experiment states (e
 `pathways.keep_states` false, resid_ko and resid_control are removed when the run's probe_deltap ends and
 resid_clean when its pathway_experiments ends (their last readers). Not counted: parquet tables (answers,
 labels, samples, saliency, probes; tens of MB per run at paper size), the datasets' downloads and the hub's
-cache. N: every row of a dataset (`DATASET_ROWS` for the hub's, the file's own for a local one) or its n;
+cache. N: every row of a dataset (`registry.hub_rows` for the hub's, the file's own for a local one) or its n;
 every answered question is assumed kept (an upper bound: the exact-token step drops some).
 
 The peak is simulated: GPU jobs run one per slot (a 2-GPU model's job takes one slot) in the rules' priority
@@ -26,9 +26,6 @@ from . import data, registry
 from .memplan import BYTES, Dims, dims_for
 from .pathways.activations import DTYPE, experiment_shapes, resid_shapes
 
-# rows of each dataset's hub source as the paper configs load it (n: null): PopQA test, TriviaQA rc.nocontext
-# validation, HotpotQA distractor validation, NQ-open validation, DepthQA questions
-DATASET_ROWS = {"popqa": 14_267, "triviaqa": 17_944, "hotpotqa": 7_405, "nq": 3_610, "depthqa": 1_571}
 STATE_BYTES = DTYPE().itemsize
 # the order a free GPU takes ready model jobs in, by the rules' stage (workflow/rules/common.smk's PRIORITY):
 # states kept, breadth-first (every answer, then every knockout, then the experiments); states removed,
@@ -50,12 +47,12 @@ GPU_RULES = {
 def dataset_rows(config: dict, name: str) -> int:
     """Rows a run of dataset `name` handles: its n, or every row; DepthQA's n counts groups of questions,
     so a hub DepthQA with n is counted whole (an upper bound)."""
-    spec = config["datasets"][name]
-    source = spec.get("source") or {}
+    entry = config["datasets"][name]
+    source = entry.get("source") or {}
     if "local" in source:
-        return _local_rows(name, str(source["local"]), spec.get("n"), int(spec.get("seed", 0)))
-    full = DATASET_ROWS[name]
-    n = spec.get("n")
+        return _local_rows(name, str(source["local"]), entry.get("n"), int(entry.get("seed", 0)))
+    full = registry.hub_rows(name)
+    n = entry.get("n")
     return full if n is None or name == registry.DEPTHQA else min(int(n), full)
 
 

@@ -72,7 +72,6 @@ FLOP_RATIO = {
     "MIN-K%": 1 / 8,
 }
 # prompt tokens of a question (a chat template adds CHAT_TOKENS); issue 32's answers rows: prompts 16-256
-PROMPT_TOKENS = {"popqa": 24, "triviaqa": 32, "hotpotqa": 40, "nq": 24, "depthqa": 120}
 CHAT_TOKENS = 40
 BENCH_JOB_PROMPT = 16  # bench_job.py's questions: 6-20 one-id words between BOS, "Q:" and "A:"
 TABLE_SECONDS = 60.0  # a table or plot job: a guess (small parquet files)
@@ -323,7 +322,7 @@ def gpu_costs(config: dict, name: str, part: str, datasets: list[str], setting: 
         for stage in PATHWAYS if part == "pathways" else DEPTH:
             if stage == "answers":
                 new = config["depth"]["max_new_tokens"] if part == "depth" else spec["max_new_tokens"]
-                prompt = PROMPT_TOKENS.get(dataset, 32) + (CHAT_TOKENS if spec["chat"] else 0)
+                prompt = registry.prompt_tokens(dataset) + (CHAT_TOKENS if spec["chat"] else 0)
                 batch = decode_batch(spec["batch_size"], spec["token_budget"], prompt, new)
                 fixed, per_byte = setting.step
                 text = (

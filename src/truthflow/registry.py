@@ -49,6 +49,9 @@ class Hub:
     id: str
     config: str | None = None
     split: str = "validation"
+    # rows of that config and split, as a run with `n: null` loads them (the bill and the disk plan size runs
+    # from it before any download)
+    rows: int | None = None
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,8 @@ class QASet:
     int_fields: tuple[str, ...] = ()
     # E_Q rule: (question, {"subj", "prop"}) -> sorted character spans; None (returned or here): generic rule
     question_spans: Callable[[str, dict], list[Span] | None] | None = None
+    # a typical prompt's length in tokens (question and base-prompt frame), for the bill's decode pricing
+    prompt_tokens: int = 32
 
     def normalize(self, record: dict, i: int) -> dict:
         """Source record `i` as id, question, answers, own columns (the loader drops blank ones)."""
@@ -142,34 +147,38 @@ QA_SETS: tuple[QASet, ...] = (
         "popqa",
         "PopQA",
         "#1f77b4",
-        Hub("akariasai/PopQA", split="test"),
+        Hub("akariasai/PopQA", split="test", rows=14_267),
         _popqa,
         required=("question", "possible_answers"),
         int_fields=("s_pop",),
         question_spans=popqa_spans,
+        prompt_tokens=24,
     ),
     QASet(
         "triviaqa",
         "TriviaQA",
         "#ff7f0e",
-        Hub("mandarjoshi/trivia_qa", "rc.nocontext"),
+        Hub("mandarjoshi/trivia_qa", "rc.nocontext", rows=17_944),
         _triviaqa,
         id_fields=("question_id", "QuestionId"),
+        prompt_tokens=32,
     ),
     QASet(
         "hotpotqa",
         "HotpotQA",
         "#2ca02c",
-        Hub("hotpotqa/hotpot_qa", "distractor"),
+        Hub("hotpotqa/hotpot_qa", "distractor", rows=7_405),
         _hotpotqa,
         id_fields=("_id", "id"),
+        prompt_tokens=40,
     ),
-    QASet("nq", "NQ", "#d62728", Hub("google-research-datasets/nq_open"), _nq),
+    QASet("nq", "NQ", "#d62728", Hub("google-research-datasets/nq_open", rows=3_610), _nq, prompt_tokens=24),
 )
 
 # DepthQA is not a QA set of the pathways analysis: its loader (data.load_depthqa) reads a question graph
 DEPTHQA = "depthqa"
-DEPTHQA_HUB = Hub("kaist-ai/DepthQA", split="test")
+DEPTHQA_HUB = Hub("kaist-ai/DepthQA", split="test", rows=1_571)
+DEPTHQA_PROMPT_TOKENS = 120  # the answer prompt's system text and instructions around the question
 
 _BY_NAME = {s.name: s for s in QA_SETS}
 
@@ -181,6 +190,16 @@ def qa_names() -> list[str]:
 def names() -> list[str]:
     """Every dataset name the config accepts under `datasets`."""
     return [*qa_names(), DEPTHQA]
+
+
+def hub_rows(name: str) -> int:
+    """Rows of a dataset's default hub source (what a run with `n: null` loads)."""
+    return (DEPTHQA_HUB if name == DEPTHQA else get(name).hub).rows
+
+
+def prompt_tokens(name: str) -> int:
+    """A typical prompt's length in tokens for a dataset (the bill's decode pricing)."""
+    return DEPTHQA_PROMPT_TOKENS if name == DEPTHQA else get(name).prompt_tokens
 
 
 def is_qa(name: str) -> bool:
