@@ -276,7 +276,7 @@ def test_bad_config_is_refused_naming_the_culprit(mutate, message):
         (  # the engine's kernel setting: a name it does not know is refused, naming the kernels it knows
             lambda c: c["models"]["smollm2-135m"].update(attention="fastest"),
             "models.smollm2-135m.attention: 'fastest' is not one of ['auto', 'flash', 'efficient', 'cudnn', "
-            "'math']",
+            "'math', 'eager']",
         ),
         (  # 'auto' or a layer >= 1 (the schema's oneOf; was a hand check in config.check_names)
             lambda c: c["pathways"].update(experiments={"layer": "best"}),
