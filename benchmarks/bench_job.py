@@ -118,10 +118,25 @@ def kept_table(qs: list[str], answers: list[dict], answer_tokens: int, seed: int
         eq = sorted(rng.choice(question, size=int(rng.integers(2, 4)), replace=False).tolist())
         start = len(prompt)
         ea = list(range(start + answer_tokens - int(rng.integers(1, 4)), start + answer_tokens))
-        rows.append({"id": f"s{i}", "correct": bool(i % 2), "refusal": False, "seq": prompt + answer,
-                     "answer_start": start, "eq_positions": eq, "ea_positions": ea, "probe_position": ea[-1],
-                     "question_positions": question, "eq_text": "", "ea_text": "", "question": q,
-                     "prompt_ids": prompt, "answer_ids": answer, "answer": a["answer"]})  # fmt: skip
+        rows.append(
+            {
+                "id": f"s{i}",
+                "correct": bool(i % 2),
+                "refusal": False,
+                "seq": prompt + answer,
+                "answer_start": start,
+                "eq_positions": eq,
+                "ea_positions": ea,
+                "probe_position": ea[-1],
+                "question_positions": question,
+                "eq_text": "",
+                "ea_text": "",
+                "question": q,
+                "prompt_ids": prompt,
+                "answer_ids": answer,
+                "answer": a["answer"],
+            }
+        )
     return pl.DataFrame(rows)
 
 
@@ -236,9 +251,16 @@ def main() -> None:
     max_new = args.max_new_tokens or model_default("max_new_tokens")
     t0 = time.perf_counter()
     got = measure(
-        args.shape, args.n, args.dtype, args.gpu_mem_gb, max_new, args.answer_tokens, args.attention,
-        args.batch, args.token_budget,
-    )  # fmt: skip
+        args.shape,
+        args.n,
+        args.dtype,
+        args.gpu_mem_gb,
+        max_new,
+        args.answer_tokens,
+        args.attention,
+        args.batch,
+        args.token_budget,
+    )
     seconds, plan, lm = got["seconds"], got["plan"], got["lm"]
     again = run_job(lm, args.n, plan, max_new, args.answer_tokens) if args.repeat else None
     print(

@@ -48,8 +48,12 @@ from truthflow.pathways.saliency import saliency  # noqa: E402
 from truthflow.twins import build_tokenizer  # noqa: E402
 
 HEAD = 16  # tokens every sequence shares (a chat template's header): the shared-prefix paths run
-QUESTIONS = ["What is the capital of France?", "Who wrote Hamlet?", "How many legs does a spider have?",
-             "Who painted the Mona Lisa?"]  # fmt: skip
+QUESTIONS = [
+    "What is the capital of France?",
+    "Who wrote Hamlet?",
+    "How many legs does a spider have?",
+    "Who painted the Mona Lisa?",
+]
 
 # relative tolerance of one-pass vs per-layer knockout: float32 is exact to rounding; bf16 has 8 mantissa bits
 TOLERANCE = {"float32": 1e-4, "bfloat16": 5e-2, "float16": 1e-2}

@@ -329,17 +329,28 @@ def test_mink_equals_direct_log_softmax(twin):
 
 
 # ------------------------------------------------------------------ generation (A1)
-QUESTIONS = ["What is the capital of France?", "Who wrote Hamlet?", "How many legs does a spider have?",
-             "Who painted the Mona Lisa?"]  # fmt: skip
+QUESTIONS = [
+    "What is the capital of France?",
+    "Who wrote Hamlet?",
+    "How many legs does a spider have?",
+    "Who painted the Mona Lisa?",
+]
 
 
 def _greedy_row(lm, ids, max_new, stops):
     with torch.inference_mode():
         out = lm.model.generate(
-            input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-            max_new_tokens=max_new, do_sample=False, top_p=None, top_k=None, temperature=None,
-            pad_token_id=0, eos_token_id=sorted(stops), disable_compile=True,
-        )[0, len(ids):].tolist()  # fmt: skip
+            input_ids=torch.tensor([ids]),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            max_new_tokens=max_new,
+            do_sample=False,
+            top_p=None,
+            top_k=None,
+            temperature=None,
+            pad_token_id=0,
+            eos_token_id=sorted(stops),
+            disable_compile=True,
+        )[0, len(ids) :].tolist()
     cut = next((k for k, t in enumerate(out) if t in stops), len(out))
     return strip_think(lm.tokenizer, out[:cut])[0]
 

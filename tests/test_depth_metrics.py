@@ -40,8 +40,14 @@ SCORES = {"a1": 5, "a2": 4, "a3": 3, "a4": 5, "b1": 3, "b2": 5, "b3": 4, "c1": 2
 
 def nodes_table(graph: dict = GRAPH) -> pl.DataFrame:
     rows = [(n, "g", d, p, s, f"q_{n}") for n, (d, p, s) in graph.items()]
-    schema = {"nodeid": pl.Utf8, "group": pl.Utf8, "depth": pl.Int64, "direct_predecessors": pl.List(pl.Utf8),
-              "direct_successors": pl.List(pl.Utf8), "qid": pl.Utf8}  # fmt: skip
+    schema = {
+        "nodeid": pl.Utf8,
+        "group": pl.Utf8,
+        "depth": pl.Int64,
+        "direct_predecessors": pl.List(pl.Utf8),
+        "direct_successors": pl.List(pl.Utf8),
+        "qid": pl.Utf8,
+    }
     return pl.DataFrame(rows, schema=schema, orient="row").select(NODE_COLUMNS)
 
 

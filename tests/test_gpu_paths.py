@@ -66,8 +66,22 @@ class SyncCounter(TorchFunctionMode):
     (torch.tensor(data, device=...), a tensor indexed with a Python list). On a CPU nothing waits, but the
     calls are the ones a GPU run makes."""
 
-    READS = {"item", "tolist", "cpu", "numpy", "nonzero", "argwhere", "__bool__", "__int__", "__float__",
-             "__index__", "equal", "allclose", "unique", "masked_select"}  # fmt: skip
+    READS = {
+        "item",
+        "tolist",
+        "cpu",
+        "numpy",
+        "nonzero",
+        "argwhere",
+        "__bool__",
+        "__int__",
+        "__float__",
+        "__index__",
+        "equal",
+        "allclose",
+        "unique",
+        "masked_select",
+    }
 
     def __init__(self):
         super().__init__()
@@ -374,8 +388,11 @@ def test_float16_storage_refuses_inf_with_one_line():
     seqs, _ = _case()
     probes = [len(s) - 1 for s in seqs]
     ko = Condition(block=[[12]] * 4, name="resid_ko")
-    with pytest.raises(TruthflowError, match=r"knockout twin/popqa: resid_ko: a residual value of \|x\| = "
-                       r"[0-9,]+ overflows float16 storage") as err:  # fmt: skip
+    with pytest.raises(
+        TruthflowError,
+        match=r"knockout twin/popqa: resid_ko: a residual value of \|x\| = "
+        r"[0-9,]+ overflows float16 storage",
+    ) as err:
         resid_states(lm, seqs, probes, [ko], 4, desc="knockout twin/popqa")
     assert "\n" not in str(err.value)
     clean, _ = knockout_sweep(lm, seqs, probes, [[[12]] * 4], 4)

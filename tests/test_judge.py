@@ -121,10 +121,17 @@ class FakeEndpoint:
                     payload = {"id": "chatcmpl-test", "object": "chat.completion", "choices": []}
                 elif status == 200:
                     payload = {
-                        "id": "chatcmpl-test", "object": "chat.completion", "model": body["model"],
-                        "choices": [{"index": 0, "finish_reason": "stop",
-                                     "message": {"role": "assistant", "content": content}}],
-                    }  # fmt: skip
+                        "id": "chatcmpl-test",
+                        "object": "chat.completion",
+                        "model": body["model"],
+                        "choices": [
+                            {
+                                "index": 0,
+                                "finish_reason": "stop",
+                                "message": {"role": "assistant", "content": content},
+                            }
+                        ],
+                    }
                 else:  # some proxies echo the request, Authorization header included
                     payload = {"error": {"message": content.replace("{headers}", str(dict(self.headers)))}}
                 data = json.dumps(payload).encode()
@@ -171,9 +178,16 @@ def test_openai_good_verdict(endpoint, key, tmp_path) -> None:
     endpoint.replies = [(200, "Feedback: The response matches the reference. [RESULT] 4")]
     table = judge_all([ROW], openai_cfg(endpoint.base_url), tmp_path / "c.jsonl", progress=False)
     assert table.row(0, named=True) == {
-        "qid": "d1_q1", "score": 4, "score_sd": None, "n_judgments": 1, "n_unparseable": 0, "judgments": [4],
-        "reason": "The response matches the reference.", "backend": "openai", "cached": False,
-    }  # fmt: skip
+        "qid": "d1_q1",
+        "score": 4,
+        "score_sd": None,
+        "n_judgments": 1,
+        "n_unparseable": 0,
+        "judgments": [4],
+        "reason": "The response matches the reference.",
+        "backend": "openai",
+        "cached": False,
+    }
     [request] = endpoint.requests
     assert request["path"] == "/v1/chat/completions"
     assert request["headers"]["authorization"] == f"Bearer {key}"

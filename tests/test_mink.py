@@ -124,9 +124,14 @@ def tiny_lm() -> LoadedModel:
 
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=48, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=128,
-    )  # fmt: skip
+        vocab_size=48,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
     model = LlamaForCausalLM(config).eval()
     return LoadedModel(model=model, tokenizer=CharTokenizer(), info={}, device="cpu")
 

@@ -65,11 +65,19 @@ def _row(model, metric, scope, depth, values, left_out, n_bad, note, *, policy, 
     values = np.asarray(values, dtype=float)
     lo, hi = bootstrap_ci(values, *boot) if len(values) else (float("nan"), float("nan"))
     return {
-        "model": model, "metric": metric, "scope": scope, "depth": depth, "n": len(values),
+        "model": model,
+        "metric": metric,
+        "scope": scope,
+        "depth": depth,
+        "n": len(values),
         "value": float(values.mean()) if len(values) else None,
-        "ci_low": None if np.isnan(lo) else lo, "ci_high": None if np.isnan(hi) else hi,
-        "n_left_out": left_out, "n_unparseable": n_bad, "unparseable": policy, "note": note,
-    }  # fmt: skip
+        "ci_low": None if np.isnan(lo) else lo,
+        "ci_high": None if np.isnan(hi) else hi,
+        "n_left_out": left_out,
+        "n_unparseable": n_bad,
+        "unparseable": policy,
+        "note": note,
+    }
 
 
 def _why_empty(looked: int, left_out: int, gate_side: str) -> str:

@@ -19,14 +19,27 @@ from .spans import locate, question_spans, short_answer_span
 
 _POS = pl.List(pl.Int64)
 # the kept samples with their token positions
-_LOCATED = {"id": pl.String, "correct": pl.Boolean, "refusal": pl.Boolean, "eq_positions": _POS,
-            "ea_positions": _POS, "probe_position": pl.Int64, "question_positions": _POS,
-            "eq_text": pl.String, "ea_text": pl.String}  # fmt: skip
+_LOCATED = {
+    "id": pl.String,
+    "correct": pl.Boolean,
+    "refusal": pl.Boolean,
+    "eq_positions": _POS,
+    "ea_positions": _POS,
+    "probe_position": pl.Int64,
+    "question_positions": _POS,
+    "eq_text": pl.String,
+    "ea_text": pl.String,
+}
 # locate_spans' table: the located samples with their token sequence and where its answer starts
 LOCATED_SCHEMA = {"seq": _POS, "answer_start": pl.Int64, **_LOCATED}
 # samples.parquet: the located samples with their knockout blocks
-SAMPLES_SCHEMA = _LOCATED | {"blocked_positions": _POS, "control_positions": pl.List(_POS),
-                             "control_matched": pl.Boolean, "n_eq": pl.Int64, "n_ea": pl.Int64}  # fmt: skip
+SAMPLES_SCHEMA = _LOCATED | {
+    "blocked_positions": _POS,
+    "control_positions": pl.List(_POS),
+    "control_matched": pl.Boolean,
+    "n_eq": pl.Int64,
+    "n_ea": pl.Int64,
+}
 
 
 EA_PROMPT = (
