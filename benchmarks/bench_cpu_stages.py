@@ -244,7 +244,10 @@ def stage_jobs(folder: Path, model: str, dataset: str, workers: int) -> dict[str
 
 
 PATHWAYS_FIGURES = ("pathways", "probe_auc", "pathways_control", "pathways_check")
+# the stages that take threads (workers fitting layers side by side); only probe_deltap's time is all per
+# layer: pathway_experiments' layer-K fits (patching, answer-only, Table 3's MoP and PR) do not grow with L
 PER_LAYER_STAGES = ("probe_deltap", "pathway_experiments")
+SCALED_STAGES = ("probe_deltap",)
 
 
 def run_stage_here(spec_file: str) -> None:
@@ -395,7 +398,7 @@ def main() -> None:
                     write_experiment_inputs(folder, n, hidden, factors, k_layer)
                 got = run_stage(rule, job, folder, args.shape, args.dataset)
                 threads = job["threads"]
-                per_layer = rule in PER_LAYER_STAGES
+                per_layer = rule in SCALED_STAGES
                 factor = scale if per_layer else 1.0
                 fit_share = ""
                 if rule == "probe_deltap":
