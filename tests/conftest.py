@@ -381,3 +381,20 @@ def knockout_sweep(lm, seqs, probes, block_sets, batch_size, mode="cumulative", 
         lm, seqs, probes, conds, batch_size, out=[np.zeros(shape, np.float32) for _ in conds]
     )
     return clean, kos
+
+
+def throughput_rows(settings: str) -> list[dict]:
+    """Two throughput.tsv rows of llama-3.2-1b on a card "H": answers at 100/s, knockout at 200/s, 64 new
+    tokens, `settings` as the benchmark wrote them (the bill's hand-computed cases)."""
+    return [
+        {
+            "shape": "llama-3.2-1b",
+            "card": "H",
+            "stage": stage,
+            "samples_per_s": rate,
+            "max_new_tokens": "64",
+            "settings": settings,
+            "dtype": "bfloat16",
+        }
+        for stage, rate in (("answers", "100"), ("knockout", "200"))
+    ]

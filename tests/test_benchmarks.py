@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, throughput_rows
 
 FIRST_REPEAT = r"first call +[\d,.]+ {unit}/s \( *[\d.]+ s\); repeat +[\d,.]+ {unit}/s"
 
@@ -134,18 +134,7 @@ def test_paper_cost_config_rows_by_hand():
     4. (The answers: tests/test_bill.py's decode-step cases.)"""
     from truthflow import pricing
 
-    rows = [
-        {
-            "shape": "llama-3.2-1b",
-            "card": "H",
-            "stage": s,
-            "samples_per_s": v,
-            "max_new_tokens": "64",
-            "settings": "batch 64, token budget 32768",
-            "dtype": "bfloat16",
-        }
-        for s, v in (("answers", "100"), ("knockout", "200"))
-    ]
+    rows = throughput_rows("batch 64, token budget 32768")
     setting = pricing.Setting.load("H", rows=rows)
     datasets = ["popqa", "triviaqa", "hotpotqa", "nq"]
     config = pricing.prepared(REPO / "configs" / "paper-pathways.yaml")

@@ -7,7 +7,7 @@ import json
 import re
 
 import pytest
-from conftest import DEMO_MODELS, REPO
+from conftest import DEMO_MODELS, REPO, throughput_rows
 
 from truthflow import bill, diskplan, pricing, sizing
 from truthflow.memplan import Dims
@@ -191,18 +191,7 @@ def test_gpu_memory_and_knockout_hours_of_a_paper_model():
     """llama-3.2-1b of paper-pathways over the four sets' 43,226 rows with a knockout measured at 200/s
     (the schema's 3 control draws): 43,226 / 200 s; its GPU memory is the memory plan's."""
     paper = pricing.prepared(REPO / "configs" / "paper-pathways.yaml")
-    rows = [
-        {
-            "shape": "llama-3.2-1b",
-            "card": "H",
-            "stage": s,
-            "samples_per_s": v,
-            "max_new_tokens": "64",
-            "settings": "batch 64, token budget 32768, prompts 16-256 tokens",
-            "dtype": "bfloat16",
-        }
-        for s, v in (("answers", "100"), ("knockout", "200"))
-    ]
+    rows = throughput_rows("batch 64, token budget 32768, prompts 16-256 tokens")
     setting = pricing.Setting.load("H", rows=rows)
     costs = pricing.gpu_costs(
         paper, "llama-3.2-1b", "pathways", ["popqa", "triviaqa", "hotpotqa", "nq"], setting

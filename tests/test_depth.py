@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
+from truthflow.data import NODES_SCHEMA
 from truthflow.depth.tables import (
     d3_mink_by_group,
     depthwise_average,
@@ -44,14 +45,7 @@ NODES = pl.DataFrame(
         node("4_d3", "d3_q4", ["4_d2_n1"]),
         node("4_d2_n1", "d2_q4", [], ["4_d3"]),
     ],
-    schema={
-        "nodeid": pl.Utf8,
-        "group": pl.Utf8,
-        "depth": pl.Int64,
-        "direct_predecessors": pl.List(pl.Utf8),
-        "direct_successors": pl.List(pl.Utf8),
-        "qid": pl.Utf8,
-    },
+    schema=NODES_SCHEMA,
 )
 
 MINK = {

@@ -10,6 +10,7 @@ import math
 import polars as pl
 import pytest
 
+from truthflow.data import NODES_SCHEMA
 from truthflow.depth.metrics import METRICS_SCHEMA, depth_metrics, question_scores
 from truthflow.depth.tables import NODE_COLUMNS
 from truthflow.errors import TruthflowError
@@ -40,14 +41,7 @@ SCORES = {"a1": 5, "a2": 4, "a3": 3, "a4": 5, "b1": 3, "b2": 5, "b3": 4, "c1": 2
 
 def nodes_table(graph: dict = GRAPH) -> pl.DataFrame:
     rows = [(n, "g", d, p, s, f"q_{n}") for n, (d, p, s) in graph.items()]
-    schema = {
-        "nodeid": pl.Utf8,
-        "group": pl.Utf8,
-        "depth": pl.Int64,
-        "direct_predecessors": pl.List(pl.Utf8),
-        "direct_successors": pl.List(pl.Utf8),
-        "qid": pl.Utf8,
-    }
+    schema = NODES_SCHEMA
     return pl.DataFrame(rows, schema=schema, orient="row").select(NODE_COLUMNS)
 
 
