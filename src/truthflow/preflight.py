@@ -91,7 +91,8 @@ def check_disk(config: dict, planned, root: Path = Path(".")) -> None:
         "resources": _bytes_under(folders["resources"] / "models"),
         "results": _bytes_under(folders["results"]),
     }
-    if len(free) == 1:
-        held = {next(iter(free)): sum(held.values())}
+    if len(free) == 1:  # one filesystem holds both: the message names both folders
+        both = "results/ and resources"
+        free, held = {both: next(iter(free.values()))}, {both: sum(held.values())}
     if reason := disk_refusal(config, planned, free, held):
         raise TruthflowError(reason)
