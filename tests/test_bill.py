@@ -75,6 +75,7 @@ def test_probe_cpu_seconds_threads_and_memory_by_hand(monkeypatch):
     thread (70 / 600 s asks for 1). Its RAM is the rule's request: 1,000 MB, one worker's clean, knockout and
     3 control layers and two more in float32 (7 x 14,267 x 4,096 x 4 = 1,636,253,696 bytes) and the per-sample
     tables (2 x 14,267 x 2 layers x 200 = 11,413,600 bytes): 2,571.3 MB, requested as 2,572."""
+    monkeypatch.setattr(sizing, "CPU_COST", REPO / "no_cpu_cost.tsv")  # issue 41's rate, not a measured one
     d = Dims(layers=2, hidden=4096, heads=32, kv_heads=8, head_dim=128, intermediate=8, vocab=10)
     monkeypatch.setattr(diskplan, "model_dims", lambda name, spec: d)
     cfg = config()
@@ -112,6 +113,7 @@ def test_analysis_jobs_last_their_cpu_seconds_over_their_threads(monkeypatch):
     """Llama-3-70B's shape (80 layers, D 8,192) on PopQA's 14,267 rows: 35 s x 80 layers x 2 (D over 4,096)
     = 5,600 one-thread seconds asks for ceil(5,600 / 600) = 10 threads, capped at 8: 700 s of wall time in
     the disk plan's simulation. A model job lasts its GPU-seconds over its GPUs."""
+    monkeypatch.setattr(sizing, "CPU_COST", REPO / "no_cpu_cost.tsv")  # issue 41's rate, not a measured one
     d = Dims(layers=80, hidden=8192, heads=64, kv_heads=8, head_dim=128, intermediate=8, vocab=10)
     monkeypatch.setattr(diskplan, "model_dims", lambda name, spec: d)
     cfg = config()
@@ -222,7 +224,7 @@ def test_the_demo_is_priced_from_its_embedded_models_dimensions(capsys):
     bill.main([str(REPO / "config.yaml")])
     out = capsys.readouterr().out
     assert "no measurement on a CPU: the model jobs of gemma3-270m, smollm2-135m run on the CPU" in out
-    assert re.search(r"\n  smollm2-135m +probe_deltap +[\d.]+ e\d+ +1 ", out), out
+    assert re.search(r"\n  smollm2-135m +probe_deltap +[\d.]+ [em]\d+ +1 ", out), out
     assert "total demo: " in out and "not sized" not in out
 
 

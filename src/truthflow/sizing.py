@@ -72,9 +72,10 @@ ISSUE_PROBE_RATE = 35.0 / (15 * 14_267 * 4_096)
 CPU_COST = Path(__file__).resolve().parents[2] / "benchmarks" / "cpu_cost.tsv"
 
 
-def probe_rate(path: Path = CPU_COST) -> tuple[float, bool, str]:
+def probe_rate(path: Path | None = None) -> tuple[float, bool, str]:
     """(one-thread CPU-seconds per layer x fit x row x hidden unit of a probe, measured?, basis): the
     largest probe_deltap row of cpu_cost.tsv measured with one worker, else issue 41's figure."""
+    path = CPU_COST if path is None else path
     rows = []
     if path.is_file():
         lines = [line.split("\t") for line in path.read_text().splitlines() if line.strip()]
