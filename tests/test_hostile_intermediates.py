@@ -245,8 +245,9 @@ def _cut(path: Path, keep: float = 0.5) -> None:
 
 
 def _drop_rows(path: Path) -> None:
+    """One sample fewer: the resid files are stored [L, N, D], so a sample is a row of axis 1."""
     arr = np.load(path)
-    np.save(path, arr[:-1])
+    np.save(path, arr[:, :-1])
 
 
 def _drop_column(path: Path) -> None:
