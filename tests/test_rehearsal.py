@@ -37,7 +37,11 @@ def test_rehearsal_runs_every_paper_rule_on_the_four_twins(tmp_path):
     proc = snakemake(ck, "--configfile", "configs/rehearsal.yaml", timeout=1800)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     ran = _planned(proc.stdout + proc.stderr)
-    assert planned <= set(ran), f"paper rules the rehearsal does not run: {sorted(planned - set(ran))}"
+    # the one paper rule a CPU rehearsal offline cannot run: it downloads the DepthQA authors' prompts.py at
+    # its pinned commit (the conversion runs on a stand-in file in tests/test_depthqa_authors.py)
+    needs_network = {"authors_prompts"}
+    missing = planned - set(ran) - needs_network
+    assert not missing, f"paper rules the rehearsal does not run: {sorted(missing)}"
     cfg = yaml.safe_load((ck / "configs" / "rehearsal.yaml").read_text())
     assert set(cfg["pathways"]["models"]) == set(TWINS)
     assert set(cfg["depth"]["models"]) == set(TWINS) | set(DEPTH_ONLY)
