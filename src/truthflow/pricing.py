@@ -108,13 +108,6 @@ class Cost:
     threads: int = 1  # an analysis job's workers (its rule's request)
 
 
-def read_tsv(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    lines = [line.split("\t") for line in path.read_text().splitlines() if line.strip()]
-    return [dict(zip(lines[0], line, strict=True)) for line in lines[1:]]
-
-
 def figures(rows: list[dict], card: str) -> dict[str, dict[str, dict]]:
     """{shape: {stage: row}} on the card; the last row of a (shape, stage) wins (the newest)."""
     out: dict = defaultdict(dict)
@@ -215,7 +208,7 @@ def read_ratios(path: Path = RATIOS) -> dict[str, tuple[float, str]]:
     """stage -> (ratio to the knockout, where) of the committed twin measurement."""
     return {
         r["stage"]: (float(r["ratio_to_knockout"]), f"{r['shape']} twin, {r['machine']}, {r['date']}")
-        for r in read_tsv(path)
+        for r in sizing.read_rows(path, ["stage"])
     }
 
 
@@ -289,10 +282,12 @@ class Setting:
         cls, card: str | None = None, shapes: Mapping[str, Dims] | None = None, rows: list[dict] | None = None
     ) -> Setting:
         """The committed tables (rows: throughput rows in place of throughput.tsv's)."""
-        rows = read_tsv(THROUGHPUT) if rows is None else rows
+        rows = sizing.read_rows(THROUGHPUT, ["shape", "card", "stage"]) if rows is None else rows
         card = card or default_card(rows) or "no card"
         known = {s: d for s in SHAPE_HUB if (d := shape_dims(s))} | dict(shapes or {})
-        return cls(card, figures(rows, card), read_ratios(), read_tsv(sizing.CPU_COST), known)
+        return cls(
+            card, figures(rows, card), read_ratios(), sizing.read_rows(sizing.CPU_COST, ["rule"]), known
+        )
 
 
 def gpu_costs(config: dict, name: str, part: str, datasets: list[str], setting: Setting) -> list[Cost]:

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import validate
 from .memplan import Dims
 from .pathways.probes import n_folds
 
@@ -72,14 +73,18 @@ ISSUE_PROBE_RATE = 35.0 / (15 * 14_267 * 4_096)
 CPU_COST = Path(__file__).resolve().parents[2] / "benchmarks" / "cpu_cost.tsv"
 
 
+def read_rows(path: Path, required_columns: list[str]) -> list[dict]:
+    """A benchmark TSV's rows as dicts of strings (validate.read_tsv: a bad file is one line naming it); none
+    where the file is absent."""
+    if not path.is_file():
+        return []
+    return validate.read_tsv(path, required_columns, infer_schema_length=0).to_dicts()
+
+
 def probe_rate(path: Path | None = None) -> tuple[float, bool, str]:
     """(one-thread CPU-seconds per layer x fit x row x hidden unit of a probe, measured?, basis): the
     largest probe_deltap row of cpu_cost.tsv measured with one worker, else issue 41's figure."""
-    path = CPU_COST if path is None else path
-    rows = []
-    if path.is_file():
-        lines = [line.split("\t") for line in path.read_text().splitlines() if line.strip()]
-        rows = [dict(zip(lines[0], line, strict=True)) for line in lines[1:]]
+    rows = read_rows(CPU_COST if path is None else path, ["rule", "threads", "n", "layers", "hidden", "fits"])
     one_thread = [r for r in rows if r["rule"] == "probe_deltap" and int(r["threads"]) == 1]
     if not one_thread:
         return ISSUE_PROBE_RATE, False, "issue 41: 35 s per layer, one thread, N 14,267, D 4,096, 15 fits"
