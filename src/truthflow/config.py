@@ -3,6 +3,7 @@
 import copy
 import re
 from collections.abc import Iterable, Mapping
+from datetime import date
 from functools import cache
 from pathlib import Path
 
@@ -89,7 +90,8 @@ def check_path_names(config: dict) -> None:
 
 
 def check_sources(config: dict) -> None:
-    """Null source keys dropped where null is no value; a source of two kinds refused (config files merge)."""
+    """Null source keys dropped where null is no value; a date revision made text (its form is checked by
+    preflight.check_revision_values); a source of two kinds refused (config files merge)."""
     for entry in ("model", "dataset"):
         section = f"{entry}s"
         schema = _schema()["$defs"][entry]["properties"]["source"]
@@ -108,6 +110,8 @@ def check_sources(config: dict) -> None:
                 allowed = [types] if isinstance(types, str) else types
                 if "null" not in allowed:
                     del source[key]
+            if isinstance(source.get("revision"), date):  # YAML reads an unquoted 2024-06-26 as a date
+                source["revision"] = source["revision"].isoformat()
             given = [k for k in source if k in kinds]
             if len(given) < 2:
                 continue

@@ -1,11 +1,13 @@
 """One retry policy for downloads (the hub's, and pinned files by URL): transient failures (network, HTTP 429
 and 5xx) are retried with exponential waits; deterministic ones (unknown repo, gated, bad revision, offline)
-fail at once. A hub source's revision is resolved to its commit, which a run records (`resolve_revision`)."""
+fail at once. A hub source's revision (a commit, a branch or tag, a date, or none) is resolved to its commit,
+which a run records (`resolve_revision`)."""
 
 import hashlib
 import logging
 import os
 import re
+from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 
 from .errors import TruthflowError
@@ -99,25 +101,103 @@ def download_pinned(url: str, sha256: str, dest: str | Path, label: str) -> Path
     return dest
 
 
+COMMIT = re.compile(r"[0-9a-f]{40}")
+DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+# meant as a date, even where not written as one (a tag such as 10.1.0 is not)
+LIKE_A_DATE = re.compile(r"\d{4}[-/]\d{1,2}[-/]\d{1,2}|\d{1,2}[-/]\d{1,2}[-/]\d{4}")
+# what git check-ref-format refuses in a branch or tag name (the hub's revisions are git refs)
+BAD_REF = re.compile(r"\.\.|@\{|//|/\.|^[./-]|[./]$|\.lock(/|$)|^@$|[\x00-\x20\x7f~^:?*\[\\]")
+
+
+def revision_date(revision: str | None) -> date | None:
+    """The day a revision names (YYYY-MM-DD), or None for a commit, a branch or tag, or no revision."""
+    if not (revision and DATE.fullmatch(revision)):
+        return None
+    try:
+        return date.fromisoformat(revision)
+    except ValueError:
+        return None
+
+
+def revision_problem(revision: str) -> str | None:
+    """Why `revision` is neither a commit (40 hex digits), a date (YYYY-MM-DD) nor a branch or tag name; None
+    where it is one of them."""
+    if not revision:
+        return "it is empty (null: the default branch)"
+    if LIKE_A_DATE.fullmatch(revision) and revision_date(revision) is None:
+        return "a date is written YYYY-MM-DD, and must exist"
+    if bad := BAD_REF.search(revision):
+        return f"a branch or tag name cannot hold {bad.group()!r} there (git check-ref-format)"
+    return None
+
+
 def pinned_revision(revision: str | None) -> bool:
-    """A revision that names one commit (a full hex sha), not a branch or tag that can move."""
-    return bool(revision and re.fullmatch(r"[0-9a-f]{40}", revision))
+    """A revision that names one commit for good: a full hex sha, or a date (its last commit, resolved once
+    and recorded), not a branch or tag that can move."""
+    return bool(revision and COMMIT.fullmatch(revision)) or revision_date(revision) is not None
+
+
+def end_of(day: date) -> datetime:
+    """The end of `day`, UTC: a date revision stands for the commits made before it."""
+    return datetime.combine(day + timedelta(days=1), time.min, tzinfo=UTC)
+
+
+def last_commit_on(commits, day: date):
+    """The GitCommitInfo among `commits` made last on or before `day` (up to its end, UTC), or None."""
+    return max((c for c in commits if c.created_at < end_of(day)), key=lambda c: c.created_at, default=None)
+
+
+def commit_on(repo_id: str, repo_type: str, day: date, label: str):
+    """The last commit made on or before `day` (UTC) in the hub's commit history of `repo_id`'s default
+    branch (HfApi.list_repo_commits)."""
+    from huggingface_hub import HfApi
+
+    if end_of(day) > datetime.now(UTC):  # commits may still come that day: the date would move
+        raise TruthflowError(
+            f"{label}: revision {day} has not ended yet (UTC), so its last commit of '{repo_id}' may still "
+            "change; give a past date, a commit or null"
+        )
+    commits = retrying(label, repo_id)(HfApi().list_repo_commits, repo_id, repo_type=repo_type)
+    if (found := last_commit_on(commits, day)) is None:
+        first = min((c.created_at for c in commits), default=None)
+        since = f" (its first commit is of {first:%Y-%m-%d})" if first else ""
+        raise TruthflowError(
+            f"{label}: '{repo_id}' has no commit on or before {day}{since}; set source.revision to a later "
+            "date, a commit or null"
+        )
+    return found
 
 
 def resolve_revision(repo_id: str, repo_type: str, revision: str | None, label: str) -> dict:
-    """The commit `revision` (None: the default branch) names now, with the hub's sha256 of each LFS file
-    there (the weights and data files; small text files have no sha256 on the hub): {revision, files}."""
+    """The commit `revision` (None: the default branch; a date: its last commit) names now, with the hub's
+    sha256 of each LFS file there (the weights and data files; small text files have no sha256 on the hub):
+    {revision, files}, and for a date the time of its commit (`committed`)."""
     from huggingface_hub import HfApi
 
+    extra = {}
+    if (day := revision_date(revision)) is not None:
+        found = commit_on(repo_id, repo_type, day, label)
+        revision, extra = found.commit_id, {"committed": found.created_at.isoformat()}
     info = getattr(HfApi(), f"{repo_type}_info")
     found = retrying(label, repo_id)(info, repo_id, revision=revision, files_metadata=True)
     files = {s.rfilename: s.lfs.sha256 for s in found.siblings or [] if getattr(s, "lfs", None)}
-    return {"revision": found.sha, "files": dict(sorted(files.items()))}
+    return {"revision": found.sha, "files": dict(sorted(files.items()))} | extra
+
+
+def check_offline_revision(revision: str | None, label: str) -> None:
+    """Offline the local cache serves a revision as given; a date, which only the hub's commit history
+    resolves (the cache keeps commits by branch and tag, not by date), is refused in one line."""
+    if revision_date(revision) is not None:
+        raise TruthflowError(
+            f"{label}: revision {revision} is a date, which only the hub's commit history resolves, and "
+            "HF_HUB_OFFLINE is set; run once online (the commit is then recorded), or set source.revision to "
+            "the commit"
+        )
 
 
 def changed_revisions(records: list[dict]) -> list[str]:
-    """For each recorded hub source whose revision was not pinned to a commit: a line where it now resolves
-    to another commit than the recorded one (or cannot be checked). Offline: nothing is checked."""
+    """For each recorded hub source whose revision was not pinned to a commit or a date: a line where it now
+    resolves to another commit than the recorded one (or cannot be checked). Offline: nothing is checked."""
     lines = []
     for r in records:
         if offline() or not r.get("revision") or pinned_revision(r.get("requested")):

@@ -89,18 +89,30 @@ def _convert_gguf(gguf_path: Path, out_dir: Path, dtype: str) -> None:
 
 
 def _hub_snapshot(repo_id: str, revision: str | None, out_dir: Path, name: str) -> dict:
-    """The snapshot at the commit `revision` names now (offline: `revision` as given, from the local cache);
-    that commit and its files' sha256 (the info file's `resolved`, which the run's report shows)."""
+    """The snapshot at the commit `revision` names now (a date: its last commit; offline: `revision` as
+    given, from the local cache, and a date refused); that commit, the time of a date's commit, and its files'
+    sha256 (the info file's `resolved`, which the run's report shows)."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
 
-    from .hub import HUB_ATTEMPTS, is_transient, offline, resolve_revision, retrying, sha256_of
+    from .hub import (
+        HUB_ATTEMPTS,
+        check_offline_revision,
+        is_transient,
+        offline,
+        resolve_revision,
+        retrying,
+        sha256_of,
+    )
 
     step = f"resolving the revision of '{repo_id}'"
     try:
-        commit = None  # offline, the hub API cannot be asked: the cache serves what `revision` named
-        if not offline():
-            commit = resolve_revision(repo_id, "model", revision, f"model '{name}'")["revision"]
+        found = {"revision": None}
+        if offline():  # the hub API cannot be asked: the cache serves what `revision` named
+            check_offline_revision(revision, f"model '{name}'")
+        else:
+            found = resolve_revision(repo_id, "model", revision, f"model '{name}'")
+        commit = found["revision"]
         step = f"download of '{repo_id}'"
         retrying(f"model '{name}'", repo_id)(
             snapshot_download,
@@ -112,7 +124,13 @@ def _hub_snapshot(repo_id: str, revision: str | None, out_dir: Path, name: str) 
         files = sorted(f for f in out_dir.rglob("*") if f.is_file() and ".cache" not in f.parts)
         digests = {str(f.relative_to(out_dir)): sha256_of(f) for f in files}
         note = "hub snapshot" if commit else "offline: read from the local cache, revision not resolved"
-        return {"source": repo_id, "requested": revision, "revision": commit, "files": digests, "note": note}
+        resolved = {"source": repo_id, "requested": revision, "revision": commit, "files": digests}
+        if committed := found.get("committed"):  # a date: the commit it stands for, and when that was made
+            note += f": the last commit on or before {revision} (UTC), made {committed}"
+            resolved["committed"] = committed
+        return resolved | {"note": note}
+    except TruthflowError:
+        raise  # already one line naming the model
     except GatedRepoError:
         why = (
             f"hub repo '{repo_id}' is gated; accept its licence on the hub and export HF_TOKEN=<a read "

@@ -11,6 +11,7 @@ from .depth import authors
 from .depth.judge import check_judge_config
 from .depth.prompts import load_answer_prompt
 from .errors import TruthflowError
+from .hub import revision_problem
 from .memplan import fit_to_memory
 
 
@@ -19,7 +20,9 @@ def prepare_config(
 ) -> dict:
     """In place: check the config; fit batch_size and token_budget where left out (memplan); fill defaults;
     check the data, prompt files and judge, so a dry run stops before hours of model jobs."""
-    fit_to_memory(config, check_config(config, configfiles))
+    full = check_config(config, configfiles)
+    check_revision_values(config)
+    fit_to_memory(config, full)
     fill_defaults(config)
     check_local_sources(config)
     depth = config["depth"]
@@ -28,6 +31,19 @@ def prepare_config(
     if depth["models"] and not authors.pending(depth["prompt"]):  # rule authors_prompts checks its files
         load_answer_prompt(depth["prompt"])
     return config
+
+
+def check_revision_values(config: dict) -> None:
+    """Every model's and dataset's source.revision is a commit, a date, a branch or tag, or null (the schema
+    has checked it is text); here, not in truthflow.config, which imports no module a rule's code counts."""
+    for section, entries in (("models", config.get("models")), ("datasets", config.get("datasets"))):
+        for name, spec in (entries or {}).items():
+            revision = (spec.get("source") or {}).get("revision")
+            if revision is not None and (why := revision_problem(revision)):
+                raise TruthflowError(
+                    f"config key '{section}.{name}.source.revision': {revision!r} is neither a commit "
+                    f"(40 hex digits), a date (YYYY-MM-DD) nor a branch or tag name: {why}"
+                )
 
 
 GB = 1e9
