@@ -123,6 +123,73 @@ def test_first_successor_is_first_in_the_authors_node_order() -> None:
         assert backward(["b3", "a1", "a2", "b1", "b2"]) == (1, pytest.approx(1.25)), listed
 
 
+# one group listed in two orders: the nodes file puts 1_d2_n1 before 1_d2_n2, the node_to_q file the reverse
+# (nothing makes the real dataset's two files agree); each node asks its own question q_<node>
+FILE_GRAPH = {
+    "1_d3": (3, ["1_d2_n1", "1_d2_n2"]),
+    "1_d2_n1": (2, ["1_d1_n1", "1_d1_n2"]),
+    "1_d2_n2": (2, ["1_d1_n1"]),
+    "1_d1_n1": (1, []),
+    "1_d1_n2": (1, []),
+}
+NODE_TO_Q_ORDER = ["1_d1_n2", "1_d1_n1", "1_d2_n2", "1_d2_n1", "1_d3"]
+FILE_SCORES = {"1_d3": 3, "1_d2_n1": 5, "1_d2_n2": 4, "1_d1_n1": 2, "1_d1_n2": 5}
+
+
+def write_graph_files(root, graph: dict, node_to_q_order: list[str]) -> None:
+    """questions, nodes (in `graph`'s order) and node_to_q (in node_to_q_order) files of a local DepthQA."""
+    import json
+
+    def successors(n: str) -> list[str]:
+        return [m for m, (_, preds) in graph.items() if n in preds]
+
+    files = {
+        "questions": [
+            {"qid": f"q_{n}", "depth": d, "question": f"Q {n}?", "answer": f"A {n}."}
+            for n, (d, _) in graph.items()
+        ],
+        "nodes": [
+            {
+                "nodeid": n,
+                "group": "1",
+                "depth": d,
+                "direct_predecessors": p,
+                "direct_successors": successors(n),
+            }
+            for n, (d, p) in graph.items()
+        ],
+        "node_to_q": [{"nodeid": n, "qid": f"q_{n}"} for n in node_to_q_order],
+    }
+    root.mkdir(parents=True, exist_ok=True)
+    for name, records in files.items():
+        (root / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_first_successor_follows_the_node_to_q_file_not_the_nodes_file(tmp_path) -> None:
+    """The authors' node_results is filled in the order of their node_to_q file (dataloader.py), so the first
+    successor is the first deeper node in that file, whatever order the nodes file lists them in."""
+    from truthflow.data import load_depthqa
+
+    write_graph_files(tmp_path / "depthqa", FILE_GRAPH, NODE_TO_Q_ORDER)
+    _, nodes, _ = load_depthqa({"source": {"local": str(tmp_path / "depthqa")}, "n": None, "seed": 0})
+    table = depth_metrics(per_question(FILE_SCORES, FILE_GRAPH), nodes)
+    # backward 1-2, in node_to_q order (1_d2_n2 before 1_d2_n1): 1_d1_n1's first successor is 1_d2_n2 = 4,
+    # (4 - 2) / 4 = 0.5; 1_d1_n2's only successor 1_d2_n1 = 5, (5 - 5) / 4 = 0. Mean over 2: 0.25. In the
+    # nodes file's order 1_d1_n1's first successor would be 1_d2_n1 = 5: (5 - 2) / 4 = 0.75, mean 0.375
+    bwd = {s: metric(table, "backward_discrepancy", s) for s in ("1-2", "2-3", "overall")}
+    assert (bwd["1-2"]["n"], bwd["1-2"]["value"]) == (2, pytest.approx(0.25))
+    # backward 2-3: both D2 nodes' first successor 1_d3 = 3 < 4, none counted; overall pools 1-2's two
+    assert (bwd["2-3"]["n"], bwd["2-3"]["value"]) == (0, None)
+    assert (bwd["overall"]["n"], bwd["overall"]["value"]) == (2, pytest.approx(0.25))
+    # the rest takes no order: forward 1-2, 1_d2_n1's predecessors (2 + 5) / 2 = 3.5 and 1_d2_n2's 2 are
+    # below 4; forward 2-3, 1_d3's (5 + 4) / 2 = 4.5, (4.5 - 3) / 4 = 0.375; means (2 + 5) / 2, (5 + 4) / 2, 3
+    fwd = {s: metric(table, "forward_discrepancy", s) for s in ("1-2", "2-3", "overall")}
+    assert [(fwd[s]["n"], fwd[s]["value"]) for s in fwd] == [(0, None), (1, 0.375), (1, 0.375)]
+    means = [metric(table, "mean_score", f"depth {d}")["value"] for d in (1, 2, 3)]
+    assert means == [3.5, 4.5, 3.0]
+    assert nodes["nodeid"].to_list() == NODE_TO_Q_ORDER  # the order the metrics walk
+
+
 def test_unparseable_left_out_or_zero() -> None:
     judged = {**SCORES, "a3": [None], "a1": [5, 4, None]}
     omit = depth_metrics(per_question(judged), nodes_table(), unparseable="omit")

@@ -306,7 +306,8 @@ def _graph_error(message: str) -> TruthflowError:
 def depthqa_nodes(
     nodes: list[dict], node_to_q: list[dict], depth_of: dict[str, int], where: dict[str, str]
 ) -> pl.DataFrame:
-    """The nodes table (NODES_SCHEMA), checked closed: named nodes exist, map to a question of their depth."""
+    """The nodes table (NODES_SCHEMA), checked closed: named nodes exist, map to a question of their depth. Its
+    rows are in the node_to_q file's order, the order the authors' metrics walk (depth.metrics)."""
     # where each part was read, as the errors name it: wn the nodes, wm the node-to-question map, wq questions
     wn, wm, wq = (where.get(k, k) for k in ("nodes", "node_to_q", "questions"))
     if not nodes and not node_to_q:
@@ -355,7 +356,9 @@ def depthqa_nodes(
                 f"{wn}: group '{row['group']}' has two D3 nodes, '{d3_of[row['group']]}' and '{nid}'; "
                 f"a group is one D3 node with its ancestors"
             )
-    return pl.DataFrame(list(rows.values()), schema=NODES_SCHEMA)
+    # the authors' node_results is filled from their node_to_q dict, whose order is that file's (a repeated
+    # node keeps its first place); the first successor of depth.metrics depends on it, not on the nodes file
+    return pl.DataFrame([rows[nid] for nid in qid_of], schema=NODES_SCHEMA)
 
 
 def load_depthqa(spec: dict) -> tuple[pl.DataFrame, pl.DataFrame, dict]:

@@ -5,7 +5,8 @@ score per depth over its questions, with a bootstrap 95% CI; the forward discrep
 mean of max(0, (p - s) / 4), s the node's own score ("overall" pools both pairs' nodes); the backward
 discrepancy: the same over the nodes of depth a, p the score of the first successor of depth b, first in the
 order the authors' node_results is built (grouped by question, questions in the order of their first node,
-nodes in table order), not the node's own direct_successors order.
+nodes in table order; data.load_depthqa gives the table the node_to_q file's order, as their dataloader reads
+it), not the node's own direct_successors order nor the nodes file's.
 Discrepancies are over graph nodes (a question two nodes share counts once per node), mean scores over
 questions, as in the authors' code. A question's score is the mean of its verdicts. An unparseable verdict:
 `unparseable` "zero" scores it 0 (the authors' compute_score); "omit" leaves it out of its question's mean, a
