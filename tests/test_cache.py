@@ -5,6 +5,7 @@ and the README's `--report` commands work without --cores (the suite's one repor
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -34,13 +35,14 @@ EDITS = {
             "experiment_tables",
             "plot_experiments",
             "compare_published",
+            "front_page",
             "benchmark_table",
             "table_html",
         },
     ),
     "depth/mink": (
         {"score_mink"},  # depth_tables no longer imports it (and with it torch): it reruns on new scores
-        {"depth_tables", "plot_depth", "compare_published", "benchmark_table", "table_html"},
+        {"depth_tables", "plot_depth", "compare_published", "front_page", "benchmark_table", "table_html"},
     ),
     "depth/plots": ({"plot_depth"}, set()),
 }
@@ -160,6 +162,7 @@ def _check_report(path: Path) -> None:
     with zipfile.ZipFile(path) as z:
         names = z.namelist()
         html = "".join(z.read(n).decode("utf-8", "ignore") for n in names if n.endswith(".html"))
+        main = z.read(next(n for n in names if n.count("/") == 1 and n.endswith("/report.html"))).decode()
     # tables are inline HTML pages in the report
     for page in (
         "published_vs_reproduced.html",
@@ -172,3 +175,19 @@ def _check_report(path: Path) -> None:
     ):
         assert any(n.endswith(page) for n in names), page
     assert "knockout.mode=cumulative" in html  # captions name the options
+    _check_front_page(main)
+
+
+def _check_front_page(page: str) -> None:
+    """The report opens on the run's headline (rule front_page, in workflow/report/workflow.rst): both papers,
+    the falsification verdicts, each row linked to its figure, and the stylesheet (profiles/default) that
+    puts it above the workflow graph; tests/test_front_page.py checks the tables themselves."""
+    start = page.index("var workflow_desc = ") + len("var workflow_desc = ")
+    desc = json.JSONDecoder().raw_decode(page, start)[0]
+    assert "System Message" not in desc and "problematic" not in desc
+    order = [desc.index(h) for h in ("Two Pathways (", "Falsification check", "DepthQA (", "The workflow")]
+    assert order == sorted(order)
+    assert desc.count('class="verdict-') >= 8 + 2  # a verdict per (model, dataset), one per DepthQA model
+    for figure in ("pathways_check_smollm2-135m__gemma3-270m.png", "depth_mink_boxes.png"):
+        assert f"javascript:app.showResultInfo('results/demo/figures/{figure}')" in desc, figure
+    assert "div:has(> #rulegraph) { flex-direction: column; }" in page

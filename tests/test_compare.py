@@ -137,3 +137,8 @@ def test_depthqa_authors_metrics_against_the_published_tsv_rows():
     assert got["forward discrepancy, overall, n = 380 counted nodes"] == (0.0868, 0.085, "within range")
     assert got["backward discrepancy, overall, n = 70 counted nodes"][:2] == (0.0711, 0.09)
     assert not any(k.startswith("backward discrepancy, 1-2") for k in got)
+    # missed by how much: the distance to the range's nearest bound (4.451 - 0.2), for the report's front page
+    missed = out.filter(pl.col("verdict") == "outside range").row(0, named=True)
+    assert (missed["paper"], missed["kind"]) == ("DepthQA", "mean_score")
+    assert missed["off_range"] == pytest.approx(4.0 - 4.251)
+    assert set(out.filter(pl.col("verdict") == "within range")["off_range"]) == {0}

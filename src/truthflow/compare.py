@@ -6,6 +6,8 @@ import polars as pl
 from .errors import TruthflowError
 
 SCHEMA = {
+    "paper": pl.String,
+    "kind": pl.String,  # published.tsv's kind, or the qualitative check's (QUALITATIVE)
     "check": pl.String,
     "model": pl.String,
     "dataset": pl.String,
@@ -13,6 +15,7 @@ SCHEMA = {
     "published": pl.Float64,
     "published_range": pl.String,
     "reproduced": pl.Float64,
+    "off_range": pl.Float64,  # reproduced minus the nearest bound of the published range; 0 within it
     "verdict": pl.String,
 }
 # the DepthQA metrics; `depth`: a mean score's, a discrepancy's deeper one (2: 1-2, 3: 2-3), empty: overall
@@ -31,6 +34,11 @@ TABLE_OF_KIND = {
 BARS = {
     "patching": ("E_Q", "flip rate (%) under E_Q patching"),
     "answer_only": ("-ΔP", "−ΔP (%) from the answer alone"),
+}
+# the qualitative checks: kind -> (paper, check), the papers named as in published.tsv
+QUALITATIVE = {
+    "eq_vs_control": ("Two Pathways", "E_Q knockout beats random control"),
+    "mink_rises": ("DepthQA", "MIN-K% rises with depth"),
 }
 DEPTH_VERDICTS = {None: "undefined (a depth is empty)", True: "holds", False: "does not hold"}
 
@@ -82,11 +90,19 @@ def quantitative(published: pl.DataFrame, tables: dict[str, pl.DataFrame | None]
         value, detail = reproduced(p, tables) or (None, "")
         if value is None:
             continue
-        verdict = "within range" if p["low"] <= value <= p["high"] else "outside range"
+        off = min(value - p["low"], 0) + max(value - p["high"], 0)
+        verdict = "within range" if off == 0 else "outside range"
         rng = f"[{p['low']:g}, {p['high']:g}]"
         dataset = p["dataset"] or "depthqa"  # DepthQA's rows name no dataset
-        rows.append(("published value", p["model"], dataset, detail, p["published"], rng, value, verdict))
+        row = (p["model"], dataset, detail, p["published"], rng, value, off, verdict)
+        rows.append((p["paper"], p["kind"], "published value", *row))
     return rows
+
+
+def _qualitative(kind: str, model: str, dataset: str, detail: str, value, verdict: str) -> tuple:
+    """A qualitative check's row: no published value, `value` as reproduced."""
+    paper, check = QUALITATIVE[kind]
+    return (paper, kind, check, model, dataset, detail, None, None, value, None, verdict)
 
 
 def qualitative_pathways(check: pl.DataFrame) -> list[tuple]:
@@ -104,8 +120,7 @@ def qualitative_pathways(check: pl.DataFrame) -> list[tuple]:
                 f" {r['secondary_high']:.2f}], p = {r['secondary_p']:.3g}; {detail}"
                 f" (reproduced = mean {r['measure']} difference)"
             )
-        check_name = "E_Q knockout beats random control"
-        rows.append((check_name, r["model"], r["dataset"], detail, None, None, r["diff"], r["verdict"]))
+        rows.append(_qualitative("eq_vs_control", r["model"], r["dataset"], detail, r["diff"], r["verdict"]))
     return rows
 
 
@@ -122,7 +137,7 @@ def qualitative_depth(depthwise: pl.DataFrame | None, pooled: pl.DataFrame) -> l
         rises = None if None in med else med[0] < med[1] < med[2]
         verdict = DEPTH_VERDICTS[rises]
         detail = "median by depth D1/D2/D3: " + " / ".join("-" if m is None else f"{m:.2f}" for m in med)
-        rows.append(("MIN-K% rises with depth", model, "depthqa", detail, None, None, rise, verdict))
+        rows.append(_qualitative("mink_rises", model, "depthqa", detail, rise, verdict))
     return rows
 
 

@@ -258,7 +258,7 @@ def all_targets():
     if released:
         made.append(rules.released_metrics)
     if depth or pw_runs() or released:
-        made.append(rules.compare_published)
+        made += [rules.compare_published, rules.front_page]
     if depth or pw_runs():
         made.append(rules.benchmark_table)
     if depth or pw_runs() or released or qa_runs():
@@ -372,3 +372,43 @@ def check_revisions():
     records = [r.get("resolved", r) | {"name": r["name"]} for r in records]
     for line in changed_revisions(records):
         print(f"truthflow: {line}", file=sys.stderr)
+
+
+# a front-page row's kind (truthflow.compare) -> what shows it: a figure, (rule, output) drawn per model pair or
+# for the depth models, or a report table (rule table_html)
+FRONT_PAGE_FIGURES = {
+    "delta_p": ("plot_pathways", "pathways_png"),
+    "eq_vs_control": ("plot_pathways", "pathways_check_png"),
+    **{k: ("plot_experiments", f"experiment_{k}_png") for k in ("patching", "answer_only", "awareness")},
+    **dict.fromkeys(("median_mink", "mink_rises"), ("plot_depth", "depth_mink_boxes_png")),
+}
+FRONT_PAGE_TABLES = {
+    "detection": "pathways_table3",
+    **dict.fromkeys(("mean_score", "forward_discrepancy", "backward_discrepancy"), "depth_metrics"),
+}
+
+
+def front_page_links():
+    """kind -> model -> the file name of the report item that shows the model's front-page row (Snakemake
+    names a report item's link target after its file)."""
+    links = {}
+
+    def add(kind, models, path):
+        for model in models:
+            links.setdefault(kind, {}).setdefault(model, Path(path).name)
+
+    for kind, (rule_name, name) in FRONT_PAGE_FIGURES.items():
+        path = getattr(getattr(rules, rule_name).output, name)
+        if rule_name == "plot_depth":
+            add(kind, config["figures"]["depth"], path)
+        else:
+            for pair in config["figures"]["pathways"]:
+                add(kind, pair, path.format(pair=pair_name(pair)))
+    table_page = rules.table_html.output[0]
+    for kind, table in FRONT_PAGE_TABLES.items():
+        if kind == "detection":
+            add(kind, config["pathways"]["models"], table_page.format(table=table))
+        else:
+            add(kind, config["depth"]["models"], table_page.format(table=table))
+            add(kind, RELEASED, table_page.format(table="depth_released_metrics"))
+    return links

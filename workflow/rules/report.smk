@@ -55,3 +55,21 @@ rule table_html:
         "../../envs/truthflow.yaml"
     script:
         "../scripts/table_html.py"
+
+
+rule front_page:
+    input:
+        compared=rules.compare_published.output[0],
+        **optional_inputs(pw_runs(), rules.pathways_tables, check="check_tsv", layers="check_layers"),
+        code=code_inputs("front_page.py"),
+    output:
+        results_path("report", "front_page.rst"),
+    log:
+        results_path("logs", "front_page.log"),
+    localrule: True
+    params:
+        links=front_page_links(),
+    conda:
+        "../../envs/truthflow.yaml"
+    script:
+        "../scripts/front_page.py"

@@ -19,7 +19,7 @@ RELEASED = "released"
 
 
 def main(sm):
-    published = validate.read_tsv(sm.input.published, ["kind", "model", "published"])
+    published = validate.read_tsv(sm.input.published, ["kind", "paper", "model", "published"])
     tables = {}
     for name, columns in COLUMNS.items():
         read = validate.read_tsv if name == "pooled" else validate.read_parquet
