@@ -42,7 +42,7 @@ import truthflow.pathways.extract as extract  # noqa: E402
 from truthflow.config import schema_defaults  # noqa: E402
 from truthflow.depth.mink import score_texts  # noqa: E402
 from truthflow.generation import build_prompt, generate_answers  # noqa: E402
-from truthflow.pathways.activations import DTYPE, experiment_shapes  # noqa: E402
+from truthflow.pathways.activations import experiment_shapes  # noqa: E402
 
 STAGES = ("answers", "saliency", "knockout", "patching", "answer-only", "reweighting", "P(True)", "MIN-K%")
 TABLE = Path(__file__).resolve().parent / "throughput.tsv"
@@ -163,7 +163,7 @@ def run_job(lm, n: int, plan: dict, max_new: int, answer_tokens: int, seed: int 
         ).join(scores, on="id")
         hidden, layer = lm.info["hidden_size"], max(1, lm.info["n_layers"] // 2)
         shapes = experiment_shapes(n, hidden, len(experiments["pr_factors"])).values()
-        outs = [np.zeros(shape, DTYPE) for shape in shapes]
+        outs = [np.zeros(shape, np.float32) for shape in shapes]  # in memory: the values exactly
         extract.experiment_states(lm, full, layer, experiments, batch, False, None, outs, name)
     with timer.stage("MIN-K%"):
         score_texts(lm, qs, k_grid, batch)

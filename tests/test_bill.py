@@ -131,7 +131,8 @@ def test_analysis_jobs_last_their_cpu_seconds_over_their_threads(monkeypatch):
 
 
 def test_disk_written_and_held_by_hand():
-    """A twin of 3 layers, hidden 32: popqa n 100, nq all 3,610 rows; float16 states, 3 control draws."""
+    """A twin of 3 layers, hidden 32: popqa n 100, nq all 3,610 rows; bfloat16 states (2 bytes a value, as
+    the model computes), 3 control draws."""
     runs = diskplan.run_files(config())
     assert [(r.dataset, r.n) for r in runs] == [("popqa", 100), ("nq", 3_610)]
     assert runs[0].resid == {
@@ -141,6 +142,26 @@ def test_disk_written_and_held_by_hand():
     }
     # patch [2, N, D], answer_only [N, D], pr [2 x 2 factors, N, D]
     assert sum(runs[0].experiments.values()) == (2 + 1 + 4) * 100 * 32 * 2
+
+
+@pytest.mark.parametrize(
+    ("spec", "size"),
+    [
+        ({"dtype": "float32"}, 4),  # the CPU demo's models
+        ({"dtype": "auto", "gpus": 0}, 4),  # a CPU loads auto as float32
+        ({"dtype": "bfloat16", "gpus": 0}, 4),  # ... and bfloat16 without AVX512-BF16: the larger
+        ({"dtype": "auto"}, 2),  # bfloat16 on a GPU (float16 on a V100: 2 bytes too)
+        ({"dtype": "float16"}, 2),
+    ],
+)
+def test_state_bytes_follow_the_dtype_the_model_computes_in(spec, size):
+    """A model's states are stored in the dtype it computes in (`pathways.activations.storage`), so the disk
+    plan sizes them at that dtype's bytes: the by-hand case above with 4-byte values is twice as large."""
+    cfg = config()
+    cfg["models"]["m"] |= spec
+    (popqa, _) = diskplan.run_files(cfg)
+    assert popqa.resid["resid_clean"] == 100 * 3 * 32 * size
+    assert sum(popqa.experiments.values()) == (2 + 1 + 4) * 100 * 32 * size
 
 
 def test_peak_of_two_runs_by_hand():

@@ -1,8 +1,8 @@
 """GPU code paths proven on a CPU, on the random-weight twins of truthflow.twins (no model preparation):
 devices of index tensors on a model spread over GPUs, device assignment of every model load (the HF judge
-included), the OOM back-off, float16 storage, float32 logits, flash attention, the benchmarks' own paths,
-and two guards: host syncs per batch that do not grow with the number of layers (a TorchFunctionMode counting
-them), and bf16 against float32 within stated bounds."""
+included), the OOM back-off, non-finite states refused, float32 logits, flash attention, the benchmarks' own
+paths, and two guards: host syncs per batch that do not grow with the number of layers (a TorchFunctionMode
+counting them), and bf16 against float32 within stated bounds."""
 
 from __future__ import annotations
 
@@ -378,26 +378,32 @@ def test_oom_back_off_equals_the_run_without_it():
         np.testing.assert_allclose(got[first], want[first], rtol=1e-5, atol=1e-6)
 
 
-# ------------------------------------------------------------------ float16 storage, flash attention
-def test_float16_storage_refuses_inf_with_one_line():
-    """A residual value past float16's 65,504 would be stored as inf: the knockout stage stops with one
-    line naming the stage (model/dataset), the array and the largest |value|. Before: inf went to disk."""
+# ------------------------------------------------------------------ state storage, flash attention
+def test_states_that_are_not_finite_are_refused_with_one_line():
+    """A float32 model's residual values past float16's 65,504 go into the engine's own (float32) arrays as
+    they are; a value past the range of a narrower array a caller gives, or the model's own inf or NaN, stops
+    the stage with one line naming it (model/dataset) and the condition. Before: inf went to disk."""
     lm = build_twin("llama")
     with torch.no_grad():
         lm.model.model.layers[-1].mlp.down_proj.weight.mul_(1e5)
     seqs, _ = _case()
     probes = [len(s) - 1 for s in seqs]
+    (clean,) = resid_states(lm, seqs, probes, [Condition()], 4)
+    assert clean.dtype == np.float32 and np.abs(clean).max() > 65504 and np.isfinite(clean).all()
     ko = Condition(block=[[12]] * 4, name="resid_ko")
+    narrow = [np.zeros(clean.shape, np.float16)]
     with pytest.raises(
         TruthflowError,
-        match=r"knockout twin/popqa: resid_ko: a residual value of \|x\| = "
-        r"[0-9,]+ overflows float16 storage",
+        match=r"knockout twin/popqa: resid_ko: a residual value of \|x\| = [0-9,]+ is past the range of the "
+        r"float16 array",
     ) as err:
-        resid_states(lm, seqs, probes, [ko], 4, desc="knockout twin/popqa")
+        resid_states(lm, seqs, probes, [ko], 4, out=narrow, desc="knockout twin/popqa")
     assert "\n" not in str(err.value)
-    clean, _ = knockout_sweep(lm, seqs, probes, [[[12]] * 4], 4)
-    assert np.abs(clean).max() > 65504 and np.isfinite(clean).all()  # float32 storage holds them
-    with pytest.raises(TruthflowError, match="PR twin/popqa: condition 0: .* overflows float16"):
+    with torch.no_grad():
+        lm.model.model.layers[-1].mlp.down_proj.weight.mul_(1e35)  # past float32's range: inf
+    with pytest.raises(
+        TruthflowError, match="PR twin/popqa: condition 0: the model computed [0-9,]+ inf or NaN"
+    ):
         resid_states(lm, seqs, probes, [Condition()], 4, layer=3, desc="PR twin/popqa")
 
 

@@ -176,21 +176,24 @@ def test_auc_by_layer_summarises_the_seeds():
     assert t["min_auc"].to_list() == [0.5, 0.7] and t["n_seeds"].to_list() == [2, 2]
 
 
-def test_probes_in_worker_processes_equal_one_process(tmp_path):
+@pytest.mark.parametrize("compute", ["float32", "bfloat16"])
+def test_probes_in_worker_processes_equal_one_process(tmp_path, compute):
     """Layers fitted side by side in worker processes, from memory-mapped layer-major files as probe_deltap
-    reads them, give the very probabilities of the one-process loop."""
+    reads them (a bf16 model's as bit patterns, converted a layer at a time), give the very probabilities of
+    the one-process loop."""
     from truthflow.pathways import activations
 
     rng = np.random.default_rng(1)
     n, layers, d = 40, 3, 6
     labels = np.array([0, 1] * (n // 2))
     paths = {name: str(tmp_path / f"{name}.npy") for name in activations.RESID}
-    with activations.written(paths, activations.resid_shapes(n, layers, d, 1)) as resid:
+    with activations.written(paths, activations.resid_shapes(n, layers, d, 1), compute) as resid:
         clean, (ko, control) = activations.knockout_out(*resid)
-        clean[:] = rng.normal(size=(n, layers, d))
-        clean[:, :, 0] += labels[:, None] * 2 - 1
+        values = rng.normal(size=(n, layers, d))
+        values[:, :, 0] += labels[:, None] * 2 - 1
+        clean[:] = values
         ko[:] = rng.normal(size=(n, layers, d))
-        control[:] = clean
+        control[:] = values
     states = activations.read_resid(paths, n, "samples.parquet")
     kos, ids = [states[1], *states[2]], [f"s{i}" for i in range(n)]
     probe = {**PROBE, "seeds": [0, 1]}

@@ -57,7 +57,7 @@ def test_outputs(demo_run):
     assert {"patching", "answer_only", "boundary", "saliency"} <= set(rows["experiment"])
     run = res / "pathways" / "gemma3-270m" / "nq"
     clean = __import__("numpy").load(run / "resid_clean.npy", mmap_mode="r")
-    assert clean.dtype == "float16" and (clean.shape[0], clean.shape[2]) == (18, 640)  # stored [L, N, D]
+    assert clean.dtype == "float32" and (clean.shape[0], clean.shape[2]) == (18, 640)  # stored [L, N, D]
     # the demo keeps its states (pathways.keep_states defaults to true): a re-probe needs no re-extraction
     assert (run / "resid_ko.npy").exists() and (run / "resid_control.npy").exists()
     per_q = pl.read_parquet(res / "tables" / "depth_per_question.parquet")

@@ -2,8 +2,10 @@
 run's job order reaches (the preflight compares it with the free space; truthflow.bill prints it).
 
 Sized: the model weights (resources/models/<name>, params x the dtype's bytes, written before the first job
-and kept), the residual states of each pathways run (float16 resid_clean and resid_ko [N, L, D],
-resid_control [C, N, L, D], `pathways.activations`) and its experiment states (exp_*.npy, kept). With
+and kept), the residual states of each pathways run (resid_clean and resid_ko [N, L, D], resid_control
+[C, N, L, D], `pathways.activations`) and its experiment states (exp_*.npy, kept), each value in the bytes of
+the dtype its model computes in (`memplan.compute_dtype`; `activations.storage`: 2 for bfloat16 and float16, 4
+for float32). With
 `pathways.keep_states` false, resid_ko and resid_control are removed when the run's probe_deltap ends and
 resid_clean when its pathway_experiments ends (their last readers). Not counted: parquet tables (answers,
 labels, samples, saliency, probes; tens of MB per run at paper size), the datasets' downloads and the hub's
@@ -23,10 +25,9 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from . import data, registry
-from .memplan import BYTES, Dims, dims_for
-from .pathways.activations import DTYPE, experiment_shapes, resid_shapes
+from .memplan import BYTES, Dims, compute_dtype, dims_for
+from .pathways.activations import experiment_shapes, resid_shapes, storage
 
-STATE_BYTES = DTYPE().itemsize
 # the order a free GPU takes ready model jobs in, by the rules' stage (workflow/rules/common.smk's PRIORITY):
 # states kept, breadth-first (every answer, then every knockout, then the experiments); states removed,
 # depth-first (a run's experiments before the next run's knockout), so few runs' states are on disk at once
@@ -123,8 +124,12 @@ class RunFiles:
     experiments: dict[str, int]
 
 
-def _nbytes(shape: tuple[int, ...]) -> int:
-    size = STATE_BYTES
+def state_bytes(spec: dict) -> int:
+    """Bytes of one value of a model's state files: its planned compute dtype's storage."""
+    return storage(compute_dtype(spec)).itemsize
+
+
+def _nbytes(shape: tuple[int, ...], size: int) -> int:
     for extent in shape:
         size *= extent
     return size
@@ -149,11 +154,12 @@ def run_files(config: dict) -> list[RunFiles]:
     out = []
     for model in pw["models"]:
         dims = model_dims(model, config["models"][model])
+        size = state_bytes(config["models"][model])
         for dataset in pw_datasets(config):
             n = dataset_rows(config, dataset)
             layers, hidden = (dims.layers, dims.hidden) if dims else (0, 0)
-            resid = {k: _nbytes(s) for k, s in resid_shapes(n, layers, hidden, draws).items()}
-            exp = {k: _nbytes(s) for k, s in experiment_shapes(n, hidden, factors).items()}
+            resid = {k: _nbytes(s, size) for k, s in resid_shapes(n, layers, hidden, draws).items()}
+            exp = {k: _nbytes(s, size) for k, s in experiment_shapes(n, hidden, factors).items()}
             out.append(RunFiles(model, dataset, n, resid, exp))
     return out
 

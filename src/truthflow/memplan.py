@@ -33,6 +33,16 @@ MAX_BUDGET = 2**18
 DERIVED = ("batch_size", "token_budget")  # from the plan where the config leaves them out
 
 
+def compute_dtype(spec: dict) -> str:
+    """The dtype a model's jobs compute in, as planned before any job (`models.resolve_dtype` decides at
+    load): its dtype, auto as bfloat16 (a GPU's from Ampere on; an older card's float16 has its bytes); with
+    gpus 0 float32, which a CPU loads auto and float16 as, and bfloat16 too without AVX512-BF16 (the
+    larger)."""
+    if int(spec.get("gpus", 1)) == 0:
+        return "float32"
+    return "bfloat16" if spec.get("dtype", "auto") == "auto" else spec["dtype"]
+
+
 @dataclass(frozen=True)
 class Dims:
     layers: int

@@ -30,7 +30,7 @@ def main(sm):
     layer, why = experiment_layer(cfg["layer"], auc, lm.info["n_layers"], model)
     print(f"{name}: experiments at layer {layer} ({why})", flush=True)
     shapes = activations.experiment_shapes(table.height, lm.info["hidden_size"], len(cfg["pr_factors"]))
-    with activations.written(sm.output, shapes) as outs:
+    with activations.written(sm.output, shapes, lm.model.dtype) as outs:
         scores = experiment_states(
             lm, table, layer, cfg, bs, sm.params.chat, sm.params.chat_template_kwargs, outs, name
         )

@@ -22,7 +22,7 @@ def main(sm):
     shapes = activations.resid_shapes(
         kept.height, lm.info["n_layers"], lm.info["hidden_size"], knockout["control_draws"]
     )
-    with activations.written(sm.output, shapes) as resid:
+    with activations.written(sm.output, shapes, lm.model.dtype) as resid:
         out = activations.knockout_out(*resid)
         samples, scores = knockout_states(lm, kept, bs, knockout, p.saliency_batch_size, desc, out)
     samples.write_parquet(sm.output.samples)

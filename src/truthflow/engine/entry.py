@@ -41,15 +41,23 @@ def run(lm, seqs: list[list[int]], readout, batch_size: int, conditions=None, de
     raise TypeError(f"not a readout: {readout!r}")
 
 
-def store(dst: np.ndarray, idx, values: np.ndarray, what: str) -> None:
-    """dst[idx] = values in dst's dtype; float16 storage refuses a value it would make inf (|x| > 65504)."""
-    with np.errstate(over="ignore"):  # refused below, with the stage's own line
+def store(dst, idx, values: np.ndarray, what: str) -> None:
+    """dst[idx] = values in dst's dtype. A value that is not finite there is refused with one line naming the
+    stage: inf or NaN out of the model (the state files store the model's own dtype, which holds every value
+    it computes), or a finite value past the range of a caller's narrower array."""
+    with np.errstate(over="ignore", invalid="ignore"):  # refused below, with the stage's own line
         out = values.astype(dst.dtype)
-    if dst.dtype == np.float16 and np.isinf(out).any():
+    if not np.isfinite(out).all():
+        finite = np.isfinite(values)
+        if not finite.all():
+            raise TruthflowError(
+                f"{what}: the model computed {(~finite).sum():,} inf or NaN values in its residual stream "
+                f"(its arithmetic overflowed; the model's dtype float32 has the widest range)"
+            )
         peak = float(np.abs(values.astype(np.float32)).max())
         raise TruthflowError(
-            f"{what}: a residual value of |x| = {peak:,.0f} overflows float16 storage (max 65,504; it would "
-            f"be stored as inf); this model's residual stream needs float32 storage"
+            f"{what}: a residual value of |x| = {peak:,.0f} is past the range of the {dst.dtype} array it is "
+            f"written into"
         )
     dst[idx] = out
 
@@ -63,7 +71,7 @@ def _resid(lm, seqs, readout: Resid, conditions: list[Condition], batch_size: in
         raise ValueError(f"layer {layer} is not in 1..{n_layers}")
     shape = (len(seqs), n_layers, hidden) if layer is None else (len(seqs), hidden)
     out = readout.out
-    out = [np.zeros(shape, dtype=np.float16) for _ in conditions] if out is None else list(out)
+    out = [np.zeros(shape, dtype=np.float32) for _ in conditions] if out is None else list(out)
     if len(out) != len(conditions) or any(a.shape != shape for a in out):
         raise ValueError(f"out arrays must have shape {shape}, one per condition")
     if any(c.window is not None for c in conditions) and layer is not None:

@@ -18,7 +18,8 @@ from .decoding import Decoding
 class Resid:
     """The residual stream at position at[i] of each sample: after every decoder layer ([N, L, D] per
     condition) or after the 1-based `layer` only ([N, D]; the passes stop there). out: one array per
-    condition to write into (e.g. memory-mapped .npy files), else float16 arrays are made."""
+    condition to write into (e.g. memory-mapped .npy files, `pathways.activations`), else float32 arrays are
+    made."""
 
     at: Sequence[int]
     layer: int | None = None

@@ -1,8 +1,15 @@
 """The activation files of one (model, dataset), the one place that knows their names, shapes, layout and
 dtype: the residual stream after every layer at the probe position (resid_*.npy, from extract_pathways) and
-the new states at layer K (exp_*.npy, from extract_experiments). float16 .npy, memory-mapped both ways
-(written batch by batch, read one layer at a time), so memory stays bounded in N and L. N samples
-(samples.parquet's rows, in order), L layers, D the hidden size, C control draws, F the reweighting factors.
+the new states at layer K (exp_*.npy, from extract_experiments). .npy files, memory-mapped both ways (written
+batch by batch, read one layer at a time), so memory stays bounded in N and L. N samples (samples.parquet's
+rows, in order), L layers, D the hidden size, C control draws, F the reweighting factors.
+
+A model's files store the dtype the model computes in (`storage`): float32 for a float32 model (the CPU
+demo), float16 for a float16 one, bfloat16 for a bfloat16 one (paper configs on GPUs). Storage is then exact
+for the model's own numbers and never overflows: a float32 model's residual stream may pass float16's
+65,504 (Gemma-3's does), a float16 model's cannot. numpy has no bfloat16, so a bfloat16 file holds the
+values' raw 16-bit patterns as uint16 (`BF16_BITS`): `written` and the readers see it as float32
+(`Bf16States`), converting only the part a caller takes.
 
 The resid files are stored layer-major ([L, N, D], controls [C, L, N, D]) so that the probes' read of one
 layer is one contiguous block of the file, not N scattered rows: on a cluster's network file system a
@@ -16,11 +23,81 @@ import numpy as np
 
 from .. import validate
 
-DTYPE = np.float16
+# a state file's dtype by the dtype its model computes in; bfloat16's values are stored as their bit patterns
+BF16_BITS = np.dtype(np.uint16)
+STORAGE = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16), "bfloat16": BF16_BITS}
 # resid_clean [N, L, D]; resid_ko [N, L, D], the target knockout; resid_control [C, N, L, D]
 RESID = ("resid_clean", "resid_ko", "resid_control")
 # patch [2, N, D]: E_Q, then the control, patched; answer_only [N, D]; pr [2F, N, D]: ×f, then ×1/f, per f
 EXPERIMENT = ("patch", "answer_only", "pr")
+
+
+def storage(compute) -> np.dtype:
+    """The dtype of the state files of a model that computes in `compute` (a torch dtype or its name)."""
+    name = str(compute).removeprefix("torch.")
+    if name not in STORAGE:
+        raise ValueError(f"no state storage for a model computing in {name} (one of {', '.join(STORAGE)})")
+    return STORAGE[name]
+
+
+def _to_bf16_bits(values) -> np.ndarray:
+    """The bit patterns of the bfloat16 values nearest to `values` (ties to even, as torch converts): the top
+    16 bits of their float32 patterns, rounded; NaN stays NaN."""
+    x = np.asarray(values, dtype=np.float32)
+    bits = np.ascontiguousarray(x).view(np.uint32)
+    # below 2**32 for every finite or infinite pattern: the largest, -inf's 0xFF800000, gains at most 0x8000
+    rounded = (bits + (np.uint32(0x7FFF) + ((bits >> 16) & 1))) >> 16
+    return np.where(np.isnan(x), np.uint16(0x7FC0), rounded.astype(np.uint16))
+
+
+def _from_bf16_bits(bits: np.ndarray) -> np.ndarray:
+    """float32 values of bfloat16 bit patterns (exact: bfloat16 is float32's top half)."""
+    wide = np.asarray(bits).astype(np.uint32)
+    wide <<= 16
+    return wide.view(np.float32)
+
+
+class Bf16States:
+    """A bfloat16 array held as its bit patterns (`BF16_BITS`; a memory-mapped file's), seen as float32.
+    Indexing gives a view, as numpy's does, and reads nothing; np.asarray reads and converts that part alone
+    (a probe's one layer, never the file); assigning rounds the values to bfloat16."""
+
+    dtype = np.dtype(np.float32)
+
+    def __init__(self, bits: np.ndarray):
+        if bits.dtype != BF16_BITS:
+            raise TypeError(f"bfloat16 bit patterns are {BF16_BITS}, not {bits.dtype}")
+        self.bits = bits
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.bits.shape
+
+    @property
+    def ndim(self) -> int:
+        return self.bits.ndim
+
+    def __len__(self) -> int:
+        return len(self.bits)
+
+    def __getitem__(self, key):
+        part = self.bits[key]
+        return _from_bf16_bits(part)[()] if np.ndim(part) == 0 else Bf16States(part)
+
+    def __setitem__(self, key, values) -> None:
+        self.bits[key] = _to_bf16_bits(values)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        values = _from_bf16_bits(self.bits)
+        return values if dtype is None else values.astype(dtype, copy=False)
+
+    def transpose(self, axes) -> "Bf16States":
+        return Bf16States(self.bits.transpose(axes))
+
+
+def _seen_as_values(stored: np.ndarray):
+    """A stored array as its callers see it: bfloat16 bit patterns as `Bf16States`, any other as it is."""
+    return Bf16States(stored) if stored.dtype == BF16_BITS else stored
 
 
 def resid_shapes(n: int, n_layers: int, hidden: int, control_draws: int) -> dict[str, tuple[int, ...]]:
@@ -42,9 +119,9 @@ def stored_shape(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(shape[axis] for axis in _stored_axes(name, len(shape)))
 
 
-def _seen(name: str, stored: np.ndarray) -> np.ndarray:
-    """The view of a stored array that callers index (the permutation is its own inverse)."""
-    return stored.transpose(_stored_axes(name, stored.ndim))
+def _seen(name: str, stored: np.ndarray):
+    """The view of a stored array that callers index (the permutation is its own inverse), in its values."""
+    return _seen_as_values(stored).transpose(_stored_axes(name, stored.ndim))
 
 
 def experiment_shapes(n: int, hidden: int, n_factors: int) -> dict[str, tuple[int, ...]]:
@@ -52,11 +129,12 @@ def experiment_shapes(n: int, hidden: int, n_factors: int) -> dict[str, tuple[in
 
 
 @contextmanager
-def written(paths: Mapping[str, str], shapes: Mapping[str, tuple[int, ...]]):
-    """Empty files of `shapes` at paths[name], memory-mapped for writing (in the order of shapes, as views of
-    those shapes) and flushed on leaving."""
+def written(paths: Mapping[str, str], shapes: Mapping[str, tuple[int, ...]], compute="float32"):
+    """Empty files of `shapes` at paths[name] in the storage of a model computing in `compute` (`storage`),
+    memory-mapped for writing (in the order of shapes, as views of those shapes) and flushed on leaving."""
+    dtype = storage(compute)
     stored = {
-        name: np.lib.format.open_memmap(paths[name], mode="w+", dtype=DTYPE, shape=stored_shape(name, shape))
+        name: np.lib.format.open_memmap(paths[name], mode="w+", dtype=dtype, shape=stored_shape(name, shape))
         for name, shape in shapes.items()
     }
     yield [_seen(name, arr) for name, arr in stored.items()]
@@ -69,26 +147,40 @@ def knockout_out(clean, ko, control) -> tuple:
     return clean, [ko, *(control[d] for d in range(len(control)))]
 
 
-def _read(name: str, path, shape, samples_path) -> np.ndarray:
-    """File `name` memory-mapped and seen as `shape` (None: any length on that axis), its shape checked."""
+def _read(name: str, path, shape, samples_path, dtype=None):
+    """File `name` memory-mapped and seen as `shape` (None: any length on that axis), its shape checked and
+    its dtype one of `STORAGE`'s (or `dtype`, that of the files written beside it)."""
     why = f", one row per sample of {samples_path}"
-    stored = validate.load_npy(path, stored_shape(name, shape), DTYPE, why=why)
+    stored = validate.load_npy(path, stored_shape(name, shape), dtype, why=why)
+    if stored.dtype not in STORAGE.values():
+        kinds = ", ".join(f"{d} ({c})" for c, d in STORAGE.items())
+        raise validate.bad_file(path, f"dtype {stored.dtype}, expected one of {kinds}")
     return _seen(name, stored)
 
 
-def read_resid(paths: Mapping[str, str], n: int, samples_path, names=RESID) -> list[np.ndarray]:
-    """The resid files `names` (resid_clean first), memory-mapped, seen as [N, L, D] ([C, N, L, D]); their
-    shapes checked against the N rows of samples_path and resid_clean's L and D."""
+def _dtype(seen) -> np.dtype:
+    """The stored dtype of a file as `_read` gives it."""
+    return seen.bits.dtype if isinstance(seen, Bf16States) else seen.dtype
+
+
+def read_resid(paths: Mapping[str, str], n: int, samples_path, names=RESID) -> list:
+    """The resid files `names` (resid_clean first), memory-mapped, seen as [N, L, D] ([C, N, L, D]) arrays of
+    float values (`Bf16States` for bfloat16); their shapes checked against the N rows of samples_path and
+    resid_clean's L and D, their dtype against resid_clean's."""
     clean = _read("resid_clean", paths["resid_clean"], (n, None, None), samples_path)
-    shapes = resid_shapes(n, clean.shape[1], clean.shape[2], None)
-    others = [_read(name, paths[name], shapes[name], samples_path) for name in names if name != "resid_clean"]
+    shapes, dtype = resid_shapes(n, clean.shape[1], clean.shape[2], None), _dtype(clean)
+    others = [
+        _read(name, paths[name], shapes[name], samples_path, dtype) for name in names if name != "resid_clean"
+    ]
     return [clean, *others]
 
 
 def read_experiment(paths: Mapping[str, str], n: int, hidden: int, n_factors: int, samples_path) -> list:
-    """patch, answer_only, pr, memory-mapped; shapes checked."""
+    """patch, answer_only, pr, memory-mapped (as `read_resid`'s); shapes and a common dtype checked."""
     shapes = experiment_shapes(n, hidden, n_factors)
-    return [_read(name, paths[name], shape, samples_path) for name, shape in shapes.items()]
+    (name, shape), *rest = shapes.items()
+    first = _read(name, paths[name], shape, samples_path)
+    return [first, *(_read(k, paths[k], s, samples_path, _dtype(first)) for k, s in rest)]
 
 
 def pr_pairs(pr, factors) -> dict[float, tuple[np.ndarray, np.ndarray]]:

@@ -11,7 +11,7 @@ import polars as pl
 from ..engine import Condition, Resid, run
 from ..generation import build_prompt, encode_prompt, generate_answers
 from ..models import LoadedModel
-from .activations import DTYPE, knockout_out, resid_shapes
+from .activations import knockout_out, resid_shapes
 from .experiments import SALIENCY_SCHEMA, SCORES_SCHEMA
 from .interventions import P_TRUE_TEMPLATE, answer_only_inputs, p_true, patched_inputs, reweighting
 from .saliency import saliency
@@ -177,7 +177,7 @@ def knockout_states(
     conditions = [Condition(block=b, window=window, name=n) for n, b in blocks.items()]
     if out is None:
         shapes = resid_shapes(kept.height, lm.info["n_layers"], lm.info["hidden_size"], draws).values()
-        out = knockout_out(*(np.zeros(shape, DTYPE) for shape in shapes))
+        out = knockout_out(*(np.zeros(shape, np.float32) for shape in shapes))
     values = {c: [] for c in SALIENCY_SCHEMA if c != "id"}
     if kept.height:
         eq, ea, start = (kept[c].to_list() for c in ("eq_positions", "ea_positions", "answer_start"))
