@@ -6,8 +6,8 @@
 
 Stages, each through the package's own functions with the workflow's settings: the answers
 (`generation.generate_answers`, base-model prompts, the model's max_new_tokens);
-`pathways.extract.knockout_states`, which runs saliency (its clean pass gives resid_clean) and the knockout
-with the workflow's control draws;
+`pathways.extract.knockout_states`, which runs saliency and the knockout (the clean condition, E_Q and the
+workflow's control draws, in one engine run);
 `pathways.extract.experiment_states` at layer K = L/2: patching, answer-only, Pathway Reweighting (the default
 pr_factors) and P(True); and MIN-K% scoring of the questions (`depth.mink.score_texts`, the depth job's pass).
 Each stage's time is read by wrapping the function the job module calls (`timed_stages`), so the job's code

@@ -249,7 +249,7 @@ def test_saliency_loss_is_the_answer_nll(twin):
             expected += -float(np.mean([lp[t - 1, seq[t]].item() for t in range(s, len(seq))]))
     with backend.gradient_mode(twin.model):
         for head in (0, 10):
-            loss, attns, grads, valid, _, _ = passes.attention_and_grads(twin, seqs, starts, head)
+            loss, attns, grads, valid, _ = passes.attention_and_grads(twin, seqs, starts, head)
             assert float(loss) == pytest.approx(expected, rel=1e-5)
             assert attns[0].shape[-2:] == (valid.shape[1] - head, valid.shape[1])
 
@@ -290,23 +290,73 @@ def test_saliency_pass_gives_the_separate_logits_baseline(twin):
             assert got.logit_min[i] == pytest.approx(np.min(vals), abs=1e-5)
 
 
-def test_saliency_pass_gives_the_knockouts_clean_states(twin):
-    """extract_pathways takes resid_clean off the saliency pass (eager attention, whole sequences past the
-    probe, batches of saliency_batch_size from their own shared head) instead of a clean knockout pass (sdpa,
-    the additive mask, sequences cut at the probe): equal to it at every layer, across the sliding window;
-    a knockout condition is unchanged when the clean one is left out."""
+def _plain_states(lm, seq: list[int], probe: int) -> np.ndarray:
+    """[L, D] float32: one plain forward pass of one row cut at the probe (no padding, no cache, the
+    model's own attention implementation), its hidden states after each decoder layer at the probe; the
+    final norm, which the last of them carries, left out (the states are the residual stream before it)."""
+    base = getattr(lm.model, lm.model.base_model_prefix)
+    norm, base.norm = base.norm, torch.nn.Identity()
+    try:
+        with torch.no_grad():
+            out = base(input_ids=torch.tensor([seq[: probe + 1]]), output_hidden_states=True, use_cache=False)
+    finally:
+        base.norm = norm
+    return torch.stack([h[0, probe] for h in out.hidden_states[1:]]).float().numpy()
+
+
+def test_knockout_stage_takes_its_clean_states_from_its_own_engine_run(twin):
+    """extract_pathways' resid_clean is a clean condition of the knockouts' own engine run (the model's
+    attention, sequences cut at the probe, the shared-prefix cache), no longer states off the saliency pass
+    (eager attention with gradients, whole sequences), so a ΔP compares states of one kernel: equal to a
+    plain forward pass of each row at every layer, across the sliding window, and bit for bit to the clean
+    condition of an engine run beside the same knockouts. The saliency pass takes nowhere to write states."""
+    import inspect
+
+    import polars as pl
+
+    from truthflow.engine import AttnGrad
+    from truthflow.pathways import activations, extract
+
     seqs, starts, eqs, eas = _sal_case()
     probes = [e[-1] for e in eas]
-    blocks = [[q[0]] for q in eqs]
-    ref_clean, (ref_ko,) = knockout_sweep(twin, seqs, probes, [blocks], 3)
-    got = np.full_like(ref_clean, np.nan)
-    saliency.saliency(twin, seqs, starts, eqs, eas, batch_size=2, states=(probes, got))
-    np.testing.assert_allclose(got, ref_clean, rtol=1e-4, atol=1e-5 * np.abs(ref_clean).max())
-    out = [np.zeros_like(ref_ko)]
-    (ko_only,) = resid_states(twin, seqs, probes, [Condition(block=blocks)], 3, out=out)
-    assert np.array_equal(ko_only, ref_ko) and not np.allclose(ko_only, ref_clean)
-    with pytest.raises(ValueError, match="states positions of samples"):  # inside the shared head
-        saliency.saliency(twin, seqs, starts, eqs, eas, 2, states=([0, 0, 0], got))
+    n = len(seqs)
+    kept = pl.DataFrame(
+        {
+            "id": [f"q{i}" for i in range(n)],
+            "correct": [True, False, True],
+            "refusal": [False] * n,
+            "seq": seqs,
+            "answer_start": starts,
+            "eq_positions": eqs,
+            "ea_positions": eas,
+            "probe_position": probes,
+            "question_positions": [list(range(10, 16))] * n,
+            "eq_text": ["x"] * n,
+            "ea_text": ["y"] * n,
+        },
+        schema=extract.LOCATED_SCHEMA,
+    )
+    cfg = {
+        "target": "exact_question",
+        "control_draws": 1,
+        "control_seed": 0,
+        "mode": "cumulative",
+        "window": 9,
+    }
+    shapes = activations.resid_shapes(n, twin.info["n_layers"], twin.info["hidden_size"], 1)
+    out = activations.knockout_out(*(np.full(s, np.nan, np.float32) for s in shapes.values()))
+    samples, _ = extract.knockout_states(twin, kept, 2, cfg, 2, "knockout twin/popqa", out)
+    clean = out[0]
+    for i in range(n):
+        want = _plain_states(twin, seqs[i], probes[i])
+        np.testing.assert_allclose(clean[i], want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+    blocks = [samples["blocked_positions"].to_list(), [c[0] for c in samples["control_positions"].to_list()]]
+    conds = [Condition(), *(Condition(block=b) for b in blocks)]
+    fresh = [np.zeros(shapes["resid_clean"], np.float32) for _ in conds]
+    same = resid_states(twin, seqs, probes, conds, 2, out=fresh)
+    assert np.array_equal(clean, same[0]) and not np.allclose(out[1][0], clean)
+    assert "states" not in inspect.signature(saliency.saliency).parameters
+    assert "states" not in inspect.signature(AttnGrad).parameters
 
 
 # ------------------------------------------------------------------ MIN-K% (B1)

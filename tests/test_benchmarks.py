@@ -130,8 +130,8 @@ def test_paper_cost_reads_the_committed_throughput_table():
 
 def test_paper_cost_config_rows_by_hand():
     """llama-3.2-1b of paper-pathways over the four sets' 43,226 rows (14,267 + 17,944 + 7,405 + 3,610):
-    knockout at 200/s with the schema's 3 control draws (4 conditions); a config with 1 draw runs 2 of those
-    4. (The answers: tests/test_bill.py's decode-step cases.)"""
+    knockout at 200/s with the schema's 3 control draws (5 conditions: clean, E_Q, 3 draws); a config with 1
+    draw runs 3 of those 5. (The answers: tests/test_bill.py's decode-step cases.)"""
     from truthflow import pricing
 
     rows = throughput_rows("batch 64, token budget 32768")
@@ -145,4 +145,4 @@ def test_paper_cost_config_rows_by_hand():
 
     assert knockout_hours(config) == pytest.approx(43_226 / 200 / 3600)  # 0.0600
     config["pathways"]["knockout"]["control_draws"] = 1
-    assert knockout_hours(config) == pytest.approx(43_226 / 200 / 3600 * 2 / 4)  # 0.0300
+    assert knockout_hours(config) == pytest.approx(43_226 / 200 / 3600 * 3 / 5)  # 0.0360

@@ -414,7 +414,7 @@ def test_extract_writes_the_passes_and_the_samples_table(tiny):
     assert samples.schema == pl.Schema(SAMPLES_SCHEMA) and scores.schema == pl.Schema(
         experiments.SALIENCY_SCHEMA
     )
-    # the saliency table is the separate saliency stage's; resid_clean its pass's states (checked below)
+    # the saliency table is the separate saliency stage's; resid_clean the engine's clean condition (below)
     sep = saliency(tiny, seqs, [9, 8, 12], kept["eq_positions"].to_list(), kept["ea_positions"].to_list(), 2)
     assert scores["id"].to_list() == ["a", "b", "c"]
     np.testing.assert_allclose(scores["logit_mean"].to_numpy(), sep.logit_mean)

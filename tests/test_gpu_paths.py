@@ -589,17 +589,17 @@ def test_qwen3_32b_shape_has_qwen3_32bs_parameters(monkeypatch):
 
 
 # ------------------------------------------------------------------ gpu_smoke's bounds can fail
-def test_gpu_smoke_exactness_checks_fail_on_a_wrong_knockout_or_wrong_clean_states(monkeypatch):
-    """gpu_smoke bounds the one-pass knockout and the clean states taken off the saliency pass by the dtype's
-    tolerance or twice the clean paths' rounding noise: a knockout that blocked nothing, or states off by a
-    sliver of their scale, fail those checks (on the tiny shape, float32: noise 0, so the bound is 1e-4)."""
+def test_gpu_smoke_exactness_check_fails_on_a_wrong_knockout(monkeypatch):
+    """gpu_smoke bounds the one-pass knockout by the dtype's tolerance or twice the clean paths' rounding
+    noise: a knockout that blocked nothing fails that check (on the tiny shape, float32: noise 0, so the bound
+    is 1e-4)."""
     smoke = _bench("gpu_smoke", monkeypatch)
     shapes = _bench("shapes", monkeypatch)
     lm = shapes.random_model("tiny", "float32", "cpu")
     assert smoke.stage_extraction(lm, 8, "float32")[1].startswith("8 samples")  # passes as it is
-    assert "eager attention backward" in smoke.stage_saliency(lm, 8, "float32")
+    assert "eager attention backward" in smoke.stage_saliency(lm, 8)
 
-    real_sweep, real_saliency = smoke.sweep, smoke.saliency
+    real_sweep = smoke.sweep
 
     def blocks_nothing(lm, seqs, probe, blocks, batch_size):
         clean, *kos = real_sweep(lm, seqs, probe, blocks, batch_size)
@@ -608,13 +608,3 @@ def test_gpu_smoke_exactness_checks_fail_on_a_wrong_knockout_or_wrong_clean_stat
     monkeypatch.setattr(smoke, "sweep", blocks_nothing)
     with pytest.raises(AssertionError, match="one-pass vs per-layer knockout"):
         smoke.stage_extraction(lm, 8, "float32")
-    monkeypatch.setattr(smoke, "sweep", real_sweep)
-
-    def off_states(*args, states=None, **kwargs):
-        out = real_saliency(*args, states=states, **kwargs)
-        states[1][:, -1] += 1e-2 * np.abs(states[1]).max()  # the last layer's states, 1% of the scale off
-        return out
-
-    monkeypatch.setattr(smoke, "saliency", off_states)
-    with pytest.raises(AssertionError, match="clean states off the saliency pass"):
-        smoke.stage_saliency(lm, 8, "float32")

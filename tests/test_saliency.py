@@ -71,7 +71,7 @@ def _answer_nll(model, seq: list[int], start: int) -> float:
 
 def _code_grads(lm, seq: list[int], start: int) -> tuple[float, list[torch.Tensor], list[torch.Tensor]]:
     with gradient_mode(lm.model):
-        loss, attns, grads, _, _, _ = attention_and_grads(lm, [seq], [start])
+        loss, attns, grads, _, _ = attention_and_grads(lm, [seq], [start])
     return float(loss), attns, grads
 
 

@@ -6,9 +6,10 @@ written and still held at the end, peak GPU memory and RAM; each figure measured
 GPU: benchmarks/throughput.tsv (samples/s per shape, stage and card; bench_job.py --record appends). A model
 measured under its own name on the card uses its rows; any other is scaled from the measured shape nearest in
 the parameters a token runs through. A model on g GPUs costs g GPU-hours per hour. The knockout is scaled to
-the config's control draws (one pass per condition). A stage without a GPU row is its shape's knockout times
-the larger of two ratios: its FLOPs over the knockout's (`FLOP_RATIO`) and the ratio measured between the two
-stages on a CPU twin (benchmarks/stage_ratios.tsv). Answers: a decode step reads the weights and every row's
+the config's control draws (one pass per condition: clean, E_Q and each draw, `knockout_passes`). A stage
+without a GPU row is its shape's knockout times the larger of two ratios: its FLOPs over the knockout's
+(`FLOP_PASSES`) and the ratio measured between the two stages on a CPU twin (benchmarks/stage_ratios.tsv).
+Answers: a decode step reads the weights and every row's
 KV cache; the step's seconds per byte are calibrated on the shape's measured answers row, and the answers of a
 run are priced step by step at the context each step reaches (prompt + up to max_new_tokens, every answer
 running to the cap: an upper bound) and at the batch the model's batch_size and token budget give.
@@ -60,16 +61,17 @@ RULE = {
     "P(True)": "extract_experiments",
     "MIN-K%": "score_mink",
 }
-# a stage's FLOPs per sample over the knockout stage's (the schema's E_Q + 3 control passes, all layers):
-# saliency a forward and a backward pass (3 passes); patching 2 passes to layer K = L/2; answer-only one pass
-# to K over the answer; reweighting 2 per factor to K; P(True) one pass; MIN-K% one pass over the question
-FLOP_RATIO = {
-    "saliency": 3 / 4,
-    "patching": 1 / 4,
-    "answer-only": 1 / 8,
+# a stage's FLOPs per sample in full passes, over the knockout stage's `knockout_passes` at the schema's draws
+# (the five that throughput.tsv's knockout rows measure): saliency a forward and a backward pass (3 passes);
+# patching 2 passes to layer K = L/2; answer-only one pass to K over the answer; reweighting 2 per factor to
+# K; P(True) one pass; MIN-K% one pass over the question
+FLOP_PASSES = {
+    "saliency": 3,
+    "patching": 1,
+    "answer-only": 1 / 2,
     "reweighting": None,
-    "P(True)": 1 / 4,
-    "MIN-K%": 1 / 8,
+    "P(True)": 1,
+    "MIN-K%": 1 / 2,
 }
 # prompt tokens of a question (a chat template adds CHAT_TOKENS); issue 32's answers rows: prompts 16-256
 CHAT_TOKENS = 40
@@ -215,12 +217,19 @@ def read_ratios(path: Path = RATIOS) -> dict[str, tuple[float, str]]:
 def stage_ratio(stage: str, config: dict, ratios: Mapping[str, tuple[float, str]]) -> tuple[float, str]:
     """(ratio to the knockout stage at the schema's draws, its basis): the larger of FLOPs and the twin's."""
     factors = len(config["pathways"]["experiments"]["pr_factors"])
-    flop = FLOP_RATIO[stage] if FLOP_RATIO[stage] is not None else factors / 4
+    passes = FLOP_PASSES[stage] if FLOP_PASSES[stage] is not None else factors
+    flop = passes / knockout_passes(schema_defaults("pathways", "knockout")["control_draws"])
     twin, where = ratios.get(stage, (0.0, ""))
     if twin > flop:
         return twin, f"knockout x {twin:.2f}, the ratio measured on a {where} (FLOP ratio {flop:.2f})"
     extra = f"; twin ratio {twin:.2f}" if where else ""
     return flop, f"knockout x {flop:.2f}, the FLOP ratio{extra}"
+
+
+def knockout_passes(control_draws: int) -> int:
+    """Passes per sample of the knockout stage: the clean condition, E_Q and each control draw, one engine run
+    (`pathways.extract.knockout_states`)."""
+    return 2 + control_draws
 
 
 def measured_rule(cpu_rows: list[dict], rule: str) -> dict | None:
@@ -326,7 +335,7 @@ def gpu_costs(config: dict, name: str, part: str, datasets: list[str], setting: 
                 )
                 per = Figure(answers_seconds(d, dtype, batch, prompt, new, setting.step), False, text)
             elif stage == "knockout":
-                passes = (1 + pw["knockout"]["control_draws"]) / (1 + measured_draws)
+                passes = knockout_passes(pw["knockout"]["control_draws"]) / knockout_passes(measured_draws)
                 text = f"{shape} knockout row{scaled_text}" + (
                     f" x {passes:.2f} (control draws)" if passes != 1 else ""
                 )

@@ -31,7 +31,7 @@ rule extract_pathways:
             else None
         ),
         knockout=config["pathways"]["knockout"],
-        # saliency runs here (its clean pass gives resid_clean); the rest of the experiments wait for K
+        # saliency runs here (its scores; resid_clean comes from the knockouts' pass); the rest wait for K
         saliency_batch_size=config["pathways"]["experiments"]["saliency_batch_size"],
     conda:
         "../../envs/truthflow.yaml"

@@ -132,21 +132,14 @@ def _attn_grad(lm, seqs, readout: AttnGrad, batch_size: int, desc: str):
     starts, firsts = list(readout.answer_start), list(readout.reads_from)
     if len(starts) != n or len(firsts) != n:
         raise ValueError(f"AttnGrad needs one answer_start and one reads_from per sample ({n} samples)")
-    logits, states = readout.logits, readout.states
-    if states is not None and (states.layer is not None or states.out is None or len(states.out) != 1):
-        raise ValueError("the states of an AttnGrad pass are every layer's, written into one out array")
+    logits = readout.logits
     at = None if logits is None else [list(p) for p in logits.at]
     results: list | None = None if logits is None else [None] * n
 
     def step(idx: list[int]) -> None:
         rows = [seqs[i] for i in idx]
         head = shared_head(rows, min(firsts[i] for i in idx))
-        capture_at = None if states is None else [states.at[i] - head for i in idx]
-        _, attns, grads, valid, resid, held = passes.attention_and_grads(
-            lm, rows, [starts[i] for i in idx], head, capture_at
-        )
-        if held is not None:
-            store(states.out[0], idx, held.numpy(), f"{desc}: resid_clean")
+        _, attns, grads, valid, resid = passes.attention_and_grads(lm, rows, [starts[i] for i in idx], head)
         if at is not None and any(at[i] for i in idx):
             with torch.no_grad():
                 values = passes.read_logits(lm.model, resid, rows, [at[i] for i in idx], head, logits)

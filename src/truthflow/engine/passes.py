@@ -224,26 +224,19 @@ def answer_loss(model, hidden: torch.Tensor, ids: torch.Tensor, lengths, answer_
     return (nll * torch.tensor(weight, dtype=logits.dtype, device=device)).sum()
 
 
-def attention_and_grads(
-    lm, seqs: list[list[int]], answer_start: list[int], head: int = 0, capture_at: list[int] | None = None
-):
+def attention_and_grads(lm, seqs: list[list[int]], answer_start: list[int], head: int = 0):
     """One clean right-padded pass with the attention weights in the autograd graph, rooted at the (detached)
     input embeddings, inside `backend.gradient_mode`: (summed per-sample loss, [A^l [B, H, T - head, T]],
-    [dL/dA^l], valid [B, T], the residual stream before the final norm [B, T - head, D], the states after
-    every layer at capture_at (relative to the head) [B, L, D] on the host or None), all detached. The
+    [dL/dA^l], valid [B, T], the residual stream before the final norm [B, T - head, D]), all detached. The
     shared head runs once, without a graph: dL/dA at a later query flows back from later positions only."""
     model = lm.model
     base, device, _ = model_parts(model)
     ids, valid = batch_tensors(seqs, pad_id(lm), device)
     with torch.no_grad():
         cache = head_cache(base, ids, head) if head else None
-    with ResidCapture(decoder_layers(model)) as cap, unnormed(model):  # captures nothing without positions
-        if capture_at is not None:
-            cap.set_positions(capture_at)
-        with torch.enable_grad():
-            embeds = model.get_input_embeddings()(ids[:, head:]).detach().requires_grad_(True)
-            out = clean_pass(base, ids, valid, head, cache, inputs_embeds=embeds, output_attentions=True)
-        states = None if capture_at is None else cap.stacked()
+    with unnormed(model), torch.enable_grad():
+        embeds = model.get_input_embeddings()(ids[:, head:]).detach().requires_grad_(True)
+        out = clean_pass(base, ids, valid, head, cache, inputs_embeds=embeds, output_attentions=True)
     attns, resid = list(out.attentions or ()), out.last_hidden_state
     n_layers = model.config.get_text_config().num_hidden_layers
     if len(attns) != n_layers or any(a is None for a in attns):
@@ -257,7 +250,7 @@ def attention_and_grads(
         loss = answer_loss(model, hidden, ids, [len(s) for s in seqs], answer_start, head)
         del hidden
         grads = list(torch.autograd.grad(loss, attns))
-    return loss.detach(), [a.detach() for a in attns], grads, valid, resid.detach(), states
+    return loss.detach(), [a.detach() for a in attns], grads, valid, resid.detach()
 
 
 # ------------------------------------------------------------------------------ decoding

@@ -56,14 +56,14 @@ class AttnGrad:
     |A^l * dL/dA^l|, L the sum over samples of the mean NLL of the sample's tokens from answer_start[i] on
     (batched equals one at a time). pool(batch) -> [B, L, ...] reduces a batch's S^l to rows of out.
     reads_from[i]: sample i's first position whose query `pool` reads; the shared head stops before it.
-    logits, states: a `Logits` and a `Resid` (every layer, `out` given) read off the same pass."""
+    logits: a `Logits` read off the same pass. No residual states: a state read off this eager pass with
+    gradients would hold another kernel's rounding than the `Resid` passes it is compared with."""
 
     answer_start: Sequence[int]
     reads_from: Sequence[int]
     pool: Callable[[AttnGradBatch], torch.Tensor]
     out: np.ndarray
     logits: Logits | None = None
-    states: Resid | None = None
 
 
 @dataclass(frozen=True, eq=False)

@@ -164,9 +164,11 @@ def knockout_states(
     desc: str,
     out=None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The clean states (off the saliency pass), the target knockout and each control draw (METHOD A7;
-    knockout: pathways.knockout) written into out (`activations.knockout_out`'s layout; None: thrown away).
-    Returns (SAMPLES_SCHEMA's table, SALIENCY_SCHEMA's: the saliency and Logits-mean/min, A15, A17)."""
+    """The clean states, the target knockout and each control draw (METHOD A7; knockout: pathways.knockout)
+    written into out (`activations.knockout_out`'s layout; None: thrown away), all from one engine run: the
+    clean state is a condition of its own beside the knockouts, so every state comes from the same kind of
+    pass (kernel, batch, shared-prefix cache) and a ΔP holds no kernel's rounding. Returns (SAMPLES_SCHEMA's
+    table, SALIENCY_SCHEMA's: the saliency and Logits-mean/min off the saliency pass, A15, A17)."""
     draws = knockout["control_draws"]
     target_blocks, controls, matched = knockout_blocks(
         kept, knockout["target"], draws, knockout["control_seed"]
@@ -174,15 +176,17 @@ def knockout_states(
     ids, seqs, probe = kept["id"].to_list(), kept["seq"].to_list(), kept["probe_position"].to_list()
     window = knockout["window"] if knockout["mode"] == "window" else None
     blocks = {"resid_ko": target_blocks} | {f"resid_control draw {d}": c for d, c in enumerate(controls)}
-    conditions = [Condition(block=b, window=window, name=n) for n, b in blocks.items()]
+    knocked = [Condition(block=b, window=window, name=n) for n, b in blocks.items()]
+    # the clean condition changes no token: the prefix the knockouts share with it still runs once a batch
+    conditions = [Condition(name="resid_clean"), *knocked]
     if out is None:
         shapes = resid_shapes(kept.height, lm.info["n_layers"], lm.info["hidden_size"], draws).values()
         out = knockout_out(*(np.zeros(shape, np.float32) for shape in shapes))
     values = {c: [] for c in SALIENCY_SCHEMA if c != "id"}
     if kept.height:
         eq, ea, start = (kept[c].to_list() for c in ("eq_positions", "ea_positions", "answer_start"))
-        sal = saliency(lm, seqs, start, eq, ea, saliency_batch, f"saliency {desc}", (probe, out[0]))
-        run(lm, seqs, Resid(probe, out=out[1]), batch_size, conditions, desc=desc)
+        sal = saliency(lm, seqs, start, eq, ea, saliency_batch, f"saliency {desc}")
+        run(lm, seqs, Resid(probe, out=[out[0], *out[1]]), batch_size, conditions, desc=desc)
         s_eq_ea, s_eq_all = sal.scores[:, :, 0].tolist(), sal.scores[:, :, 1].tolist()
         values = dict(logit_mean=sal.logit_mean, logit_min=sal.logit_min, s_eq_ea=s_eq_ea, s_eq_all=s_eq_all)
     scores = pl.DataFrame({"id": ids, **values}, schema=SALIENCY_SCHEMA)

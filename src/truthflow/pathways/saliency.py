@@ -11,7 +11,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ..engine import AttnGrad, AttnGradBatch, Logits, Resid, run
+from ..engine import AttnGrad, AttnGradBatch, Logits, run
 from ..models import LoadedModel
 from .interventions import logit_baselines, target_logprobs
 
@@ -57,26 +57,16 @@ def saliency(
     ea_positions: list[list[int]],
     batch_size: int,
     desc: str = "saliency",
-    states: tuple[list[int], np.ndarray] | None = None,
 ) -> Saliency:
     """Attention saliency of every sample at every layer, and the E_A tokens' Logits-mean / Logits-min read
-    off the same pass's residual stream. states = (positions, out [N, L, D]): that pass's
-    residual stream after every layer at one position per sample (at or after its first E_Q token and
-    answer_start - 1), written into out (the knockout's clean states)."""
+    off the same pass's residual stream. The knockout's clean states do not come from this eager pass with
+    gradients but from the engine's pass beside the knockouts (`extract.knockout_states`)."""
     n = len(seqs)
     result = np.full((n, lm.model.config.get_text_config().num_hidden_layers, 2), np.nan, dtype=np.float32)
     for s, a, eq, ea in zip(seqs, answer_start, eq_positions, ea_positions, strict=True):  # same lengths
         if not 1 <= a < len(s):  # bad inputs fail before any model work
             raise ValueError(f"answer_start {a} must lie in [1, {len(s) - 1}] for {len(s)} tokens")
         pair_masks(len(s), eq, ea, len(s))
-    states_at, out = states if states is not None else (None, None)
-    if states_at is not None:
-        cases = zip(states_at, seqs, answer_start, eq_positions, strict=True)
-        bad = [i for i, (p, s, a, eq) in enumerate(cases) if not min([*eq, a - 1]) <= p < len(s)]
-        if bad:
-            raise ValueError(
-                f"states positions of samples {bad[:5]} lie before E_Q and the answer, or past it"
-            )
 
     def pool(batch: AttnGradBatch) -> torch.Tensor:
         masks = [pair_masks(len(seqs[i]), eq_positions[i], ea_positions[i], batch.width) for i in batch.rows]
@@ -94,7 +84,6 @@ def saliency(
         pool,
         result,
         logits,
-        None if out is None else Resid(states_at, out=[out]),
     )
     _, scored = run(lm, seqs, readout, batch_size, desc=desc)
     mean, low = logit_baselines(scored)
