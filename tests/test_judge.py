@@ -105,6 +105,7 @@ class FakeEndpoint:
         self.replies: list[
             tuple[int, str]
         ] = []  # status, content; "{headers}" in an error becomes the headers
+        self.reply = None  # request body -> content of a 200, in place of the queue (replies by question)
         self.lock = threading.Lock()
         endpoint = self
 
@@ -114,9 +115,12 @@ class FakeEndpoint:
                 with endpoint.lock:
                     headers = {k.lower(): v for k, v in self.headers.items()}
                     endpoint.requests.append({"path": self.path, "headers": headers, "body": body})
-                    status, content = (
-                        endpoint.replies.pop(0) if len(endpoint.replies) > 1 else endpoint.replies[0]
-                    )
+                    if endpoint.reply is not None:
+                        status, content = 200, endpoint.reply(body)
+                    else:
+                        status, content = (
+                            endpoint.replies.pop(0) if len(endpoint.replies) > 1 else endpoint.replies[0]
+                        )
                 if status == 200 and content == "{no choices}":  # a proxy's reply of another shape
                     payload = {"id": "chatcmpl-test", "object": "chat.completion", "choices": []}
                 elif status == 200:

@@ -134,8 +134,8 @@ def make_prompt_files(
 def released_answers(path: str | Path, questions: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """A released answers file (a JSON object keyed by qid: qid, depth, question, answer = the reference,
     predicted_answer) as an answers table (qid, answer, depth) and the judge's questions table (id, question,
-    reference_answer), texts stripped as their judge strips them; over the run's DepthQA questions (its `n`),
-    each of which needs an answer of its depth."""
+    reference_answer), texts as read (the judge strips them, judge.judge_all, as theirs does); over the run's
+    DepthQA questions (its `n`), each of which needs an answer of its depth."""
     from ..data import read_local_records
 
     records = read_local_records(path, "json")
@@ -154,10 +154,7 @@ def released_answers(path: str | Path, questions: pl.DataFrame) -> tuple[pl.Data
         raise TruthflowError(
             f"'{path}': question '{q}' has depth {rows[q]['depth']}, DepthQA's {depth_of[q]}"
         )
-    # stripped with Python's str.strip, as their judge's inputs are
-    kept = [
-        {**{k: str(v).strip() for k, v in rows[q].items()}, "qid": q, "depth": depth_of[q]} for q in depth_of
-    ]
+    kept = [{**{k: str(v) for k, v in rows[q].items()}, "qid": q, "depth": depth_of[q]} for q in depth_of]
     table = pl.DataFrame(
         kept, schema=dict.fromkeys(["qid", "question", "reference", "answer"], pl.Utf8) | {"depth": pl.Int64}
     )

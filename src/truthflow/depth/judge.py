@@ -28,6 +28,7 @@ from .prompts import JudgePrompt, load_judge_prompt
 
 REFERENCE_MODEL = "token-f1"
 OPENAI_WORKERS = 4  # requests in flight
+JUDGED_TEXTS = ("question", "answer", "reference")  # a row's texts, in the order cache_key takes them
 # bump when parse_verdict reads a text differently: cached verdicts of the old parser are then asked again
 PARSER_VERSION = 1
 PARSERS = ("strict", "authors")  # depth.judge.parser
@@ -371,12 +372,16 @@ def judge_all(
     """Score every row {qid, question, answer, reference} `depth.judge.judgments` times; one row per answer
     (SCORES_SCHEMA). Each new verdict is appended to cache_path and flushed at once, so none is paid twice; a
     greedy unparseable verdict is not cached, a sampled one is (asking again until one parses would bias)."""
-    rows, backend, method = list(rows), settings["backend"], judge_method(settings)
+    # the authors strip question, reference and answer before they fill their judge prompt (their
+    # batch_eval_openai.py); here, so every path (generated or released answers, every backend) and the cache
+    # key see the texts the prompt holds
+    rows = [{**row, **{k: str(row[k]).strip() for k in JUDGED_TEXTS}} for row in rows]
+    backend, method = settings["backend"], judge_method(settings)
     draws = range(int(settings["judgments"])) if sampled(settings) else [None]
     seed, verdicts = int(settings["decoding"]["seed"]), read_cache(cache_path)
     keys, todo = [], {}  # keys: per row, the key of each of its verdicts
     for row in rows:
-        texts = (row["question"], row["answer"], row["reference"])
+        texts = tuple(row[k] for k in JUDGED_TEXTS)
         base = cache_key(method, *texts)
         keys.append([base if j is None else cache_key(method, *texts, j) for j in draws])
         for j, key in zip(draws, keys[-1], strict=True):
