@@ -14,20 +14,26 @@ layers x seeds x folds such fits.
 
 States: Gaussian [N, D] per layer with one planted direction (35% positives; probe AUCs of 0.7 to 0.9), a
 knockout that turns the direction round for 40% of the samples (Question-Anchored), and controls that add
-noise. Disk: only `--layers` of the model's layers are written (every row and hidden unit); the per-layer
-stages' figures are scaled to the model's layer count (layers are fitted independently: time and CPU grow
-linearly in them), and the scaled figure is printed beside the measured one. --record appends the measured
-rows to benchmarks/cpu_cost.tsv, which the bill (truthflow.pricing) and the jobs' thread requests
-(truthflow.sizing) read.
+noise, stored as a paper model's states are (bfloat16). Disk: only `--layers` of the model's layers are
+written (every row and hidden unit; default 4); the per-layer stages' figures are scaled to the model's layer
+count (layers are fitted independently: time and CPU grow linearly in them), and the scaled figure is printed
+beside the measured one. A shape whose states do not fit the free space of the folder is refused before
+anything is written, and the temporary folder is removed however the run ends, SIGTERM and Ctrl-C included.
+--record appends the measured rows to benchmarks/cpu_cost.tsv, which the bill (truthflow.pricing) and the
+jobs' thread requests (truthflow.sizing) read.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
+import math
 import os
 import platform
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -41,7 +47,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from truthflow import registry  # noqa: E402
+from truthflow import registry, runlog  # noqa: E402
 from truthflow.config import schema_defaults  # noqa: E402
 from truthflow.pathways import activations  # noqa: E402
 from truthflow.pathways.experiments import SCORES_SCHEMA  # noqa: E402
@@ -68,9 +74,31 @@ POSITIVE_SHARE = 0.35
 Q_ANCHORED_SHARE = 0.4
 SIGNAL = 1.0  # the planted direction's projection (noise: 1 per unit): probe AUCs of 0.7 to 0.9
 SAMPLE_EVERY_S = 0.2
+DEFAULT_LAYERS = 4  # resid files of 4.7 GB for Llama-3-70B x PopQA, where all 80 layers take 93.5 GB
+# the dtype the paper's models compute in on GPUs: their state files' storage (activations.storage)
+COMPUTE = "bfloat16"
+STOPPED_WAIT_S = 10  # for a stopped run's stage processes to end before its folder is removed
 
 
 # ---------------------------------------------------------------- synthetic inputs of one run
+def state_bytes(n: int, layers: int, hidden: int, draws: int, factors: int) -> int:
+    """Bytes of the state files a run writes: the resid files of `layers` layers and the experiment files."""
+    shapes = [
+        *activations.resid_shapes(n, layers, hidden, draws).values(),
+        *activations.experiment_shapes(n, hidden, factors).values(),
+    ]
+    return sum(math.prod(shape) for shape in shapes) * activations.storage(COMPUTE).itemsize
+
+
+def progress(line: str) -> None:
+    """A progress line on stderr; a test stops the bench at the first line holding its STOP_AT_ENV text, as
+    it stops a job (runlog.STOP_AT_ENV), once."""
+    print(line, file=sys.stderr, flush=True)
+    if (stop_at := os.environ.get(runlog.STOP_AT_ENV)) and stop_at in line:
+        del os.environ[runlog.STOP_AT_ENV]
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
 def write_states(folder: Path, n: int, layers: int, hidden: int, draws: int, seed: int = 0) -> None:
     """samples.parquet and the resid files of one (model, dataset) run, as extract_pathways writes them."""
     rng = np.random.default_rng(seed)
@@ -95,7 +123,7 @@ def write_states(folder: Path, n: int, layers: int, hidden: int, draws: int, see
     direction = rng.standard_normal(hidden).astype(np.float32)
     direction /= np.linalg.norm(direction)
     signal = np.outer(np.where(correct, 1.0, -1.0) * SIGNAL, direction).astype(np.float32)
-    with activations.written(paths, activations.resid_shapes(n, layers, hidden, draws)) as resid:
+    with activations.written(paths, activations.resid_shapes(n, layers, hidden, draws), COMPUTE) as resid:
         clean, kos = activations.knockout_out(*resid)
         for layer in range(layers):
             state = rng.standard_normal((n, hidden), dtype=np.float32) + signal * (0.5 + (layer + 1) / layers)
@@ -105,7 +133,7 @@ def write_states(folder: Path, n: int, layers: int, hidden: int, draws: int, see
             kos[0][:, layer] = state - 2.0 * signal * anchored[:, None]
             for control in kos[1:]:
                 control[:, layer] = state + 0.1 * rng.standard_normal((n, hidden), dtype=np.float32)
-            print(f"  wrote layer {layer + 1}/{layers}", file=sys.stderr, flush=True)
+            progress(f"  wrote layer {layer + 1}/{layers}")
 
 
 def write_experiment_inputs(folder: Path, n: int, hidden: int, factors: int, k_layer: int) -> None:
@@ -117,7 +145,7 @@ def write_experiment_inputs(folder: Path, n: int, hidden: int, factors: int, k_l
         {"resid_clean": str(folder / "resid_clean.npy")}, n, "samples", ["resid_clean"]
     )[0]
     at_k = np.asarray(clean[:, k_layer - 1], dtype=np.float32)
-    with activations.written(paths, shapes) as (patch, answer_only, pr):
+    with activations.written(paths, shapes, COMPUTE) as (patch, answer_only, pr):
         patch[:] = at_k + 0.1 * rng.standard_normal((2, n, hidden), dtype=np.float32)
         answer_only[:] = at_k + 0.2 * rng.standard_normal((n, hidden), dtype=np.float32)
         pr[:] = at_k * np.linspace(0.5, 2.0, 2 * factors, dtype=np.float32)[:, None, None]
@@ -272,21 +300,25 @@ def measure(command: list[str], env: dict | None = None, capture: bool = False) 
     proc = psutil.Popen(command, env=env, stdout=subprocess.PIPE if capture else None, text=True)
     cpu_by_pid: dict[int, float] = {}
     peak_rss = 0
-    while proc.poll() is None:
-        try:
-            tree = [proc, *proc.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            break
-        rss = 0
-        for p in tree:
+    try:
+        while proc.poll() is None:
             try:
-                times = p.cpu_times()
-                cpu_by_pid[p.pid] = times.user + times.system
-                rss += p.memory_info().rss
+                tree = [proc, *proc.children(recursive=True)]
             except psutil.NoSuchProcess:
-                continue
-        peak_rss = max(peak_rss, rss)
-        time.sleep(SAMPLE_EVERY_S)
+                break
+            rss = 0
+            for p in tree:
+                try:
+                    times = p.cpu_times()
+                    cpu_by_pid[p.pid] = times.user + times.system
+                    rss += p.memory_info().rss
+                except psutil.NoSuchProcess:
+                    continue
+            peak_rss = max(peak_rss, rss)
+            time.sleep(SAMPLE_EVERY_S)
+    finally:
+        if proc.poll() is None:  # the bench was stopped: its stage stops too, before the folder is removed
+            stop_tree(proc)
     if proc.returncode:
         sys.exit(f"{' '.join(command[-2:])} failed with exit code {proc.returncode}")
     stdout = proc.stdout.read() if capture else ""
@@ -296,6 +328,21 @@ def measure(command: list[str], env: dict | None = None, capture: bool = False) 
         "cpu_seconds": sum(cpu_by_pid.values()),
         "peak_rss_mb": peak_rss / 2**20,
     }
+
+
+def stop_tree(proc: psutil.Process) -> None:
+    """SIGTERM to a process and its descendants (a stage's probe workers), SIGKILL to any still there after
+    STOPPED_WAIT_S: none of them writes into the folder once it is removed."""
+    tree = [proc]
+    with contextlib.suppress(psutil.NoSuchProcess):
+        tree += proc.children(recursive=True)
+    for p in tree:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.terminate()
+    for p in psutil.wait_procs(tree, timeout=STOPPED_WAIT_S)[1]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    psutil.wait_procs(tree, timeout=STOPPED_WAIT_S)
 
 
 def run_stage(rule: str, job: dict, folder: Path, model: str, dataset: str) -> dict[str, float]:
@@ -355,9 +402,16 @@ def main() -> None:
     ap.add_argument("--shape", choices=sorted(SHAPES), default="llama-3-70b")
     ap.add_argument("--dataset", choices=registry.qa_names(), default="popqa")
     ap.add_argument("--n", type=int, help="rows (default: the dataset's; tiny: 60)")
-    ap.add_argument("--layers", type=int, help="layers written and fitted (default: all; the figures scale)")
+    ap.add_argument(
+        "--layers",
+        type=int,
+        default=DEFAULT_LAYERS,
+        help=f"layers written and fitted (default: {DEFAULT_LAYERS}; the figures scale to all)",
+    )
     ap.add_argument("--workers", type=int, nargs="+", default=[1], help="threads of the per-layer stages")
-    ap.add_argument("--workdir", help="folder for the synthetic states (default: a temporary one)")
+    ap.add_argument(
+        "--workdir", help="where the temporary folder of the synthetic states goes (default: TMPDIR)"
+    )
     ap.add_argument("--record", action="store_true", help="append the measured rows to cpu_cost.tsv")
     ap.add_argument("--run-stage", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -365,17 +419,24 @@ def main() -> None:
         return run_stage_here(args.run_stage)
     model_layers, hidden = SHAPES[args.shape]
     n = args.n or (60 if args.shape == "tiny" else registry.hub_rows(args.dataset))
-    layers = min(args.layers or model_layers, model_layers)
+    layers = min(args.layers, model_layers)
     scale = model_layers / layers
     probe = schema_defaults("pathways", "probe")
     fits = len(probe["seeds"]) * n_folds(probe["test_size"])
     draws = schema_defaults("pathways", "knockout")["control_draws"]
     factors = len(schema_defaults("pathways", "experiments")["pr_factors"])
-    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+    where = args.workdir or tempfile.gettempdir()
+    size = state_bytes(n, layers, hidden, draws, factors)
+    free = shutil.disk_usage(where).free
+    if size > free:
+        sys.exit(
+            f"bench_cpu_stages: {args.shape} x {args.dataset} (N {n:,}, D {hidden:,}, {layers} layers) needs "
+            f"{size:,} bytes of states, and {where} has {free:,} bytes free: fewer --layers, or --workdir"
+        )
+    with tempfile.TemporaryDirectory(dir=where) as tmp:
         folder = Path(tmp)
-        size_gb = 2 * n * layers * hidden * (2 + draws) / 1e9
         print(f"{args.shape} x {args.dataset}: N {n:,}, D {hidden:,}, {layers} of {model_layers} layers")
-        print(f"writing synthetic states ({size_gb:.1f} GB, layer-major) in {folder} ...", flush=True)
+        print(f"writing synthetic states ({size / 1e9:.1f} GB, layer-major) in {folder} ...", flush=True)
         write_states(folder, n, layers, hidden, draws)
         pl.DataFrame(schema={"model": pl.String, "dataset": pl.String, "reason": pl.String}).write_parquet(
             folder / "dropped.parquet"
@@ -443,4 +504,11 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # SIGTERM raised as Ctrl-C's SIGINT is: either unwinds the stack, so the stage running is stopped
+    # (`measure`) and the TemporaryDirectory removed
+    signal.signal(signal.SIGTERM, runlog.raise_interrupt)
+    try:
+        main()
+    except KeyboardInterrupt as exc:
+        signum = signal.Signals(exc.args[0] if exc.args else signal.SIGINT)
+        sys.exit(f"bench_cpu_stages: stopped by {signum.name}; its temporary folder is removed")

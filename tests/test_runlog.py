@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import logging
+import subprocess
 import sys
 from types import SimpleNamespace
 
@@ -163,20 +164,60 @@ class _FakeCuda:
         return self.peaks[device]
 
 
-@pytest.mark.parametrize(("torch", "expected"), [(None, "NA"), (SimpleNamespace(cuda=_FakeCuda()), "4.00")])
+@pytest.mark.parametrize(("torch", "expected"), [(None, None), (SimpleNamespace(cuda=_FakeCuda()), 4.0)])
 def test_a_model_job_writes_its_peak_gpu_memory(tmp_path, monkeypatch, torch, expected) -> None:
     """Snakemake's `benchmark:` samples processes, which never see GPU memory: the job writes torch's peak,
     summed over its devices (1 + 3 MiB), or NA where it loaded no CUDA."""
+    import polars as pl
+
     monkeypatch.setitem(sys.modules, "torch", torch)  # None: a job that never imported torch
-    out = tmp_path / "job.gpu.tsv"
-    sm = SimpleNamespace(log=[], rule="r", output=SimpleNamespace(gpu_memory=str(out)))
+    out = tmp_path / "job.peaks.tsv"
+    sm = SimpleNamespace(log=[], rule="r", output=SimpleNamespace(peaks=str(out)))
     assert run(sm, lambda sm: None) == 0
-    assert out.read_text() == f"max_gpu_mb\n{expected}\n"
+    peaks = pl.read_csv(out, separator="\t", null_values="NA", schema_overrides={"max_gpu_mb": pl.Float64})
+    assert peaks.columns == ["max_rss_mb", "max_gpu_mb"] and peaks["max_gpu_mb"].to_list() == [expected]
+    assert peaks["max_rss_mb"][0] > 0
 
 
-def test_the_benchmark_table_joins_snakemakes_benchmark_and_the_jobs_gpu_peak(tmp_path) -> None:
-    """A row per job: its rule and wildcards, wall s, CPU s and peak RSS from the file Snakemake's
-    `benchmark:` writes (its own header, so a renamed column fails here), GPU MiB from the job's file."""
+ALLOCATE_MB = 300
+# a job that holds ALLOCATE_MB for a moment, far less than any sampling interval: in its own process, or in a
+# child it waits for; b"1" * n writes every page, so all of them are resident at once
+PEAK_JOB = f"""
+import subprocess, sys
+from types import SimpleNamespace
+from truthflow import runlog
+HOLD = "held = b'1' * ({ALLOCATE_MB} * 2**20); del held"
+
+def main(sm):
+    if sys.argv[2] == "child":
+        subprocess.run([sys.executable, "-c", HOLD], check=True)
+    else:
+        exec(HOLD)
+
+runlog.run(SimpleNamespace(log=[], rule="r", output=SimpleNamespace(peaks=sys.argv[1])), main)
+"""
+
+
+@pytest.mark.parametrize("where", ["self", "child"])
+def test_a_jobs_peak_rss_is_exact_however_brief(tmp_path, where) -> None:
+    """A fresh process (tens of MB before it allocates) that holds 300 MB for a moment records a peak of at
+    least 300 MB, whenever the moment falls: no sampling interval decides it. A child's peak counts too
+    (a job's tokenizer or loader processes)."""
+    import polars as pl
+
+    out = tmp_path / "job.peaks.tsv"
+    proc = subprocess.run(
+        [sys.executable, "-c", PEAK_JOB, str(out), where], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    peak = pl.read_csv(out, separator="\t", null_values="NA")["max_rss_mb"][0]
+    assert peak >= ALLOCATE_MB, peak
+
+
+def test_the_benchmark_table_joins_snakemakes_benchmark_and_the_jobs_peaks(tmp_path) -> None:
+    """A row per job: its rule and wildcards, wall s and CPU s from the file Snakemake's `benchmark:` writes
+    (its own header, so a renamed column fails here), the exact RSS and GPU peaks from the job's own file,
+    and Snakemake's sampled RSS last, named as sampled."""
     from snakemake.benchmark import BenchmarkRecord
 
     header = BenchmarkRecord.get_header()
@@ -188,15 +229,18 @@ def test_the_benchmark_table_joins_snakemakes_benchmark_and_the_jobs_gpu_peak(tm
 
     bench = benchmark_file("bench.tsv", {"s": "12.5", "max_rss": "1234.5", "cpu_time": "20.25"})
     quick = benchmark_file("quick.tsv", {"s": "0.3"})  # a job that ended before Snakemake's first sample
-    gpu, none = tmp_path / "a.gpu.tsv", tmp_path / "b.gpu.tsv"
-    gpu.write_text("max_gpu_mb\n512.00\n")
-    none.write_text("max_gpu_mb\nNA\n")
+    gpu, none = tmp_path / "a.peaks.tsv", tmp_path / "b.peaks.tsv"
+    gpu.write_text("max_rss_mb\tmax_gpu_mb\n2048.50\t512.00\n")
+    none.write_text("max_rss_mb\tmax_gpu_mb\n96.25\tNA\n")
     jobs = [
         {"rule": "extract_pathways", "model": "m", "dataset": "nq"},
         {"rule": "r", "model": "m", "dataset": "x"},
     ]
 
     table = runlog.benchmark_table([bench, quick], [str(gpu), str(none)], jobs)
-    assert table.columns == ["rule", "model", "dataset", "seconds", "cpu_seconds", "max_rss_mb", "max_gpu_mb"]
-    assert table.row(0) == ("extract_pathways", "m", "nq", 12.5, 20.25, 1234.5, 512.0)
-    assert table.row(1) == ("r", "m", "x", 0.3, None, None, None)
+    assert table.columns == [
+        *("rule", "model", "dataset", "seconds", "cpu_seconds"),
+        *("max_rss_mb", "max_gpu_mb", "sampled_max_rss_mb"),
+    ]
+    assert table.row(0) == ("extract_pathways", "m", "nq", 12.5, 20.25, 2048.5, 512.0, 1234.5)
+    assert table.row(1) == ("r", "m", "x", 0.3, None, 96.25, None, None)

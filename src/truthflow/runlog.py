@@ -4,6 +4,7 @@ into it, secrets masked, progress bars thinned; an error, SIGTERM or SIGINT ends
 import logging
 import os
 import re
+import resource
 import signal
 import sys
 import threading
@@ -23,10 +24,14 @@ _BREAK = re.compile(r"(\r\n|\r|\n)")
 # Tests stop a job at a known point: the first time this text reaches stdout or stderr, it SIGSTOPs itself.
 STOP_AT_ENV = "TRUTHFLOW_TEST_STOP_AT"
 PARENT_POLL_S = 1.0
-# the benchmark table's columns and where each comes from: Snakemake's `benchmark:` file of a model job (it
-# samples the job's process tree: every 0.5 s for 15 s, then every 30 s), or the job's own `gpu_memory` file
-BENCHMARK_COLUMNS = {"seconds": "s", "cpu_seconds": "cpu_time", "max_rss_mb": "max_rss"}
-GPU_MEMORY_COLUMN = "max_gpu_mb"  # torch's peak allocated CUDA memory, which no process sampling sees
+# the benchmark table's columns and where each comes from: the job's own `peaks` file, written as it ends
+# (`write_peaks`), or Snakemake's `benchmark:` file. That one samples the job's process tree (every 0.5 s
+# for 15 s, then every 30 s): its RSS misses a peak between two samples, so it is kept only as
+# a column named as sampled, and no peak is read from it.
+PEAK_COLUMNS = ("max_rss_mb", "max_gpu_mb")
+BENCHMARK_COLUMNS = {"seconds": "s", "cpu_seconds": "cpu_time", "sampled_max_rss_mb": "max_rss"}
+# getrusage's ru_maxrss unit: KiB on Linux, bytes on macOS
+RUSAGE_BYTES = 1 if sys.platform == "darwin" else 1024
 
 
 class _Tee:
@@ -88,8 +93,10 @@ class _Tee:
         return getattr(self.terminal, name)
 
 
-def _stop(signum, frame) -> None:
-    raise KeyboardInterrupt(signum)  # in the main thread: no `except Exception` swallows it, `finally`s run
+def raise_interrupt(signum, frame) -> None:
+    """A SIGTERM handler: raised as Ctrl-C's KeyboardInterrupt is (args: the signal), in the main thread, no
+    `except Exception` swallows it and every `finally` runs; Python's default ends the process in place."""
+    raise KeyboardInterrupt(signum)
 
 
 def run(snakemake, main: Callable[[object], None]) -> None:
@@ -111,7 +118,7 @@ def run(snakemake, main: Callable[[object], None]) -> None:
         root.handlers = [handler]  # only ours: a handler on the real stderr would bypass `redact`
         root.setLevel(logging.INFO)
         if threading.current_thread() is threading.main_thread():
-            stack.callback(signal.signal, signal.SIGTERM, signal.signal(signal.SIGTERM, _stop))
+            stack.callback(signal.signal, signal.SIGTERM, signal.signal(signal.SIGTERM, raise_interrupt))
         stack.callback(_watch_snakemake().set)
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         try:
@@ -119,15 +126,15 @@ def run(snakemake, main: Callable[[object], None]) -> None:
         except TruthflowError as exc:
             print(f"truthflow error in rule {snakemake.rule}: {exc}", file=sys.stderr)
             sys.exit(1)
-        except KeyboardInterrupt as exc:  # SIGTERM (_stop); SIGINT (Ctrl-C reaches every job of the terminal)
+        except KeyboardInterrupt as exc:  # SIGTERM (raise_interrupt); SIGINT (Ctrl-C reaches every job)
             signum = signal.Signals(exc.args[0] if exc.args else signal.SIGINT)
             print(f"truthflow: rule {snakemake.rule} stopped by {signum.name}", file=sys.stderr)
             sys.exit(128 + signum)
         except Exception:  # printed through the redacting stream; re-raising would print it again, unredacted
             traceback.print_exc(file=sys.stderr)
             sys.exit(1)
-        if gpu_memory := getattr(getattr(snakemake, "output", None), "gpu_memory", None):
-            _write_gpu_memory(gpu_memory)
+        if peaks := getattr(getattr(snakemake, "output", None), "peaks", None):
+            write_peaks(peaks)
         if handle:  # every rule log ends with what the job made, so no log is empty
             sys.stdout.flush()
             sys.stderr.flush()
@@ -135,31 +142,45 @@ def run(snakemake, main: Callable[[object], None]) -> None:
             handle.write(f"rule {snakemake.rule}: done in {time.perf_counter() - t0:.1f} s; wrote {made}\n")
 
 
-def _write_gpu_memory(path: str) -> None:
-    """The job's peak allocated GPU memory in MiB, summed over its devices, as it ends; NA where none."""
+def write_peaks(path: str) -> None:
+    """The job's exact peaks as it ends, in MiB: resident memory (this process's, or a finished child's where
+    larger: the kernel keeps both maxima) and torch's allocated GPU memory summed over its devices (NA
+    where it loaded no CUDA; no process sampling sees GPU memory)."""
+    rss = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
     torch = sys.modules.get("torch")
     gpus = range(torch.cuda.device_count()) if torch and torch.cuda.is_initialized() else ()
-    peak = f"{sum(map(torch.cuda.max_memory_allocated, gpus)) / 2**20:.2f}" if gpus else "NA"
-    Path(path).write_text(f"{GPU_MEMORY_COLUMN}\n{peak}\n")
+    gpu = f"{sum(map(torch.cuda.max_memory_allocated, gpus)) / 2**20:.2f}" if gpus else "NA"
+    Path(path).write_text("\t".join(PEAK_COLUMNS) + f"\n{rss * RUSAGE_BYTES / 2**20:.2f}\t{gpu}\n")
 
 
-def benchmark_table(benchmarks: list[str], gpu_memory: list[str], jobs: list[dict]):
-    """One row per model job: its `jobs` entry (rule, model, dataset), then BENCHMARK_COLUMNS read from its
-    Snakemake benchmark file and max_gpu_mb from its own file; NA where Snakemake sampled nothing."""
+def benchmark_table(benchmarks: list[str], peaks: list[str], jobs: list[dict]):
+    """One row per model job: its `jobs` entry (rule, model, dataset), BENCHMARK_COLUMNS' wall and CPU
+    seconds from its Snakemake benchmark file, the exact peaks from its own file, then Snakemake's sampled
+    RSS; NA where Snakemake sampled nothing."""
     import polars as pl
 
     from .validate import read_tsv
 
-    def row(bench: str, gpu: str, job: dict) -> pl.DataFrame:
+    def row(bench: str, peak: str, job: dict) -> pl.DataFrame:
         sampled = read_tsv(bench, list(BENCHMARK_COLUMNS.values()), infer_schema_length=0, null_values="NA")
-        peak = read_tsv(gpu, [GPU_MEMORY_COLUMN], infer_schema_length=0, null_values="NA")
-        return pl.concat([sampled, peak], how="horizontal").select(
+        exact = read_tsv(peak, list(PEAK_COLUMNS), infer_schema_length=0, null_values="NA")
+        return pl.concat(
+            [
+                sampled.select(
+                    pl.col(src).cast(pl.Float64).alias(name) for name, src in BENCHMARK_COLUMNS.items()
+                ),
+                exact.select(pl.col(PEAK_COLUMNS).cast(pl.Float64)),
+            ],
+            how="horizontal",
+        ).select(
             *(pl.lit(job[key]).alias(key) for key in ("rule", "model", "dataset")),
-            *(pl.col(src).cast(pl.Float64).alias(name) for name, src in BENCHMARK_COLUMNS.items()),
-            pl.col(GPU_MEMORY_COLUMN).cast(pl.Float64),
+            "seconds",
+            "cpu_seconds",
+            *PEAK_COLUMNS,
+            "sampled_max_rss_mb",
         )
 
-    rows = [row(*files) for files in zip(benchmarks, gpu_memory, jobs, strict=True)]
+    rows = [row(*files) for files in zip(benchmarks, peaks, jobs, strict=True)]
     return pl.concat(rows) if rows else pl.DataFrame()
 
 

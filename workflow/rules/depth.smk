@@ -5,7 +5,7 @@ rule score_mink:
         code=code_inputs("score_mink.py"),
     output:
         depth_dir("mink.parquet"),
-        gpu_memory=results_path("benchmarks", "score_mink", "{model}.gpu.tsv"),
+        peaks=results_path("benchmarks", "score_mink", "{model}.peaks.tsv"),
     log:
         results_path("logs", "score_mink", "{model}.log"),
     benchmark:
@@ -32,7 +32,7 @@ rule answer_depthqa:
         code=code_inputs("answer_depthqa.py"),
     output:
         depth_dir("answers.parquet"),
-        gpu_memory=results_path("benchmarks", "answer_depthqa", "{model}.gpu.tsv"),
+        peaks=results_path("benchmarks", "answer_depthqa", "{model}.peaks.tsv"),
     log:
         results_path("logs", "answer_depthqa", "{model}.log"),
     benchmark:

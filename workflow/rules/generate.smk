@@ -5,7 +5,7 @@ rule generate_answers:
         code=code_inputs("generate_answers.py"),
     output:
         results_path("answers", "{model}", "{dataset}.parquet"),
-        gpu_memory=results_path("benchmarks", "generate_answers", "{model}", "{dataset}.gpu.tsv"),
+        peaks=results_path("benchmarks", "generate_answers", "{model}", "{dataset}.peaks.tsv"),
     log:
         results_path("logs", "generate_answers", "{model}", "{dataset}.log"),
     benchmark:

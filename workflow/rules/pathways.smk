@@ -11,7 +11,7 @@ rule extract_pathways:
         resid_ko=state_file(pw_dir("resid_ko.npy")),
         resid_control=state_file(pw_dir("resid_control.npy")),
         saliency=pw_dir("saliency.parquet"),
-        gpu_memory=results_path("benchmarks", "extract_pathways", "{model}", "{dataset}.gpu.tsv"),
+        peaks=results_path("benchmarks", "extract_pathways", "{model}", "{dataset}.peaks.tsv"),
     log:
         results_path("logs", "extract_pathways", "{model}", "{dataset}.log"),
     benchmark:
@@ -139,7 +139,7 @@ rule extract_experiments:
         answer_only=pw_dir("exp_answer_only.npy"),
         pr=pw_dir("exp_pr.npy"),
         scores=pw_dir("exp_scores.parquet"),
-        gpu_memory=results_path("benchmarks", "extract_experiments", "{model}", "{dataset}.gpu.tsv"),
+        peaks=results_path("benchmarks", "extract_experiments", "{model}", "{dataset}.peaks.tsv"),
     log:
         results_path("logs", "extract_experiments", "{model}", "{dataset}.log"),
     benchmark:

@@ -1,7 +1,7 @@
 rule benchmark_table:
     input:
         tables=[getattr(rules, r).benchmark.format(**w) for r, w in gpu_jobs()],
-        gpu_memory=[getattr(rules, r).output.gpu_memory.format(**w) for r, w in gpu_jobs()],
+        peaks=[getattr(rules, r).output.peaks.format(**w) for r, w in gpu_jobs()],
         code=code_inputs("benchmark_table.py"),
     output:
         results_path("tables", "benchmarks.tsv"),
