@@ -227,6 +227,49 @@ def test_answer_questions_counts_truncated_prompts(gemma, capsys):
     assert "1 of 2 questions truncated to fit generation.max_prompt_tokens=64" in capsys.readouterr().err
 
 
+def test_a_cut_prompt_is_one_line_naming_its_question(capsys):
+    """Each question whose prompt is cut to fit is named (dataset, id) in a line of its own, the others in
+    none."""
+    from truthflow.twins import build_twin
+
+    lm = build_twin("llama")  # one token per byte
+    questions = ["Who wrote Hamlet?", "Name the river " + "that flows past the old mill " * 30 + "?"]
+    ids = ["q_short", "q_long"]
+    desc = "generate twin/nq"
+    _, out = answer_questions(
+        lm, questions, False, "", 2, 4, desc, max_prompt_tokens=64, ids=ids, dataset="nq"
+    )
+    assert [o["prompt_truncated"] for o in out] == [False, True] and len(out[1]["prompt_ids"]) <= 64
+    cut = [line for line in capsys.readouterr().err.splitlines() if "is cut to" in line]
+    what = f"question 'q_long' of nq ({len(questions[1]):,} characters)"
+    kept = len(out[1]["prompt_ids"])
+    assert cut == [
+        f"{desc}: {what} is cut to a prompt of {kept} tokens to fit generation.max_prompt_tokens=64"
+    ]
+
+
+def test_no_prompt_limit_leaves_the_model_context_as_the_only_cap(capsys):
+    """generation.max_prompt_tokens: null (the paper configs, as the DepthQA authors' vLLM with
+    max_model_len=None): a prompt of 600 tokens, which the default 512 would cut, is kept whole; one that
+    would not leave an answer room in the model's context is cut to fit it, and named."""
+    from truthflow.twins import build_twin
+
+    question = "Name the river " + "that flows past the old mill " * 20 + "?"
+    lm = build_twin("llama")  # a context of 4,096 positions
+    _, default = answer_questions(lm, [question], False, "", 1, 4, "t", max_prompt_tokens=512, ids=["q"])
+    _, whole = answer_questions(lm, [question], False, "", 1, 4, "t", max_prompt_tokens=None, ids=["q"])
+    assert default[0]["prompt_truncated"] and len(default[0]["prompt_ids"]) <= 512
+    assert not whole[0]["prompt_truncated"] and len(whole[0]["prompt_ids"]) > 600
+    capsys.readouterr()
+    short = build_twin("llama", max_position_embeddings=300)
+    _, out = answer_questions(short, [question], False, "", 1, 4, "t", None, None, ids=["q"], dataset="nq")
+    # 300 positions less 4 new tokens: the prompt keeps at most 296
+    assert out[0]["prompt_truncated"] and 280 <= len(out[0]["prompt_ids"]) <= 296
+    err = capsys.readouterr().err
+    assert "t: question 'q' of nq (" in err
+    assert "to fit the model's context of 300 tokens less max_new_tokens=4" in err
+
+
 @pytest.mark.model
 def test_shared_head_generation_equals_plain_generate(gemma, monkeypatch):
     """Prompts that share a long head (prefilled once, repeated for the batch) get the answers of plain

@@ -76,3 +76,18 @@ def test_paper_depth_config_runs_the_authors_settings():
     assert judge["judgments"] == 1 and judge["max_new_tokens"] == 1024
     demo = fill_defaults(yaml.safe_load((REPO / "config.yaml").read_text()))
     assert not Decoding.from_config(demo["depth"]["decoding"]).sampled  # the demo stays greedy
+
+
+def test_paper_configs_set_no_prompt_limit_and_the_demo_keeps_512():
+    """The DepthQA authors ran vLLM with max_model_len=None: the paper configs (and their rehearsal) set no
+    prompt limit of their own, so only a model's context caps a prompt (generation.prompt_limit); the demo
+    keeps the schema's 512."""
+    import yaml
+
+    from truthflow.config import fill_defaults
+
+    for name in ("paper-depth", "paper-pathways", "rehearsal"):
+        cfg = fill_defaults(yaml.safe_load((REPO / "configs" / f"{name}.yaml").read_text()))
+        assert cfg["generation"]["max_prompt_tokens"] is None, name
+    demo = fill_defaults(yaml.safe_load((REPO / "config.yaml").read_text()))
+    assert demo["generation"]["max_prompt_tokens"] == 512

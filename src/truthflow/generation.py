@@ -46,9 +46,11 @@ def fit_prompt(
     chat_template_kwargs: dict | None = None,
     render: Callable | None = None,
     encode: Callable | None = None,
+    limit_name: str | None = None,
 ) -> tuple[str, list[int], bool]:
     """(prompt, ids, truncated): the longest question prefix within max_prompt_tokens; `render`: a layout,
-    `encode`: its tokenization (tokenizer, prompt) -> ids, by default encode_prompt's."""
+    `encode`: its tokenization (tokenizer, prompt) -> ids, by default encode_prompt's; `limit_name`: where the
+    limit comes from, as an error names it."""
     render = render or (lambda tok, q: build_prompt(tok, q, chat, instruction, chat_template_kwargs))
 
     def make(q: str) -> tuple[str, list[int]]:
@@ -61,10 +63,35 @@ def fit_prompt(
     lo = _bisect(0, len(question), lambda m: len(make(question[:m].rstrip())[1]) > max_prompt_tokens) - 1
     prompt, ids = make(question[:lo].rstrip())
     if len(ids) > max_prompt_tokens:  # lo = 0: not even the empty question fits
-        raise TruthflowError(
-            f"the prompt template alone is longer than generation.max_prompt_tokens={max_prompt_tokens}"
-        )
+        limit_name = limit_name or f"generation.max_prompt_tokens={max_prompt_tokens}"
+        raise TruthflowError(f"the prompt template alone is longer than {limit_name}")
     return prompt, ids, True
+
+
+def model_context(model) -> int | None:
+    """The longest sequence the model's positions cover (its config's max_position_embeddings), None where
+    the config names none."""
+    config = getattr(model, "config", None)
+    if config is None:
+        return None
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config  # Gemma-3's is nested
+    n = getattr(config, "max_position_embeddings", None)
+    return int(n) if n else None
+
+
+def prompt_limit(
+    max_prompt_tokens: int | None, context: int | None, max_new_tokens: int
+) -> tuple[int | None, str]:
+    """(the longest prompt, where that limit comes from): generation.max_prompt_tokens, and within the model's
+    context the room an answer of max_new_tokens leaves, whichever is smaller; (None, "") where neither
+    applies. The DepthQA authors set no limit (vLLM's max_model_len=None: the model's context)."""
+    room = context - max_new_tokens if context else None
+    if room is not None and (max_prompt_tokens is None or room < max_prompt_tokens):
+        why = f"the model's context of {context:,} tokens less max_new_tokens={max_new_tokens:,}"
+        return max(room, 1), why  # 1: a template that does not fit is then one line (fit_prompt)
+    if max_prompt_tokens is None:
+        return None, ""
+    return max_prompt_tokens, f"generation.max_prompt_tokens={max_prompt_tokens}"
 
 
 @cache
@@ -158,26 +185,38 @@ def answer_questions(
     keys: list[str] | None = None,
     render: Callable | None = None,
     encode: Callable | None = None,
+    ids: list[str] | None = None,
+    dataset: str | None = None,
 ) -> tuple[list[str], list[dict]]:
-    """Prompt (A1, or `render` and `encode`), truncate to max_prompt_tokens, decode, report tokens/s."""
-    layout = {"render": render, "encode": encode}
+    """Prompt (A1, or `render` and `encode`), truncate to prompt_limit's length, decode, report tokens/s;
+    each prompt cut is one line naming its question (`ids`, of `dataset`)."""
+    limit, why = prompt_limit(max_prompt_tokens, model_context(lm.model), max_new_tokens)
+    layout = {"render": render, "encode": encode, "limit_name": why}
     fitted = [
-        fit_prompt(lm.tokenizer, q, chat, instruction, max_prompt_tokens, chat_template_kwargs, **layout)
+        fit_prompt(lm.tokenizer, q, chat, instruction, limit, chat_template_kwargs, **layout)
         for q in questions
     ]
-    prompts, ids, truncated = ([f[k] for f in fitted] for k in range(3))
+    prompts, encoded, truncated = ([f[k] for f in fitted] for k in range(3))
+    if ids is None:
+        ids = [str(k + 1) for k in range(len(questions))]
+    of = f" of {dataset}" if dataset else ""
+    for qid, question, kept, cut in zip(ids, questions, encoded, truncated, strict=True):
+        if cut:  # a cut question is answered from its start alone: say which, so a reader can find it
+            what = f"question '{qid}'{of} ({len(question):,} characters)"
+            line = f"{desc}: {what} is cut to a prompt of {len(kept):,} tokens to fit {why}"
+            print(line, file=sys.stderr, flush=True)
     n_trunc = sum(truncated)
     if n_trunc:
         longest = max(len(q) for q, t in zip(questions, truncated, strict=True) if t)
         print(
-            f"{desc}: {n_trunc} of {len(questions)} questions truncated to fit "
-            f"generation.max_prompt_tokens={max_prompt_tokens} (longest: {longest:,} characters)",
+            f"{desc}: {n_trunc} of {len(questions)} questions truncated to fit {why} (longest: {longest:,} "
+            "characters)",
             file=sys.stderr,
             flush=True,
         )
     t0 = time.perf_counter()
     out = generate_answers(
-        lm, prompts, batch_size, max_new_tokens, not chat, chat, desc, token_budget, ids, decoding, keys
+        lm, prompts, batch_size, max_new_tokens, not chat, chat, desc, token_budget, encoded, decoding, keys
     )
     dt = time.perf_counter() - t0
     for o, t in zip(out, truncated, strict=True):

@@ -24,10 +24,19 @@ def load_job_model(sm) -> LoadedModel:
 
 
 def answer_table(
-    sm, questions: list[str], instruction: str, desc: str, render=None, keys=None, decoding=None, encode=None
+    sm,
+    questions: list[str],
+    instruction: str,
+    desc: str,
+    render=None,
+    keys=None,
+    decoding=None,
+    encode=None,
+    ids=None,
+    dataset=None,
 ) -> pl.DataFrame:
     """Answers to `questions` (answer_questions) with the rule's params; render, encode: a prompt file's
-    layout and its tokenization."""
+    layout and its tokenization; ids, dataset: the questions' names in the line of a prompt cut to fit."""
     p = sm.params
     prompts, out = answer_questions(
         load_job_model(sm),
@@ -44,6 +53,8 @@ def answer_table(
         keys=keys,
         render=render,
         encode=encode,
+        ids=ids,
+        dataset=dataset,
     )
     rows = [{"prompt": prompt, **o} for prompt, o in zip(prompts, out, strict=True)]
     return pl.DataFrame(rows, schema=ANSWER_SCHEMA)

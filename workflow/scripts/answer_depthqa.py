@@ -18,6 +18,8 @@ def main(sm):
         encode=vllm_encode if layout == "authors" else None,
         keys=questions["id"].to_list(),
         decoding=Decoding.from_config(p.decoding),
+        ids=questions["id"].to_list(),
+        dataset="depthqa",
     ).drop("prompt_ids", "answer_ids")
     out = pl.concat([questions.select(pl.col("id").alias("qid"), "depth"), answers], how="horizontal")
     out.write_parquet(sm.output[0])

@@ -6,7 +6,10 @@ from truthflow import jobs, runlog, validate
 def main(sm):
     questions = validate.read_parquet(sm.input.data, ["id", "question"])
     desc = f"generate {sm.wildcards.model}/{sm.wildcards.dataset}"
-    answers = jobs.answer_table(sm, questions["question"].to_list(), sm.params.instruction, desc)
+    ids, dataset = questions["id"].to_list(), sm.wildcards.dataset
+    answers = jobs.answer_table(
+        sm, questions["question"].to_list(), sm.params.instruction, desc, ids=ids, dataset=dataset
+    )
     pl.concat([questions.select("id"), answers], how="horizontal").write_parquet(sm.output[0])
 
 
