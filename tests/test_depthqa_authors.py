@@ -398,6 +398,7 @@ def test_released_answers_are_judged_end_to_end(endpoint, key, tmp_path):  # noq
         assert row["reproduced"] == pytest.approx(reproduced, abs=1e-12)
         low, high = (float(x) for x in rng.strip("[]").split(", "))
         assert min(reproduced - low, 0) + max(reproduced - high, 0) == pytest.approx(off, abs=1e-12)
+        assert row["off_range"] == pytest.approx(off, abs=1e-12)  # the table's own "by how much"
         assert row["verdict"] == ("within range" if off == 0 else "outside range"), (metric, scope)
     assert (results / "report" / "depth_released_metrics.html").exists()
     inputs = pl.read_csv(results / "tables" / "inputs.tsv", separator="\t")
