@@ -175,7 +175,8 @@ def test_a_model_job_writes_its_peak_gpu_memory(tmp_path, monkeypatch, torch, ex
     sm = SimpleNamespace(log=[], rule="r", output=SimpleNamespace(peaks=str(out)))
     assert run(sm, lambda sm: None) == 0
     peaks = pl.read_csv(out, separator="\t", null_values="NA", schema_overrides={"max_gpu_mb": pl.Float64})
-    assert peaks.columns == ["max_rss_mb", "max_gpu_mb"] and peaks["max_gpu_mb"].to_list() == [expected]
+    assert peaks.columns == ["cpu_seconds", "max_rss_mb", "max_gpu_mb"]
+    assert peaks["max_gpu_mb"].to_list() == [expected]
     assert peaks["max_rss_mb"][0] > 0
 
 
@@ -214,10 +215,37 @@ def test_a_jobs_peak_rss_is_exact_however_brief(tmp_path, where) -> None:
     assert peak >= ALLOCATE_MB, peak
 
 
+CPU_JOB = """
+import subprocess, sys
+from types import SimpleNamespace
+from truthflow import runlog
+SPIN = "import time\\nt = time.process_time()\\nwhile time.process_time() - t < 0.5: pass"
+
+def main(sm):
+    subprocess.run([sys.executable, "-c", SPIN], check=True)
+    exec(SPIN)
+
+runlog.run(SimpleNamespace(log=[], rule="r", output=SimpleNamespace(peaks=sys.argv[1])), main)
+"""
+
+
+def test_a_jobs_cpu_seconds_are_exact_and_count_its_children(tmp_path) -> None:
+    """A job that spins 0.5 CPU-s itself and 0.5 CPU-s in a child it waits for records at least 1.0 CPU-s:
+    counted by the kernel, not by samples of the process tree (which miss a child that ends between two)."""
+    import polars as pl
+
+    out = tmp_path / "job.peaks.tsv"
+    proc = subprocess.run(
+        [sys.executable, "-c", CPU_JOB, str(out)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert pl.read_csv(out, separator="\t", null_values="NA")["cpu_seconds"][0] >= 1.0
+
+
 def test_the_benchmark_table_joins_snakemakes_benchmark_and_the_jobs_peaks(tmp_path) -> None:
-    """A row per job: its rule and wildcards, wall s and CPU s from the file Snakemake's `benchmark:` writes
-    (its own header, so a renamed column fails here), the exact RSS and GPU peaks from the job's own file,
-    and Snakemake's sampled RSS last, named as sampled."""
+    """A row per job: its rule and wildcards, wall s from the file Snakemake's `benchmark:` writes (its own
+    header, so a renamed column fails here), the exact CPU s and RSS and GPU peaks from the job's own file,
+    and Snakemake's sampled CPU s and RSS last, named as sampled."""
     from snakemake.benchmark import BenchmarkRecord
 
     header = BenchmarkRecord.get_header()
@@ -230,8 +258,8 @@ def test_the_benchmark_table_joins_snakemakes_benchmark_and_the_jobs_peaks(tmp_p
     bench = benchmark_file("bench.tsv", {"s": "12.5", "max_rss": "1234.5", "cpu_time": "20.25"})
     quick = benchmark_file("quick.tsv", {"s": "0.3"})  # a job that ended before Snakemake's first sample
     gpu, none = tmp_path / "a.peaks.tsv", tmp_path / "b.peaks.tsv"
-    gpu.write_text("max_rss_mb\tmax_gpu_mb\n2048.50\t512.00\n")
-    none.write_text("max_rss_mb\tmax_gpu_mb\n96.25\tNA\n")
+    gpu.write_text("cpu_seconds\tmax_rss_mb\tmax_gpu_mb\n21.50\t2048.50\t512.00\n")
+    none.write_text("cpu_seconds\tmax_rss_mb\tmax_gpu_mb\n0.40\t96.25\tNA\n")
     jobs = [
         {"rule": "extract_pathways", "model": "m", "dataset": "nq"},
         {"rule": "r", "model": "m", "dataset": "x"},
@@ -240,7 +268,7 @@ def test_the_benchmark_table_joins_snakemakes_benchmark_and_the_jobs_peaks(tmp_p
     table = runlog.benchmark_table([bench, quick], [str(gpu), str(none)], jobs)
     assert table.columns == [
         *("rule", "model", "dataset", "seconds", "cpu_seconds"),
-        *("max_rss_mb", "max_gpu_mb", "sampled_max_rss_mb"),
+        *("max_rss_mb", "max_gpu_mb", "sampled_cpu_seconds", "sampled_max_rss_mb"),
     ]
-    assert table.row(0) == ("extract_pathways", "m", "nq", 12.5, 20.25, 2048.5, 512.0, 1234.5)
-    assert table.row(1) == ("r", "m", "x", 0.3, None, 96.25, None, None)
+    assert table.row(0) == ("extract_pathways", "m", "nq", 12.5, 21.5, 2048.5, 512.0, 20.25, 1234.5)
+    assert table.row(1) == ("r", "m", "x", 0.3, 0.4, 96.25, None, None, None)

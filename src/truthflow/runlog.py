@@ -26,10 +26,15 @@ STOP_AT_ENV = "TRUTHFLOW_TEST_STOP_AT"
 PARENT_POLL_S = 1.0
 # the benchmark table's columns and where each comes from: the job's own `peaks` file, written as it ends
 # (`write_peaks`), or Snakemake's `benchmark:` file. That one samples the job's process tree (every 0.5 s
-# for 15 s, then every 30 s): its RSS misses a peak between two samples, so it is kept only as
-# a column named as sampled, and no peak is read from it.
-PEAK_COLUMNS = ("max_rss_mb", "max_gpu_mb")
-BENCHMARK_COLUMNS = {"seconds": "s", "cpu_seconds": "cpu_time", "sampled_max_rss_mb": "max_rss"}
+# for 15 s, then every 30 s): its RSS misses a peak between two samples and its CPU time misses the work
+# after the last one, so both are kept only in columns named as sampled, and no figure is read from them.
+# Its wall time is exact (the job's start to its end).
+PEAK_COLUMNS = ("cpu_seconds", "max_rss_mb", "max_gpu_mb")
+BENCHMARK_COLUMNS = {
+    "seconds": "s",
+    "sampled_cpu_seconds": "cpu_time",
+    "sampled_max_rss_mb": "max_rss",
+}
 # getrusage's ru_maxrss unit: KiB on Linux, bytes on macOS
 RUSAGE_BYTES = 1 if sys.platform == "darwin" else 1024
 
@@ -143,20 +148,24 @@ def run(snakemake, main: Callable[[object], None]) -> None:
 
 
 def write_peaks(path: str) -> None:
-    """The job's exact peaks as it ends, in MiB: resident memory (this process's, or a finished child's where
-    larger: the kernel keeps both maxima) and torch's allocated GPU memory summed over its devices (NA
-    where it loaded no CUDA; no process sampling sees GPU memory)."""
-    rss = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    """The job's exact figures as it ends: CPU seconds (user and system, its own and its finished
+    children's), and peaks in MiB: resident memory (this process's, or a finished child's where larger: the
+    kernel keeps both maxima) and torch's allocated GPU memory summed over its devices (NA where it loaded
+    no CUDA; no process sampling sees GPU memory)."""
+    usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    cpu_seconds = sum(u.ru_utime + u.ru_stime for u in usage)
+    rss = max(u.ru_maxrss for u in usage)
     torch = sys.modules.get("torch")
     gpus = range(torch.cuda.device_count()) if torch and torch.cuda.is_initialized() else ()
     gpu = f"{sum(map(torch.cuda.max_memory_allocated, gpus)) / 2**20:.2f}" if gpus else "NA"
-    Path(path).write_text("\t".join(PEAK_COLUMNS) + f"\n{rss * RUSAGE_BYTES / 2**20:.2f}\t{gpu}\n")
+    values = (f"{cpu_seconds:.2f}", f"{rss * RUSAGE_BYTES / 2**20:.2f}", gpu)
+    Path(path).write_text("\t".join(PEAK_COLUMNS) + "\n" + "\t".join(values) + "\n")
 
 
 def benchmark_table(benchmarks: list[str], peaks: list[str], jobs: list[dict]):
-    """One row per model job: its `jobs` entry (rule, model, dataset), BENCHMARK_COLUMNS' wall and CPU
-    seconds from its Snakemake benchmark file, the exact peaks from its own file, then Snakemake's sampled
-    RSS; NA where Snakemake sampled nothing."""
+    """One row per model job: its `jobs` entry (rule, model, dataset), the wall seconds from its Snakemake
+    benchmark file, the exact CPU seconds and peaks from its own file, then Snakemake's sampled CPU seconds
+    and RSS (NA where Snakemake sampled nothing)."""
     import polars as pl
 
     from .validate import read_tsv
@@ -175,8 +184,8 @@ def benchmark_table(benchmarks: list[str], peaks: list[str], jobs: list[dict]):
         ).select(
             *(pl.lit(job[key]).alias(key) for key in ("rule", "model", "dataset")),
             "seconds",
-            "cpu_seconds",
             *PEAK_COLUMNS,
+            "sampled_cpu_seconds",
             "sampled_max_rss_mb",
         )
 
