@@ -185,7 +185,9 @@ def _check_front_page(page: str) -> None:
     start = page.index("var workflow_desc = ") + len("var workflow_desc = ")
     desc = json.JSONDecoder().raw_decode(page, start)[0]
     assert "System Message" not in desc and "problematic" not in desc
-    order = [desc.index(h) for h in ("Two Pathways (", "Falsification check", "DepthQA (", "The workflow")]
+    sections = ["<h1>Two Pathways (", "<strong>Falsification check", "<h1>DepthQA (", "<strong>MIN-K% rises"]
+    sections.append("<h1>The workflow")
+    order = [desc.index(h) for h in sections]
     assert order == sorted(order)
     assert desc.count('class="verdict-') >= 8 + 2  # a verdict per (model, dataset), one per DepthQA model
     for figure in ("pathways_check_smollm2-135m__gemma3-270m.png", "depth_mink_boxes.png"):

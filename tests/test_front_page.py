@@ -106,7 +106,9 @@ def test_front_page_shows_both_papers_and_the_verdicts_each_linked_to_its_figure
     check, layers = _check()
     html = _as_snakemake_renders(render(_compared(), check, layers, LINKS))
     assert "System Message" not in html and "problematic" not in html, html  # no rst error, every link found
-    two_pathways, depthqa, workflow = (html.index(h) for h in ("Two Pathways (", "DepthQA (", "The workflow"))
+    two_pathways, depthqa, workflow = (
+        html.index(f"<h1>{h}") for h in ("Two Pathways (", "DepthQA (", "The workflow")
+    )
     assert two_pathways < depthqa < workflow  # the headline first, the workflow's description after it
     tables = re.findall(r"<table.*?</table>", html, re.S)
     assert len(tables) == 4  # each paper's published values, the falsification check, MIN-K% by depth
@@ -150,6 +152,15 @@ def test_a_paper_the_run_has_no_published_value_for_says_which_config_has_them()
     depth_only = render(compared.filter(paper="DepthQA"))  # no pathways stage, no figure drawn
     assert "Two Pathways" not in depth_only and "DepthQA (" in depth_only
     assert "_>`__" not in depth_only and "     - –\n" in depth_only
+
+
+def test_cells_are_text_not_markup():
+    """A name that reads as reStructuredText (an enumerator, emphasis, a reference) shows as written."""
+    compared = _compared().with_columns(model=pl.lit("1. m*odel_ `x`_ |s|"))
+    html = _as_snakemake_renders(render(compared, links=LINKS))
+    assert "System Message" not in html and "<ol" not in html
+    shown = compared.filter(pl.col("kind") != "eq_vs_control")  # the E_Q rows show pathways_check.tsv
+    assert html.count("<td>1. m*odel_ `x`_ |s|</td>") == shown.height
 
 
 def test_workflow_description_without_the_comparison_has_no_headline():

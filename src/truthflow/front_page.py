@@ -24,7 +24,7 @@ def _rst(value) -> str:
     text = fmt(value)
     for char in "\\`*_|":
         text = text.replace(char, "\\" + char)
-    return "\\ " + text if text[:1].isdigit() else text  # "1. x" would open an enumerated list
+    return text
 
 
 def _verdict(verdict: str, shown: str | None = None) -> str:
@@ -43,7 +43,9 @@ def _link(target: str | None) -> str:
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     lines = [".. list-table::", "   :header-rows: 1", "   :widths: auto", "   :class: front-page", ""]
     for row in [header, *rows]:
-        lines += [f"   {'*' if i == 0 else ' '} - {cell}" for i, cell in enumerate(row)]
+        # an escaped space before a leading digit: "1. x" would open an enumerated list
+        cells = ["\\ " + c if c[:1].isdigit() else c for c in row]
+        lines += [f"   {'*' if i == 0 else ' '} - {cell}" for i, cell in enumerate(cells)]
     return [*lines, ""]
 
 
@@ -98,7 +100,15 @@ def falsification_table(
     check: pl.DataFrame, layers: pl.DataFrame | None, links: dict
 ) -> tuple[str, list[str]]:
     """pathways_check.tsv: per (model, dataset), the E_Q knockout against the matched random-token control."""
-    header = ["Model", "Dataset", "Layers", "E_Q − control [95% CI]", "p (Holm)", "n", "Verdict"]
+    header = [
+        "Model",
+        "Dataset",
+        "Layers",
+        "E_Q − control [Holm-corrected interval]",
+        "p (Holm)",
+        "n",
+        "Verdict",
+    ]
     header += ["Other layer ranges", "Shown in"]
     body = []
     for r in check.iter_rows(named=True):
@@ -106,7 +116,7 @@ def falsification_table(
         if r["diff_low"] is not None:
             diff = f"{_rst(r['measure'])} {diff} [{_rst(r['diff_low'])}, {_rst(r['diff_high'])}]"
         verdict = _verdict(r["verdict"])
-        if r["verdict"] != "holds" and r["reason"]:
+        if r["verdict"] == "inconclusive" and r["reason"]:  # else the interval and the margin say why
             verdict += f" ({_rst(r['reason'])})"
         cells = [r["model"], r["dataset"], r["layers"]]
         body.append(
