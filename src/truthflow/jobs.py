@@ -23,20 +23,10 @@ def load_job_model(sm) -> LoadedModel:
     return load_model(sm.input.model, p.dtype, gpus=sm.resources.gpu, threads=threads, attention=p.attention)
 
 
-def answer_table(
-    sm,
-    questions: list[str],
-    instruction: str,
-    desc: str,
-    render=None,
-    keys=None,
-    decoding=None,
-    encode=None,
-    ids=None,
-    dataset=None,
-) -> pl.DataFrame:
-    """Answers to `questions` (answer_questions) with the rule's params; render, encode: a prompt file's
-    layout and its tokenization; ids, dataset: the questions' names in the line of a prompt cut to fit."""
+def answer_table(sm, questions: list[str], instruction: str, desc: str, **options) -> pl.DataFrame:
+    """Answers to `questions` (answer_questions) with the rule's params; `options` go to answer_questions as
+    they are (render, encode: a prompt file's layout and its tokenization; keys, decoding: the sampling;
+    ids, dataset: the questions' names in the line of a prompt cut to fit)."""
     p = sm.params
     prompts, out = answer_questions(
         load_job_model(sm),
@@ -49,12 +39,7 @@ def answer_table(
         token_budget=p.token_budget,
         max_prompt_tokens=p.max_prompt_tokens,
         chat_template_kwargs=p.chat_template_kwargs,
-        decoding=decoding,
-        keys=keys,
-        render=render,
-        encode=encode,
-        ids=ids,
-        dataset=dataset,
+        **options,
     )
     rows = [{"prompt": prompt, **o} for prompt, o in zip(prompts, out, strict=True)]
     return pl.DataFrame(rows, schema=ANSWER_SCHEMA)
