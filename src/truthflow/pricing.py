@@ -32,7 +32,7 @@ from pathlib import Path
 
 import yaml
 
-from . import diskplan, registry, sizing
+from . import diskplan, memplan, registry, sizing
 from .config import check_config, fill_defaults, schema_defaults
 from .errors import TruthflowError
 from .memplan import BYTES, GIB, Dims, dims_for, fit_to_memory, plan_model
@@ -453,6 +453,6 @@ def job_seconds(config: dict, setting: Setting | None = None) -> dict[tuple[str,
 
 
 def runs_on_cpu(spec: dict) -> bool:
-    """A model whose jobs run on the CPU: no GPU, or float32 weights (the demo's CPU setting; the paper
-    configs' models are bfloat16 on GPUs)."""
-    return int(spec["gpus"]) == 0 or spec["dtype"] == "float32"
+    """A model whose jobs run on the CPU: the memory plan's compute dtype is float32 (no GPU, or float32
+    weights: the demo's CPU setting; the paper configs' models are bfloat16 on GPUs)."""
+    return memplan.compute_dtype(spec) == "float32"
