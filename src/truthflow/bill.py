@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from . import diskplan
+from . import diskplan, judge_cost
 from .errors import TruthflowError
 from .pricing import (
     PAPER_CONFIGS,
@@ -45,7 +45,10 @@ def merged(costs: list[Cost]) -> dict[tuple[str, str], Cost]:
     """One line per (model, stage) over its datasets: times and disk summed, the largest request kept."""
     out: dict = {}
     for c in costs:
-        key = (c.model, c.stage if c.rule != "answer_depthqa" else "answers (DepthQA)")
+        key = (
+            c.model,
+            "answers (DepthQA)" if (c.rule, c.stage) == ("answer_depthqa", "answers") else c.stage,
+        )
         if key not in out:
             out[key] = c
             continue
@@ -116,7 +119,18 @@ def print_bill(run: str, path: Path, config: dict, costs: list[Cost], setting: S
     )
     if disk.unsized:
         print(f"  not sized (dimensions unknown until prepared): {', '.join(disk.unsized)}")
-    return {"gpu": gpu_h, "gpu_est": gpu_est, "cpu": cpu_h, "cpu_est": cpu_est, "peak": disk.peak_bytes}
+    judge = judge_cost.judge_bill(config)
+    if judge:
+        print(judge_cost.line(judge, setting.card, costs))
+    usd = (judge.dollars() or 0.0) if judge else 0.0
+    return {
+        "gpu": gpu_h,
+        "gpu_est": gpu_est,
+        "cpu": cpu_h,
+        "cpu_est": cpu_est,
+        "peak": disk.peak_bytes,
+        "usd": usd,
+    }
 
 
 def report(paths: Iterable[Path], setting: Setting, slots: int = 1) -> None:
@@ -135,7 +149,8 @@ def report(paths: Iterable[Path], setting: Setting, slots: int = 1) -> None:
         cpu, peak = sum(t["cpu"] for t in totals), max(t["peak"] for t in totals)
         print(
             f"\nall configs: {gpu:,.1f} GPU-hours on {setting.card} ({est:,.1f} of {gpu:,.1f} estimated), "
-            f"{cpu:,.1f} CPU-hours; the largest peak disk {peak / 1e9:,.0f} GB"
+            f"{cpu:,.1f} CPU-hours; the largest peak disk {peak / 1e9:,.0f} GB; judge calls "
+            f"${sum(t['usd'] for t in totals):,.0f} (estimated)"
         )
 
 

@@ -32,8 +32,9 @@ from pathlib import Path
 
 import yaml
 
-from . import diskplan, memplan, registry, sizing
+from . import diskplan, judge_cost, memplan, registry, sizing, weights_cost
 from .config import check_config, fill_defaults, schema_defaults
+from .cost_lines import Cost, Figure
 from .errors import TruthflowError
 from .memplan import BYTES, GIB, Dims, dims_for, fit_to_memory, plan_model
 
@@ -79,35 +80,6 @@ BENCH_JOB_PROMPT = 16  # bench_job.py's questions: 6-20 one-id words between BOS
 TABLE_SECONDS = 60.0  # a table or plot job: a guess (small parquet files)
 JOB_RAM_GIB = 2.5  # torch and the CUDA libraries in a model job's process
 SHARD_BYTES = 5e9  # from_pretrained loads one safetensors shard at a time (the hub's shards are <= 5 GB)
-
-
-@dataclass(frozen=True)
-class Figure:
-    value: float
-    measured: bool
-    basis: str
-
-    def __add__(self, other: Figure) -> Figure:
-        basis = self.basis if self.basis == other.basis else f"{self.basis}; {other.basis}"
-        return Figure(self.value + other.value, self.measured and other.measured, basis)
-
-
-@dataclass(frozen=True)
-class Cost:
-    """One stage of one model on one dataset (dataset "" for the model's weights)."""
-
-    model: str
-    dataset: str
-    stage: str
-    rule: str
-    gpu_seconds: Figure | None = None  # GPU-seconds (wall seconds x the model's GPUs)
-    cpu_seconds: Figure | None = None
-    written: int = 0
-    held: int = 0
-    gpu_mem_gib: float | None = None
-    ram_gib: Figure | None = None
-    gpus: int = 1
-    threads: int = 1  # an analysis job's workers (its rule's request)
 
 
 def figures(rows: list[dict], card: str) -> dict[str, dict[str, dict]]:
@@ -377,13 +349,15 @@ def prepared(path: Path) -> dict:
 
 def price(config: dict, setting: Setting) -> list[Cost]:
     """Every cost line of a prepared config."""
-    out = []
+    out, rates = [], weights_cost.rates()
     pw_models, depth_models = config["pathways"]["models"], config["depth"]["models"]
     files = {(r.model, r.dataset): r for r in diskplan.run_files(config)}
     keep = config["pathways"]["keep_states"]
     for name in dict.fromkeys([*pw_models, *depth_models]):
         weights = diskplan.weights_bytes(name, config["models"][name])
-        out.append(Cost(name, "", "weights", "prepare_model", written=weights, held=weights))
+        hashed = weights_cost.hash_seconds(config["models"][name], weights, rates)
+        line = dict(cpu_seconds=hashed, written=weights, held=weights)
+        out.append(Cost(name, "", "weights", "prepare_model", **line))
     qa = defaultdict(list)
     for model, dataset in diskplan.qa_runs(config):
         qa[model].append(dataset)
@@ -406,6 +380,10 @@ def price(config: dict, setting: Setting) -> list[Cost]:
                 out += cpu_costs(config, name, dataset, setting.cpu_rows)
     for name in depth_models:
         out += gpu_costs(config, name, "depth", [registry.DEPTHQA], setting)
+    out += weights_cost.load_costs(config, out, rates)
+    if judge := judge_cost.hf_work(config):  # its verdicts decode as the answers do
+        per = answers_seconds(judge.dims, judge.dtype, judge.batch, judge.prompt, judge.new, setting.step)
+        out += judge_cost.hf_costs(judge, per, rates)
     tables = table_jobs(config)
     seconds = Figure(
         TABLE_SECONDS * tables, False, f"{tables} table and plot jobs x {TABLE_SECONDS:.0f} s (a guess)"
