@@ -49,6 +49,8 @@ include: "workflow/rules/report.smk"
 
 
 warn_reextraction()
+check_runtime_limit()
+print_dry_run_plan()
 
 
 report: "workflow/report/workflow.rst"

@@ -14,10 +14,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = "# --- model rules: written by profiles/make_profiles.py from the rules with a `gpu` resource ---\n"
-# per profile: torch threads of a model job, and the SLURM resources it asks for besides its CPUs
+# per profile: torch threads of a model job, and the SLURM resources it asks for besides its CPUs (its runtime
+# and memory come from the rules: truthflow.job_requests)
 PROFILES = {
     "slurm": (8, {}),
-    "slurm-ci": (2, {"mem_mb": 6000}),  # the CI node's 2 CPUs: as a local --cores 2 run, identical results
+    "slurm-ci": (2, {}),  # the CI node's 2 CPUs: as a local --cores 2 run, identical results
 }
 
 

@@ -86,7 +86,7 @@ def test_defaults_are_filled_as_snakemake_fills_them():
         assert ours == theirs
     filled = prepare_config(small_config(), [], {})
     assert filled["pathways"]["knockout"]["mode"] == "cumulative"  # a section's defaults
-    assert filled["models"]["gemma3-270m"]["runtime"] == 240  # a model's, from $defs
+    assert filled["models"]["gemma3-270m"]["gpu_mem_gb"] == 80  # a model's, from $defs
     assert filled["datasets"]["nq"]["source"]["format"] == "auto"  # a dataset source's
 
 

@@ -213,8 +213,7 @@ def test_weights_key_ignores_run_settings():
         "batch_size": 3,
         "max_new_tokens": 5,
         "gpus": 2,
-        "mem_mb": 9000,
-        "runtime": 9,
+        "gpu_mem_gb": 40,
     }
     assert weights_key(busy) == weights_key(base)
     assert weights_key(base | {"dtype": "auto"}) == weights_key(base)  # a GGUF converts to float32 either way
@@ -352,7 +351,7 @@ def test_prepare_model_in_the_workflow(tiny_src, tmp_path):
     for over in (
         {"display_name": "Tiny v2"},
         {"batch_size": 7},
-        {"chat": True, "max_new_tokens": 3, "gpus": 2, "mem_mb": 1000, "runtime": 5},
+        {"chat": True, "max_new_tokens": 3, "gpus": 2, "gpu_mem_gb": 40},
         {"dtype": "bfloat16"},  # a local transformers dir is linked as is
     ):
         write_config(tmp_path, _tiny_config({"local": str(tiny_src)}, **over))

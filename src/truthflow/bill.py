@@ -129,6 +129,7 @@ def print_bill(run: str, path: Path, config: dict, costs: list[Cost], setting: S
         "cpu": cpu_h,
         "cpu_est": cpu_est,
         "peak": disk.peak_bytes,
+        "together": (config, disk),
         "usd": usd,
     }
 
@@ -151,6 +152,11 @@ def report(paths: Iterable[Path], setting: Setting, slots: int = 1) -> None:
             f"\nall configs: {gpu:,.1f} GPU-hours on {setting.card} ({est:,.1f} of {gpu:,.1f} estimated), "
             f"{cpu:,.1f} CPU-hours; the largest peak disk {peak / 1e9:,.0f} GB; judge calls "
             f"${sum(t['usd'] for t in totals):,.0f} (estimated)"
+        )
+        both = diskplan.together([t["together"] for t in totals])
+        print(
+            f"in one checkout, one after another: {both['held'] / 1e9:,.0f} GB held at the end (every run's "
+            f"weights, a model name they share once, and final files), a peak of {both['peak'] / 1e9:,.0f} GB"
         )
 
 

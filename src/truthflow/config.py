@@ -40,6 +40,14 @@ def schema_defaults(*section: str, given: Mapping | None = None) -> dict:
     return _filled(node, given or {})
 
 
+# keys an older config may carry, and why they are gone
+RETIRED_KEYS = dict.fromkeys(
+    ("mem_mb", "runtime"),
+    "no longer set by hand: every job's runtime and memory follow from the bill (cluster.max_runtime_h, "
+    "cluster.runtime_margin; docs/cluster.md)",
+)
+
+
 def check_schema(config: dict) -> None:
     """The config against the schema in one line naming the key (Snakemake's validate prints the schema)."""
     from jsonschema import Draft202012Validator
@@ -54,6 +62,8 @@ def check_schema(config: dict) -> None:
     # the key's description where its value is wrong, not where a key is missing or unexpected
     value_error = err.validator in {"type", "enum", "pattern", "minimum", "oneOf"}
     hint = f" ({desc})" if desc and value_error else ""
+    if err.validator == "additionalProperties" and (gone := RETIRED_KEYS.keys() & set(err.instance)):
+        hint = f" ({', '.join(sorted(gone))}: {RETIRED_KEYS[min(gone)]})"
     where = key or "the config's top level"
     raise TruthflowError(f"{where}: {err.message}{hint}{more}; every key is documented in {SCHEMA_DOC}")
 

@@ -20,7 +20,7 @@ seconds its caller gives (`truthflow.pricing.job_seconds`: an analysis job's CPU
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -136,9 +136,14 @@ def _nbytes(shape: tuple[int, ...], size: int) -> int:
 
 
 def qa_runs(config: dict) -> list[tuple[str, str]]:
-    """(model, dataset) of every generate_answers job, as workflow/rules/common.smk's qa_runs."""
+    """(model, dataset) of every generate_answers job: the rules expand these (workflow/rules/common.smk)."""
     models = sorted(set(config["pathways"]["models"])) or list(config["models"])
     return [(m, d) for m in models for d in registry.qa_names() if d in config["datasets"]]
+
+
+def pw_runs(config: dict) -> list[tuple[str, str]]:
+    """(model, dataset) of every pathways run, in the one order of every aggregate: the rules expand these."""
+    return [(m, d) for m in config["pathways"]["models"] for d in pw_datasets(config)]
 
 
 def pw_datasets(config: dict) -> list[str]:
@@ -152,28 +157,28 @@ def run_files(config: dict) -> list[RunFiles]:
     pw = config["pathways"]
     draws, factors = pw["knockout"]["control_draws"], len(pw["experiments"]["pr_factors"])
     out = []
-    for model in pw["models"]:
+    for model, dataset in pw_runs(config):
         dims = model_dims(model, config["models"][model])
         size = state_bytes(config["models"][model])
-        for dataset in pw_datasets(config):
-            n = dataset_rows(config, dataset)
-            layers, hidden = (dims.layers, dims.hidden) if dims else (0, 0)
-            resid = {k: _nbytes(s, size) for k, s in resid_shapes(n, layers, hidden, draws).items()}
-            exp = {k: _nbytes(s, size) for k, s in experiment_shapes(n, hidden, factors).items()}
-            out.append(RunFiles(model, dataset, n, resid, exp))
+        n = dataset_rows(config, dataset)
+        layers, hidden = (dims.layers, dims.hidden) if dims else (0, 0)
+        resid = {k: _nbytes(s, size) for k, s in resid_shapes(n, layers, hidden, draws).items()}
+        exp = {k: _nbytes(s, size) for k, s in experiment_shapes(n, hidden, factors).items()}
+        out.append(RunFiles(model, dataset, n, resid, exp))
     return out
 
 
 @dataclass(frozen=True)
 class Job:
     """One job of the simulated run: key (rule, model, dataset), its wall seconds, the jobs it waits for,
-    the bytes it writes (by file kind) and whether it holds a GPU slot."""
+    the bytes it writes (by file kind), whether it is a model job and how many GPUs it holds."""
 
     key: tuple[str, str, str]
     seconds: float
     needs: tuple[tuple[str, str, str], ...] = ()
     writes: Mapping[str, int] = field(default_factory=dict)
     gpu: bool = False
+    gpus: int = 1
 
 
 @dataclass
@@ -188,6 +193,7 @@ class DiskPlan:
     runs: list[RunFiles]
     unsized: list[str]  # models whose dimensions are unknown (their files count 0)
     hours: float  # the simulated run's wall hours
+    max_slots: int = 0  # a worst case over 1 to max_slots GPUs at once (`worst_plan`); 0: gpu_slots alone
 
     def line(self) -> str:
         share = self.weights_bytes / self.peak_bytes if self.peak_bytes else 0.0
@@ -196,17 +202,25 @@ class DiskPlan:
             f"{share:.0%} of it; activation files {self.activation_peak_bytes / 1e9:,.0f} GB at once), final "
             f"{self.final_bytes / 1e9:,.0f} GB; states "
             f"{'kept' if self.keep_states else 'removed after use'}, "
-            f"{self.gpu_slots} GPU slot(s)"
+            + (
+                f"the largest peak over 1-{self.max_slots} GPUs at once (at {self.gpu_slots})"
+                if self.max_slots
+                else f"{self.gpu_slots} GPU slot(s)"
+            )
         )
 
 
 def jobs(config: dict, seconds: Mapping[tuple[str, str, str], float]) -> list[Job]:
     """The model and analysis jobs of a run that write or free large files, in the runs' order; seconds
-    (by key) default to 0."""
+    (by key) default to 0. The runs are the rules' own (`qa_runs`, `pw_runs`)."""
     out, runs = [], run_files(config)
+
+    def gpus(model: str) -> int:
+        return max(1, int(config["models"][model]["gpus"]))
+
     for model, dataset in qa_runs(config):
         key = ("generate_answers", model, dataset)
-        out.append(Job(key, seconds.get(key, 0.0), gpu=True))
+        out.append(Job(key, seconds.get(key, 0.0), gpu=True, gpus=gpus(model)))
         label = ("label_answers", model, dataset)
         out.append(Job(label, seconds.get(label, 0.0), (key,)))
     for r in runs:
@@ -214,15 +228,15 @@ def jobs(config: dict, seconds: Mapping[tuple[str, str, str], float]) -> list[Jo
         extract, probe = ("extract_pathways", m, d), ("probe_deltap", m, d)
         experiments, analysis = ("extract_experiments", m, d), ("pathway_experiments", m, d)
         out += [
-            Job(extract, seconds.get(extract, 0.0), (("label_answers", m, d),), r.resid, gpu=True),
+            Job(extract, seconds.get(extract, 0.0), (("label_answers", m, d),), r.resid, True, gpus(m)),
             Job(probe, seconds.get(probe, 0.0), (extract,)),
-            Job(experiments, seconds.get(experiments, 0.0), (extract, probe), r.experiments, gpu=True),
+            Job(experiments, seconds.get(experiments, 0.0), (extract, probe), r.experiments, True, gpus(m)),
             Job(analysis, seconds.get(analysis, 0.0), (experiments, probe)),
         ]
     for model in config["depth"]["models"]:
         for rule in ("score_mink", "answer_depthqa"):
             key = (rule, model, registry.DEPTHQA)
-            out.append(Job(key, seconds.get(key, 0.0), gpu=True))
+            out.append(Job(key, seconds.get(key, 0.0), gpu=True, gpus=gpus(model)))
     return out
 
 
@@ -246,7 +260,8 @@ def simulate(
     base_bytes: int = 0,
 ) -> dict[str, float]:
     """Run the jobs in time: {peak, final, activation_peak, states_peak (bytes), hours}. base_bytes (the
-    weights) are on disk from the start."""
+    weights) are on disk from the start. gpu_slots: the GPUs at once; a model job holds its model's GPUs (all
+    of them where it needs more)."""
     if gpu_slots < 1:
         raise ValueError(f"gpu_slots must be at least 1, not {gpu_slots}")
     by_key = {j.key: j for j in job_list}
@@ -275,15 +290,17 @@ def simulate(
         gpu_ready = sorted(
             (j for j in ready if j.gpu), key=lambda j: (-priority[GPU_RULES[j.key[0]]], order[j.key])
         )
-        for job in gpu_ready[:free]:
-            start(job)
-            free -= 1
+        for job in gpu_ready:
+            need = min(job.gpus, gpu_slots)
+            if need <= free:
+                start(job)
+                free -= need
         if not running:
             missing = sorted({k for j in waiting for k in j.needs if k not in by_key})
             raise ValueError(f"jobs wait for inputs no job makes: {missing[:3]}")
         now, _, key = heapq.heappop(running)
         done.add(key)
-        free += by_key[key].gpu
+        free += min(by_key[key].gpus, gpu_slots) if by_key[key].gpu else 0
         for item in removed_by.get(key, ()):
             on_disk.pop(item, None)
     final = base_bytes + sum(on_disk.values())
@@ -297,18 +314,28 @@ def simulate(
 
 
 def plan(
-    config: dict, gpu_slots: int = 1, seconds: Mapping[tuple[str, str, str], float] | None = None
+    config: dict,
+    gpu_slots: int = 1,
+    seconds: Mapping[tuple[str, str, str], float] | None = None,
+    done: Collection[tuple[str, str, str]] = (),
+    prepared: Collection[str] = (),
 ) -> DiskPlan:
     """The disk a run of a filled config needs: its planned peak, what it leaves, the weights' share.
     seconds: each job's wall seconds by (rule, model, dataset) (`truthflow.pricing.job_seconds`); without
-    them every job takes 0 s and only the jobs' order shapes the peak."""
+    them every job takes 0 s and only the jobs' order shapes the peak. done: jobs whose outputs exist (this
+    invocation does not run them: they take no time and write nothing new); prepared: models whose weights
+    are on disk already. Both count what the run will still write, for the preflight."""
     seconds = seconds or {}
     keep = bool(config["pathways"].get("keep_states", True))
     runs = run_files(config)
     models = set(config["pathways"]["models"]) | set(config["depth"]["models"])
-    weights = sum(weights_bytes(m, config["models"][m]) for m in sorted(models))
+    new_models = sorted(models - set(prepared))
+    weights = sum(weights_bytes(m, config["models"][m]) for m in new_models)
     unsized = sorted(m for m in models if model_dims(m, config["models"][m]) is None)
-    got = simulate(jobs(config, seconds), removals(runs, keep), GPU_PRIORITY[keep], gpu_slots, weights)
+    job_list = [
+        Job(j.key, 0.0, j.needs, {}, j.gpu, j.gpus) if j.key in done else j for j in jobs(config, seconds)
+    ]
+    got = simulate(job_list, removals(runs, keep), GPU_PRIORITY[keep], gpu_slots, weights)
     return DiskPlan(
         peak_bytes=int(got["peak"]),
         final_bytes=int(got["final"]),
@@ -321,3 +348,29 @@ def plan(
         unsized=unsized,
         hours=got["hours"],
     )
+
+
+def worst_plan(config: dict, max_slots: int, **kwargs) -> DiskPlan:
+    """The plan with the largest peak over 1 to max_slots GPUs at once: a cluster's queue decides how many of
+    the profile's jobs run together, and the peak does not grow steadily with them (a run's states are removed
+    as its readers end)."""
+    plans = [plan(config, slots, **kwargs) for slots in range(1, max(1, max_slots) + 1)]
+    worst = max(plans, key=lambda p: (p.peak_bytes, -p.gpu_slots))
+    worst.max_slots = max(1, max_slots)
+    return worst
+
+
+def together(runs: list[tuple[dict, DiskPlan]]) -> dict[str, int]:
+    """Several configs run one after another in one checkout: {held, peak} bytes. Each run's weights stay in
+    resources/models/<name> and its final files in results/<run>; a model name two configs share is prepared
+    once (resources/models holds one snapshot per name).
+    peak: the largest of what the earlier runs hold plus this run's new weights and activation files."""
+    held, seen, peak = 0, set(), 0
+    for config, planned in runs:
+        used = set(config["pathways"]["models"]) | set(config["depth"]["models"])
+        new = {m for m in used if m not in seen}
+        new_weights = sum(weights_bytes(m, config["models"][m]) for m in sorted(new))
+        peak = max(peak, held + new_weights + planned.activation_peak_bytes)
+        held += new_weights + planned.final_bytes - planned.weights_bytes
+        seen |= used
+    return {"held": held, "peak": peak}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from dataclasses import dataclass
 from functools import cache, partial
 from pathlib import Path
@@ -28,6 +29,10 @@ ROW_TOKENS = 256  # tokens of a planned row: a QA prompt and its answer, a Depth
 HEAD_GIB = 0.625  # float32 logits chunks (mink: 2^25 elements, three live), the head's conversion chunk
 OVERHEAD_GIB = 1.5  # CUDA context, cuBLAS/cuDNN workspaces
 HEADROOM = 0.9  # share of the memory left beside the weights that a planned batch may fill
+JOB_RAM_GIB = 2.5  # torch and the CUDA libraries in a model job's process
+SHARD_BYTES = 5e9  # from_pretrained loads one safetensors shard at a time (the hub's shards are <= 5 GB)
+# a model job without the model's dimensions (not prepared yet, not in model_dims.yaml): what a 1B model asks
+UNSIZED_HOST_GIB = 8.0
 MAX_BATCH = 256
 MAX_BUDGET = 2**18
 DERIVED = ("batch_size", "token_budget")  # from the plan where the config leaves them out
@@ -105,6 +110,22 @@ def predict(m: Dims, dtype: str, gpus: int, batch: int, budget: int, saliency_ba
         "saliency": base + saliency,
     }
     return {k: v / GIB for k, v in peak_bytes.items()}
+
+
+def host_mib(spec: dict, dims: Dims | None, saliency_batch: int = 1) -> int:
+    """Host memory (MiB) of a model job, what its SLURM request and the bill's RAM column give: torch and the
+    CUDA libraries, and the weights as they load: on a GPU one safetensors shard at a time (the rest goes to
+    the GPU); on the CPU (compute dtype float32) every weight and the largest job's activations, as `predict`
+    sizes a GPU's. Unknown dimensions: UNSIZED_HOST_GIB."""
+    if dims is None:
+        return math.ceil(UNSIZED_HOST_GIB * 1024)
+    dtype = compute_dtype(spec)
+    if dtype == "float32":  # the CPU setting (gpus 0, or float32 weights: pricing.runs_on_cpu)
+        peaks = predict(dims, dtype, 1, spec["batch_size"], spec["token_budget"], saliency_batch)
+        loaded = max(v for k, v in peaks.items() if k != "weights") * GIB
+    else:
+        loaded = min(SHARD_BYTES, dims.params * BYTES.get(dtype, 2))
+    return math.ceil((JOB_RAM_GIB * GIB + loaded) / 2**20)
 
 
 @cache

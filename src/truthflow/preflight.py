@@ -57,58 +57,56 @@ def _existing(path: Path) -> Path:
     return path
 
 
-def _bytes_under(path: Path, pattern: str = "*") -> int:
-    """Bytes of the files under path matching pattern (0 where it does not exist)."""
-    if not path.is_dir():
-        return 0
-    return sum(f.stat().st_size for f in path.rglob(pattern) if f.is_file() and not f.is_symlink())
-
-
-def disk_refusal(
-    config: dict, planned, free_bytes: Mapping[str, int], held_bytes: Mapping[str, int]
-) -> str | None:
-    """Why a run whose disk plan is `planned` (diskplan.DiskPlan) cannot fit, or None: the weights go to
-    resources/, the states and experiment files to results/; `free_bytes` and `held_bytes` (what the run has
-    already written there) by folder, one entry where both lie on one filesystem."""
+def disk_refusal(config: dict, planned, free_bytes: Mapping[str, int]) -> str | None:
+    """Why a run whose disk plan is `planned` (diskplan.DiskPlan: the new files of the jobs this invocation
+    runs) cannot fit, or None: the weights go to resources/, the states and experiment files to results/;
+    `free_bytes` by folder, one entry where one limit holds both (`free_space`)."""
     needs = {"resources": planned.weights_bytes, "results": planned.peak_bytes - planned.weights_bytes}
     if len(free_bytes) == 1:
         needs = {next(iter(free_bytes)): sum(needs.values())}
-    short = {
-        where: (need - held_bytes.get(where, 0), free_bytes[where])
-        for where, need in needs.items()
-        if need - held_bytes.get(where, 0) > free_bytes[where]
-    }
+    short = {where: (need, free_bytes[where]) for where, need in needs.items() if need > free_bytes[where]}
     if not short:
         return None
     where, (need, free) = next(iter(short.items()))
     cuts = []
     if config["pathways"]["models"] and config["pathways"].get("keep_states", True):
         cuts.append("pathways.keep_states: false (states removed after their last reader)")
+    if planned.gpu_slots > 1:
+        cuts.append(f"fewer GPUs at once (planned: {planned.gpu_slots}; a profile's resources: gpu=N)")
     cuts += ["fewer models or a smaller n per dataset", "disk.check: false to skip this check"]
     weights, activations = planned.weights_bytes / GB, planned.activation_peak_bytes / GB
     return (
-        f"the run needs {need / GB:,.0f} GB of disk at its peak in {where}/ (weights {weights:,.0f} GB, "
+        f"the run needs {need / GB:,.0f} GB of disk at its peak in {where}/ (new weights {weights:,.0f} GB, "
         f"activation files {activations:,.0f} GB at once), {free / GB:,.0f} GB free: {'; '.join(cuts)} "
         "(python -m truthflow.bill prints the plan)"
     )
 
 
-def check_disk(config: dict, planned, root: Path = Path(".")) -> None:
-    """Before any job: refuse a run whose planned peak disk exceeds the free space of the filesystems that
-    hold results/ and resources/ (disk.check: false skips this)."""
-    if not config["disk"]["check"]:
-        return
+def free_space(config: dict, root: Path = Path(".")) -> dict[str, int]:
+    """Bytes this run may still write, by folder ("resources", "results"; one entry naming both where one
+    filesystem holds them): disk.free_gb where a quota is the limit, else each filesystem's free space."""
     folders = {"resources": root / "resources", "results": root / "results" / config["run"]}
     devices: dict[int, str] = {}
     for where, folder in folders.items():
         devices.setdefault(_existing(folder).stat().st_dev, where)
-    free = {where: shutil.disk_usage(_existing(folders[where])).free for where in devices.values()}
-    held = {
-        "resources": _bytes_under(folders["resources"] / "models"),
-        "results": _bytes_under(folders["results"]),
-    }
-    if len(free) == 1:  # one filesystem holds both: the message names both folders
-        both = "results/ and resources"
-        free, held = {both: next(iter(free.values()))}, {both: sum(held.values())}
-    if reason := disk_refusal(config, planned, free, held):
+    quota = config["disk"]["free_gb"]
+    if quota is not None or len(devices) == 1:  # one limit for both: the message names both folders
+        free = int(quota * GB) if quota is not None else shutil.disk_usage(_existing(folders["results"])).free
+        return {"results/ and resources": free}
+    return {where: shutil.disk_usage(_existing(folders[where])).free for where in devices.values()}
+
+
+def disk_line(planned, free: Mapping[str, int], reason: str | None) -> str:
+    """The plan in one line, for a dry run: its peak, the free space, and the real run's refusal if any."""
+    space = ", ".join(f"{b / GB:,.0f} GB free in {where}/" for where, b in free.items())
+    verdict = f"the run would be refused: {reason}" if reason else "it fits"
+    return f"truthflow: disk plan: {planned.line()}; {space}: {verdict}"
+
+
+def check_disk(config: dict, planned, free: Mapping[str, int]) -> None:
+    """Before any job: refuse a run whose planned peak of new files (`diskplan.plan` given the jobs and
+    weights already done) exceeds the free space (`free_space`); disk.check: false skips this."""
+    if not config["disk"]["check"]:
+        return
+    if reason := disk_refusal(config, planned, free):
         raise TruthflowError(reason)

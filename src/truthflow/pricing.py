@@ -36,7 +36,7 @@ from . import diskplan, judge_cost, memplan, registry, sizing, weights_cost
 from .config import check_config, fill_defaults, schema_defaults
 from .cost_lines import Cost, Figure
 from .errors import TruthflowError
-from .memplan import BYTES, GIB, Dims, dims_for, fit_to_memory, plan_model
+from .memplan import BYTES, Dims, dims_for, fit_to_memory, host_mib, plan_model
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "benchmarks"
@@ -78,8 +78,6 @@ FLOP_PASSES = {
 CHAT_TOKENS = 40
 BENCH_JOB_PROMPT = 16  # bench_job.py's questions: 6-20 one-id words between BOS, "Q:" and "A:"
 TABLE_SECONDS = 60.0  # a table or plot job: a guess (small parquet files)
-JOB_RAM_GIB = 2.5  # torch and the CUDA libraries in a model job's process
-SHARD_BYTES = 5e9  # from_pretrained loads one safetensors shard at a time (the hub's shards are <= 5 GB)
 
 
 def figures(rows: list[dict], card: str) -> dict[str, dict[str, dict]]:
@@ -285,9 +283,9 @@ def gpu_costs(config: dict, name: str, part: str, datasets: list[str], setting: 
     mem = plan_model(name, spec, d, jobs, pw["experiments"]["saliency_batch_size"])
     kind = {"answers": "generation", "saliency": "saliency"}
     ram = Figure(
-        JOB_RAM_GIB + min(SHARD_BYTES, mem["weights"] * GIB) / GIB,
+        host_mib(spec, d, pw["experiments"]["saliency_batch_size"]) / 1024,
         False,
-        "torch + CUDA libraries and one 5 GB weight shard",
+        "the rule's mem_mb request (memplan.host_mib: torch + CUDA libraries, one 5 GB weight shard)",
     )
     ko = rows["knockout"]
     measured_draws = schema_defaults("pathways", "knockout")["control_draws"]

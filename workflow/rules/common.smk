@@ -12,7 +12,7 @@ envvars:
     "PYTHONPATH",
 
 
-from truthflow import diskplan, registry, sizing  # noqa: E402
+from truthflow import diskplan, job_requests, registry, sizing  # noqa: E402
 from truthflow.pathways import states  # noqa: E402
 from truthflow.depth import authors, prompts  # noqa: E402
 from truthflow.report_tables import TABLES as REPORT_TABLES, caption as table_caption  # noqa: E402
@@ -21,7 +21,6 @@ from truthflow.scheduling import model_slots, model_threads, torch_threads, visi
 # the config as the Snakefile checked it and filled its defaults (truthflow.preflight.prepare_config)
 RUN = config["run"]
 MODELS = list(config["models"])
-QA = [d for d in registry.qa_names() if d in config["datasets"]]
 # the models of depth.released_answers: their answers are read from a released file, not generated
 RELEASED = config["depth"]["released_answers"]
 
@@ -97,12 +96,50 @@ def analysis_threads(rule_name):
     return lambda w: _analysis_requests(w.model, w.dataset)[rule_name].threads
 
 
-def analysis_mem_mb(rule_name):
-    """The memory (MB) of an analysis job, from the shapes it reads and its threads (truthflow.sizing)."""
-    return lambda w: _analysis_requests(w.model, w.dataset)[rule_name].mem_mb
+# Every priced job's runtime and memory follow from the bill's figures (truthflow.job_requests), grow with
+# each attempt, and a job past the cluster's runtime limit is refused here, before any job
+@functools.cache
+def _asks():
+    from truthflow.pricing import job_seconds
 
-# the other resources of every model job (each rule names its `gpu` resource, which the SLURM profiles key on)
-MODEL_RESOURCES = dict(torch_threads=TORCH_THREADS, **model_params("mem_mb", "runtime", "batch_size"))
+    return job_requests.asks(config, job_seconds(config))
+
+
+def _ask(rule_name, wildcards):
+    key = (rule_name, wildcards.model, getattr(wildcards, "dataset", registry.DEPTHQA))
+    return _asks()[key]
+
+
+def request_runtime(rule_name):
+    """A job's runtime (minutes): its estimate times cluster.runtime_margin, times the attempt."""
+    limit = job_requests.limit_minutes(config)
+    return lambda wildcards, attempt: _ask(rule_name, wildcards).runtime(attempt, limit)
+
+
+def request_mem_mb(rule_name):
+    """A job's memory (MiB): the plan's peak for it, grown by MEMORY_GROWTH on each attempt."""
+    return lambda wildcards, attempt: _ask(rule_name, wildcards).memory(attempt)
+
+
+def check_runtime_limit():
+    """At parse, so a dry run refuses too: on a cluster no job may need more than its longest runtime."""
+    if not _run_settings()[1]:
+        return
+    try:
+        job_requests.check_runtimes(config, _asks())
+    except TruthflowError as exc:
+        raise WorkflowError(f"invalid config: {exc}")
+
+
+def model_resources(rule_name):
+    """The resources of a model job: its runtime and memory from the bill, its torch threads and batch size
+    (each rule names its `gpu` resource, which the SLURM profiles key on)."""
+    return dict(
+        torch_threads=TORCH_THREADS,
+        runtime=request_runtime(rule_name),
+        mem_mb=request_mem_mb(rule_name),
+        **model_params("batch_size"),
+    )
 
 
 def results_path(*parts):
@@ -162,15 +199,14 @@ def local_source(name):
 
 
 def qa_runs():
-    """The runs, (model, dataset), whose answers are generated and labelled."""
-    models = sorted(set(config["pathways"]["models"])) or MODELS
-    return [(m, d) for m in models for d in QA]
+    """The runs, (model, dataset), whose answers are generated and labelled: the bill and the disk plan
+    walk the same (truthflow.diskplan)."""
+    return diskplan.qa_runs(config)
 
 
 def pw_runs():
     """The runs, (model, dataset), of the pathways analysis, in one order for every aggregate."""
-    pw = config["pathways"]
-    return [(m, d) for m in pw["models"] for d in pw["datasets"]]
+    return diskplan.pw_runs(config)
 
 
 def used_models():
@@ -333,17 +369,73 @@ def finished_message():
     )
 
 
-def check_disk_space():
-    """Before any job: refuse a run whose planned peak disk exceeds the free space (truthflow.preflight);
-    the plan runs as many model jobs at once as this machine's GPUs (one on a CPU)."""
-    from truthflow.pricing import job_seconds
-    from truthflow.preflight import check_disk
+def _run_settings():
+    """(GPU jobs at once at most, on a cluster?) of this invocation. Snakemake has no documented API for the
+    --jobs and --resources a profile gives; workflow.resource_settings and global_resources hold them (pinned
+    Snakemake range). A cluster run (no local cores) runs up to --jobs at once, fewer where the profile caps
+    the `gpu` resource; a local run one model job per visible GPU (scheduling.model_slots)."""
+    settings = getattr(workflow, "resource_settings", None)
+    nodes = getattr(settings, "nodes", None)
+    gpu_cap = getattr(getattr(workflow, "global_resources", {}).get("gpu"), "value", None)
+    # a cluster run gives --jobs and no cores; its dry run gets one core from Snakemake
+    if nodes and (_local_cores() is None or dry_run()):
+        return min(int(nodes), int(gpu_cap)) if isinstance(gpu_cap, int) else int(nodes), True
+    return max(1, visible_gpus()), False
 
-    slots = max(1, visible_gpus())
+
+def _job_done(key):
+    """Whether a planned job (rule, model, dataset) has run: its outputs exist, the residual states aside
+    (removed after their last reader when keep_states is false, and not a reason to rerun)."""
+    rule_name, model, dataset = key
+    outputs = getattr(rules, rule_name).output
+    kept = [path for name, path in outputs.items() if not name.startswith("resid_")]
+    return all(Path(str(path).format(model=model, dataset=dataset)).exists() for path in kept)
+
+
+def disk_plan():
+    """The disk plan of what this invocation will still write (truthflow.diskplan), at the concurrency it
+    runs with: on a cluster the largest peak over 1 to its GPU jobs at once (its queue decides how many run
+    together), locally its GPUs; the jobs whose outputs exist and the models prepared already write nothing."""
+    from truthflow.pricing import job_seconds
+
+    slots, cluster = _run_settings()
+    seconds = job_seconds(config)
+    done = {job.key for job in diskplan.jobs(config, seconds) if _job_done(job.key)}
+    prepared = {m for m in used_models() if Path(model_dir(model=m)).exists()}
+    kwargs = dict(seconds=seconds, done=done, prepared=prepared)
+    if cluster:
+        return diskplan.worst_plan(config, slots, **kwargs)
+    return diskplan.plan(config, slots, **kwargs)
+
+
+def check_disk_space():
+    """Before any job: refuse a run whose planned peak disk exceeds the free space (truthflow.preflight)."""
+    from truthflow.preflight import check_disk, free_space
+
     try:
-        check_disk(config, diskplan.plan(config, gpu_slots=slots, seconds=job_seconds(config)))
+        check_disk(config, disk_plan(), free_space(config))
     except TruthflowError as exc:
         raise WorkflowError(str(exc))
+
+
+def dry_run():
+    """Whether Snakemake was asked for a dry run. It runs `onstart` only for real runs, and a Snakefile has no
+    documented way to know it is parsed for a dry run: the command line says it (tests/test_disk_preflight.py
+    test_dry_run_prints_the_refusal)."""
+    args = sys.argv[1:]
+    # short flags bundled as in -np; one that takes a value (-j4, -c2) is not letters only
+    bundled = [a[1:] for a in args if a.startswith("-") and not a.startswith("--") and a[1:].isalpha()]
+    return "--dry-run" in args or "--dryrun" in args or any("n" in flags for flags in bundled)
+
+
+def print_dry_run_plan():
+    """In a dry run: the disk plan's line, with the refusal the real run would give (the dry run goes on)."""
+    from truthflow.preflight import disk_line, disk_refusal, free_space
+
+    if not dry_run() or not config["disk"]["check"]:
+        return
+    planned, free = disk_plan(), free_space(config)
+    print(disk_line(planned, free, disk_refusal(config, planned, free)), file=sys.stderr)
 
 
 def check_gated_tokens():

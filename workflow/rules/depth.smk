@@ -13,7 +13,7 @@ rule score_mink:
     priority: PRIORITY["answers"]
     threads: MODEL_THREADS
     resources:
-        **MODEL_RESOURCES,
+        **model_resources("score_mink"),
         gpu=model_gpus,
     params:
         **model_params("dtype", "attention"),
@@ -40,7 +40,7 @@ rule answer_depthqa:
     priority: PRIORITY["answers"]
     threads: MODEL_THREADS
     resources:
-        **MODEL_RESOURCES,
+        **model_resources("answer_depthqa"),
         gpu=model_gpus,
     params:
         **model_params("chat", "dtype", "attention", "token_budget", "chat_template_kwargs"),

@@ -13,7 +13,7 @@ rule generate_answers:
     priority: PRIORITY["answers"]
     threads: MODEL_THREADS
     resources:
-        **MODEL_RESOURCES,
+        **model_resources("generate_answers"),
         gpu=model_gpus,
     params:
         **model_params("chat", "dtype", "attention", "max_new_tokens", "token_budget", "chat_template_kwargs"),

@@ -19,7 +19,7 @@ rule extract_pathways:
     priority: PRIORITY["knockout"]
     threads: MODEL_THREADS
     resources:
-        **MODEL_RESOURCES,
+        **model_resources("extract_pathways"),
         gpu=model_gpus,
     params:
         **model_params("chat", "dtype", "attention"),
@@ -57,7 +57,8 @@ rule probe_deltap:
     priority: PRIORITY["step"]
     threads: analysis_threads("probe_deltap")
     resources:
-        mem_mb=analysis_mem_mb("probe_deltap"),
+        runtime=request_runtime("probe_deltap"),
+        mem_mb=request_mem_mb("probe_deltap"),
     params:
         cfg=READER_SETTINGS["probe_deltap"],
     conda:
@@ -147,7 +148,7 @@ rule extract_experiments:
     priority: PRIORITY["experiments"]
     threads: MODEL_THREADS
     resources:
-        **MODEL_RESOURCES,
+        **model_resources("extract_experiments"),
         gpu=model_gpus,
     params:
         **model_params("chat", "dtype", "attention", "chat_template_kwargs"),
@@ -177,7 +178,8 @@ rule pathway_experiments:
     priority: PRIORITY["step"]
     threads: analysis_threads("pathway_experiments")
     resources:
-        mem_mb=analysis_mem_mb("pathway_experiments"),
+        runtime=request_runtime("pathway_experiments"),
+        mem_mb=request_mem_mb("pathway_experiments"),
     params:
         **READER_SETTINGS["pathway_experiments"],
     conda:
