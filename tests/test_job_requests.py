@@ -181,3 +181,12 @@ def test_the_rules_ask_slurm_for_the_bills_figures(tmp_path):
     assert int(asked[1]["runtime"]) == math.ceil(estimate * 1.5 / 60) and int(asked[1]["mem_mb"]) == 7_329
     assert int(asked[2]["runtime"]) == 1_440 and int(asked[2]["mem_mb"]) == 10_994
     assert asked[1]["gpu"] == asked[2]["gpu"] == "2"
+
+
+def test_an_openai_judge_job_asks_for_its_calls(depth):
+    """paper-depth's gpt-4 judge: 1,571 questions x 1 judgment x 8 s a call over 4 in flight = 3,142 s,
+    x 1.5 = 78.6 -> 79 min per judged model (the profile's 60 min default once, and its calls are cached)."""
+    asks = job_requests.asks(depth, {})
+    judged = {key: ask for key, ask in asks.items() if key[0] == "judge_answers"}
+    assert len(judged) == 7
+    assert {(a.estimate_s, a.runtime_min, a.mem_mb) for a in judged.values()} == {(3_142.0, 79, 2_000)}

@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from . import diskplan, sizing
+from . import diskplan, registry, sizing
 from .errors import TruthflowError
 from .memplan import host_mib
 from .pricing import CPU_STAGES, runs_on_cpu
@@ -25,6 +25,10 @@ MIN_RUNTIME_MIN = 10  # a job's start, imports and model load never take less th
 # a model job on the CPU (the demo's float32 models): the bill prices it at a GPU's pace, having no CPU
 # figures, so its request is this floor (the demo's slowest model job took 3.5 min on a loaded 2-core VM)
 CPU_MODEL_RUNTIME_MIN = 60
+# an openai judge call's wall seconds: a ~141-token verdict at gpt-4-turbo's ~20 tokens/s and a second of
+# latency (an estimate: no call is measured offline)
+OPENAI_CALL_S = 8.0
+JUDGE_MEM_MB = 2_000  # a judge job without a model: Python, polars and the SDK
 # each retry asks for this much more memory than the last: 1.5x covers a peak the plan missed by half
 MEMORY_GROWTH = 1.5
 # the model jobs: their memory is the memory plan's (loading and passes), by rule
@@ -74,6 +78,28 @@ def asks(config: dict, seconds: Mapping[tuple[str, str, str], float]) -> dict[tu
         else:
             continue
         out[job.key] = Ask(runtime, mem, job.seconds)
+    return out | judge_asks(config, seconds)
+
+
+def judge_asks(config: dict, seconds: Mapping[tuple[str, str, str], float]) -> dict[tuple, Ask]:
+    """judge_answers per judged model: an hf judge is priced as a model job (its verdicts decode as answers
+    do: `judge_cost.hf_costs`) and holds its model as one; an openai judge waits on its calls, OPENAI_WORKERS
+    at a time, each OPENAI_CALL_S; the reference judge reads a table."""
+    from .depth.judge import OPENAI_WORKERS
+    from .judge_cost import judge_bill, judge_model, judged_models
+
+    margin, backend = config["cluster"]["runtime_margin"], config["depth"]["judge"]["backend"]
+    bill = judge_bill(config) if backend == "openai" else None
+    out = {}
+    for model in judged_models(config):
+        key = ("judge_answers", model, registry.DEPTHQA)
+        estimate, mem = seconds.get(key, 0.0), JUDGE_MEM_MB
+        if backend == "hf":
+            name, spec, _ = judge_model(config)
+            mem = host_mib({"gpus": 1, **spec}, diskplan.model_dims(name, spec), 1)
+        elif bill is not None:
+            estimate = bill.questions * bill.judgments * OPENAI_CALL_S / OPENAI_WORKERS
+        out[key] = Ask(runtime_minutes(estimate, margin), mem, estimate)
     return out
 
 

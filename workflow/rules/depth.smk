@@ -109,6 +109,8 @@ rule judge_answers:
     threads: MODEL_THREADS if config["depth"]["judge"].get("backend") == "hf" else 1
     resources:
         gpu=1 if config["depth"]["judge"].get("backend") == "hf" else 0,
+        runtime=request_runtime("judge_answers"),
+        mem_mb=request_mem_mb("judge_answers"),
     params:
         judge=config["depth"]["judge"],
         # verdicts are cached here, outside results/, so a rerun or a crash never pays twice
