@@ -242,10 +242,41 @@ def test_a_jobs_cpu_seconds_are_exact_and_count_its_children(tmp_path) -> None:
     assert pl.read_csv(out, separator="\t", null_values="NA")["cpu_seconds"][0] >= 1.0
 
 
+WORKERS_JOB = """
+import sys, time
+from types import SimpleNamespace
+from joblib import Parallel, delayed
+from truthflow import runlog
+
+def spin(i):
+    t = time.process_time()
+    while time.process_time() - t < 0.5:
+        pass
+
+def main(sm):
+    Parallel(n_jobs=2)(delayed(spin)(i) for i in range(2))
+
+runlog.run(SimpleNamespace(log=[], rule="r", output=SimpleNamespace(peaks=sys.argv[1])), main)
+"""
+
+
+def test_peaks_count_the_cpu_of_workers_still_alive(tmp_path) -> None:
+    """An analysis job's layers run in joblib's workers (`probes.over_layers`), which are still alive, never
+    waited for, when the job writes its peaks: their 2 x 0.5 CPU-s count all the same."""
+    import polars as pl
+
+    out = tmp_path / "job.peaks.tsv"
+    proc = subprocess.run(
+        [sys.executable, "-c", WORKERS_JOB, str(out)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert pl.read_csv(out, separator="\t", null_values="NA")["cpu_seconds"][0] >= 1.0
+
+
 def test_the_benchmark_table_joins_snakemakes_benchmark_and_the_jobs_peaks(tmp_path) -> None:
-    """A row per job: its rule and wildcards, wall s from the file Snakemake's `benchmark:` writes (its own
-    header, so a renamed column fails here), the exact CPU s and RSS and GPU peaks from the job's own file,
-    and Snakemake's sampled CPU s and RSS last, named as sampled."""
+    """A row per job: its rule and wildcards, an analysis job's shape (NA for a model job), wall s from the
+    file Snakemake's `benchmark:` writes (its own header, so a renamed column fails here), the exact CPU s,
+    RSS and GPU peaks from the job's own file, then Snakemake's sampled CPU s and RSS, named as sampled."""
     from snakemake.benchmark import BenchmarkRecord
 
     header = BenchmarkRecord.get_header()
@@ -260,15 +291,28 @@ def test_the_benchmark_table_joins_snakemakes_benchmark_and_the_jobs_peaks(tmp_p
     gpu, none = tmp_path / "a.peaks.tsv", tmp_path / "b.peaks.tsv"
     gpu.write_text("cpu_seconds\tmax_rss_mb\tmax_gpu_mb\n21.50\t2048.50\t512.00\n")
     none.write_text("cpu_seconds\tmax_rss_mb\tmax_gpu_mb\n0.40\t96.25\tNA\n")
+    shape = {"n": 100, "layers": 2, "hidden": 8, "fits": 15, "threads": 1}  # an analysis job's
     jobs = [
         {"rule": "extract_pathways", "model": "m", "dataset": "nq"},
-        {"rule": "r", "model": "m", "dataset": "x"},
+        {"rule": "probe_deltap", "model": "m", "dataset": "x", **shape},
     ]
 
     table = runlog.benchmark_table([bench, quick], [str(gpu), str(none)], jobs)
     assert table.columns == [
-        *("rule", "model", "dataset", "seconds", "cpu_seconds"),
+        *("rule", "model", "dataset", "n", "layers", "hidden", "fits", "threads", "seconds", "cpu_seconds"),
         *("max_rss_mb", "max_gpu_mb", "sampled_cpu_seconds", "sampled_max_rss_mb"),
     ]
-    assert table.row(0) == ("extract_pathways", "m", "nq", 12.5, 21.5, 2048.5, 512.0, 20.25, 1234.5)
-    assert table.row(1) == ("r", "m", "x", 0.3, 0.4, 96.25, None, None, None)
+    no_shape = (None,) * 5
+    assert table.row(0) == (
+        "extract_pathways",
+        "m",
+        "nq",
+        *no_shape,
+        12.5,
+        21.5,
+        2048.5,
+        512.0,
+        20.25,
+        1234.5,
+    )
+    assert table.row(1) == ("probe_deltap", "m", "x", 100, 2, 8, 15, 1, 0.3, 0.4, 96.25, None, None, None)

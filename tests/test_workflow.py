@@ -61,12 +61,12 @@ def test_outputs(demo_run):
     per_q = pl.read_parquet(res / "tables" / "depth_per_question.parquet")
     assert {"mink_10", "mink_20", "mink_30", "minkpp_20", "score"} <= set(per_q.columns)
     assert (res / "logs" / "generate_answers" / "gemma3-270m" / "nq.log").exists()
-    # each model job's own benchmark: exact CPU time and peaks at its end (Snakemake's sampled figures beside
-    # them, never asserted on: what a sample catches depends on timing); a job that held Gemma-3's fp32
-    # weights (1.1 GB) peaks above them
-    bench = pl.read_csv(res / "tables" / "benchmarks.tsv", separator="\t")
+    # each model and analysis job's own benchmark: exact CPU time and peaks at its end (Snakemake's sampled
+    # figures beside them, never asserted on: what a sample catches depends on timing); a job that held
+    # Gemma-3's fp32 weights (1.1 GB) peaks above them
+    bench = pl.read_csv(res / "tables" / "benchmarks.tsv", separator="\t", null_values="NA")
     assert bench.columns == [
-        *("rule", "model", "dataset", "seconds", "cpu_seconds"),
+        *("rule", "model", "dataset", "n", "layers", "hidden", "fits", "threads", "seconds", "cpu_seconds"),
         *("max_rss_mb", "max_gpu_mb", "sampled_cpu_seconds", "sampled_max_rss_mb"),
     ]
     assert (
@@ -76,6 +76,12 @@ def test_outputs(demo_run):
     )
     gemma = bench.filter(model="gemma3-270m", rule="extract_pathways")
     assert gemma.height == len(TEST_SETS) and gemma["max_rss_mb"].min() > 1100
+    # an analysis job's row carries its shape: Gemma-3's 18 layers of 640 at n 32, 2 seeds x 5 folds
+    analysis = bench.filter(pl.col("rule").is_in(["probe_deltap", "pathway_experiments"]))
+    assert analysis.height == 2 * 2 * len(TEST_SETS)
+    shape = analysis.filter(model="gemma3-270m").select("n", "layers", "hidden", "fits").unique()
+    assert shape.rows() == [(TEST_N, 18, 640, 10)]
+    assert bench.filter(rule="extract_pathways")["n"].null_count() == 2 * len(TEST_SETS)
 
 
 def _job_rounds(log: Path) -> dict[tuple[str, str], tuple[int, int]]:
@@ -204,6 +210,24 @@ def test_published_vs_reproduced_names_its_checks(demo_run):
         "inconclusive",
         "undefined (a depth is empty)",
     }
+
+
+def test_the_bill_takes_a_finished_runs_analysis_jobs(demo_run, monkeypatch, capsys):
+    """The bill of the run's config, beside its benchmark table: every probe_deltap and pathway_experiments
+    job ran at the shape the bill prices, so each figure is the run's, labelled measured."""
+    from truthflow import bill
+
+    monkeypatch.chdir(demo_run)  # the config's data paths are relative to its checkout
+    bill.main(["config.yaml"])  # results/demo/tables/benchmarks.tsv, the default
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if "from the finished run" in x)
+    jobs = [
+        f"{r} {m}/{d}"
+        for r in ("pathway_experiments", "probe_deltap")
+        for m in ("gemma3-270m", "smollm2-135m")
+        for d in sorted(TEST_SETS)
+    ]
+    assert line.endswith("measured: " + ", ".join(jobs)), line
 
 
 def test_a_finished_run_says_where_its_figures_are(demo_run):

@@ -5,6 +5,7 @@ estimated part named. The figures: `truthflow.pricing`; the disk: `truthflow.dis
 
     python -m truthflow.bill                                 # both paper configs
     python -m truthflow.bill config.yaml --gpu-slots 2       # any config
+    python -m truthflow.bill config.yaml --benchmarks results/demo/tables/benchmarks.tsv
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from pathlib import Path
 from . import diskplan, judge_cost
 from .errors import TruthflowError
 from .pricing import (
+    CPU_STAGES,
     PAPER_CONFIGS,
     THROUGHPUT,
     Cost,
     Figure,
+    FinishedRun,
     Setting,
     basis,
     durations,
@@ -62,8 +65,16 @@ def merged(costs: list[Cost]) -> dict[tuple[str, str], Cost]:
     return out
 
 
-def print_bill(run: str, path: Path, config: dict, costs: list[Cost], setting: Setting, slots: int) -> dict:
-    """The bill of one config; returns its totals."""
+def print_bill(
+    run: str,
+    path: Path,
+    config: dict,
+    costs: list[Cost],
+    setting: Setting,
+    slots: int,
+    finished: FinishedRun | None = None,
+) -> dict:
+    """The bill of one config (`finished`: the run whose figures it took); returns its totals."""
     legend: dict = {}
     print(f"\n{run} ({path}): GPU-hours on {setting.card}; m measured, e estimated, [k] basis below")
     on_cpu = [
@@ -107,6 +118,8 @@ def print_bill(run: str, path: Path, config: dict, costs: list[Cost], setting: S
         scaled += [f"{name} = {shape} x {factor:.2f}"] if estimated else []
     if scaled:
         print(f"  scaled (time per sample x active params over the measured shape's): {'; '.join(scaled)}")
+    if finished:
+        print(finished_line(finished, costs))
     print(
         f"  total {run}: {gpu_h:,.1f} GPU-hours on {setting.card} "
         f"({gpu_est:,.1f} of {gpu_h:,.1f} estimated), "
@@ -134,15 +147,35 @@ def print_bill(run: str, path: Path, config: dict, costs: list[Cost], setting: S
     }
 
 
-def report(paths: Iterable[Path], setting: Setting, slots: int = 1) -> None:
-    """Print the bill of each config file and, for several, their sum; a bad config exits with one line."""
+def finished_line(finished: FinishedRun, costs: list[Cost]) -> str:
+    """Which analysis jobs the bill took from a finished run, and which of them it left (another shape)."""
+    jobs = {(c.rule, c.model, c.dataset): c.cpu_seconds for c in costs if c.rule in CPU_STAGES}
+    taken = [job for job, figure in jobs.items() if figure.basis == finished.basis]
+    left = [job for job in jobs if job in finished.rows and job not in taken]
+    name = lambda jobs: ", ".join(f"{r} {m}/{d}" for r, m, d in sorted(jobs)) or "none"  # noqa: E731
+    line = f"  from the finished run ({finished.path}), measured: {name(taken)}"
+    return line + (f"; its rows of another shape, not used: {name(left)}" if left else "")
+
+
+def finished_run(config: dict, benchmarks: Path | None) -> FinishedRun | None:
+    """The run's benchmark table: `benchmarks`, else results/<run>/tables/benchmarks.tsv where it exists (in
+    the working directory, where Snakemake writes it)."""
+    path = benchmarks or Path("results", config["run"], "tables", "benchmarks.tsv")
+    return FinishedRun.load(path, config["run"]) if path.is_file() else None
+
+
+def report(paths: Iterable[Path], setting: Setting, slots: int = 1, benchmarks: Path | None = None) -> None:
+    """Print the bill of each config file and, for several, their sum; a bad config exits with one line.
+    benchmarks: a finished run's benchmark table (default: each config's run's, where it exists)."""
     if not setting.measured:
         sys.exit(f"no throughput figures for card {setting.card!r} in {THROUGHPUT}")
     totals = []
     for path in paths:
         try:
             config = prepared(path)
-            totals.append(print_bill(config["run"], path, config, price(config, setting), setting, slots))
+            finished = finished_run(config, benchmarks)
+            costs = price(config, setting, finished)
+            totals.append(print_bill(config["run"], path, config, costs, setting, slots, finished))
         except TruthflowError as exc:
             sys.exit(f"truthflow.bill: {path}: {exc}")
     if len(totals) > 1:
@@ -169,12 +202,18 @@ def arguments(description: str = __doc__) -> argparse.ArgumentParser:
     ap.add_argument(
         "--gpu-slots", type=int, default=1, help="GPU jobs at once, for the disk peak (default 1)"
     )
+    ap.add_argument(
+        "--benchmarks",
+        type=Path,
+        help="a finished run's benchmark table: its analysis jobs at the shape priced replace the "
+        "estimates (default: results/<run>/tables/benchmarks.tsv where it exists)",
+    )
     return ap
 
 
 def main(argv: Iterable[str] | None = None) -> None:
     args = arguments().parse_args(None if argv is None else list(argv))
-    report(args.configs or PAPER_CONFIGS, Setting.load(args.card), args.gpu_slots)
+    report(args.configs or PAPER_CONFIGS, Setting.load(args.card), args.gpu_slots, args.benchmarks)
 
 
 if __name__ == "__main__":

@@ -13,9 +13,10 @@ Answers: a decode step reads the weights and every row's
 KV cache; the step's seconds per byte are calibrated on the shape's measured answers row, and the answers of a
 run are priced step by step at the context each step reaches (prompt + up to max_new_tokens, every answer
 running to the cap: an upper bound) and at the batch the model's batch_size and token budget give.
-CPU: probe_deltap costs layers x fits x N x D one-thread CPU-seconds (`sizing.probe_rate`: cpu_cost.tsv's
-measured rate where present, else issue 41's 35 s per layer); pathway_experiments its awareness probes (one
-per other layer) and about four layer-K fits at the same rate; tables and plots a guess. An analysis job runs
+CPU: probe_deltap and pathway_experiments cost fixed + per layer x L one-thread CPU-seconds fitted on
+cpu_cost.tsv's rows and scaled to the job's N x D x fits (`sizing.cpu_estimate`: estimated), measured only
+where a row has the job's very shape (`sizing.JOB_SHAPE`: cpu_cost.tsv's, or a finished run's benchmark
+table, `FinishedRun`); tables and plots a guess. An analysis job runs
 the threads its rule requests (`sizing.requests`), one layer's fits per worker, so its wall seconds are about
 its CPU-seconds over its threads (a lower bound: the workers share memory bandwidth, and L layers over t
 workers take ceil(L / t) rounds).
@@ -23,6 +24,7 @@ Disk: `truthflow.diskplan` (sizes, removal, the simulated peak, given `job_secon
 
 from __future__ import annotations
 
+import datetime
 import math
 import re
 from collections import defaultdict
@@ -202,30 +204,49 @@ def knockout_passes(control_draws: int) -> int:
     return 2 + control_draws
 
 
-def measured_rule(cpu_rows: list[dict], rule: str) -> dict | None:
-    rows = [r for r in cpu_rows if r["rule"] == rule]
-    return max(rows, key=lambda r: int(r["n"]) * int(r["layers"]) * int(r["hidden"])) if rows else None
+@dataclass(frozen=True)
+class FinishedRun:
+    """A finished run's benchmark table (results/<run>/tables/benchmarks.tsv): its rows by job (rule, model,
+    dataset), each with the job's shape, and the basis its figures are labelled with."""
+
+    path: Path
+    rows: dict[tuple[str, str, str], dict]
+    basis: str
+
+    @classmethod
+    def load(cls, path: Path, run: str) -> FinishedRun:
+        rows = sizing.read_rows(path, ["rule", "model", "dataset", "cpu_seconds"])
+        date = datetime.date.fromtimestamp(path.stat().st_mtime).isoformat()
+        by_job = {(r["rule"], r["model"], r["dataset"]): r for r in rows}
+        return cls(path, by_job, f"finished run {run}, {path.name}, {date}")
+
+    def row(self, rule: str, model: str, dataset: str, shape: Mapping[str, int]) -> dict | None:
+        """The job's row where it ran at this shape (every JOB_SHAPE column equal), else None."""
+        row = self.rows.get((rule, model, dataset))
+        same = row and shape and all(str(shape[k]) == row.get(k) for k in sizing.JOB_SHAPE)
+        return row if same and row["cpu_seconds"] not in (None, "", "NA") else None
 
 
-def cpu_costs(config: dict, model: str, dataset: str, cpu_rows: list[dict]) -> list[Cost]:
-    """probe_deltap and pathway_experiments of one run: one-thread CPU-seconds, and the threads and memory
-    their rules request (`sizing.requests`: the RAM column is that request)."""
+def cpu_costs(
+    config: dict, model: str, dataset: str, cpu_rows: list[dict], finished: FinishedRun | None = None
+) -> list[Cost]:
+    """probe_deltap and pathway_experiments of one run: one-thread CPU-seconds (`sizing.cpu_estimate`;
+    measured where cpu_cost.tsv or the finished run has a row at the job's shape, the run's first), and the
+    threads and memory their rules request (`sizing.requests`: the RAM column is that request)."""
     d = diskplan.model_dims(model, config["models"][model])
     n = diskplan.dataset_rows(config, dataset)
     fits = sizing.fits_per_layer(config["pathways"]["probe"])
-    rate, measured, where = sizing.probe_rate()
     requests = sizing.requests(config, model, dataset)
     out = []
-    for rule, layer_fits, layers in (
-        ("probe_deltap", d.layers, "L layers"),
-        ("pathway_experiments", d.layers + 3, "L + 3 layers"),
-    ):
-        text = f"{layers} x {fits} fits x N x D at {where}"
-        seconds = Figure(rate * layer_fits * fits * n * d.hidden, measured and rule == "probe_deltap", text)
-        if row := measured_rule(cpu_rows, rule):
-            scale = n * d.hidden * d.layers / (int(row["n"]) * int(row["hidden"]) * int(row["layers"]))
-            text = f"cpu_cost.tsv x {scale:.2f} (N x D x L): {row['machine']}, {row['date']}"
-            seconds = Figure(float(row["cpu_seconds"]) * scale, True, text)
+    for rule in CPU_STAGES:
+        shape = sizing.job_shape(config, rule, model, dataset)
+        value, text = sizing.cpu_estimate(rule, n, d, fits, cpu_rows)
+        seconds = Figure(value, False, text)
+        if row := sizing.measured_row(rule, shape, cpu_rows):
+            text = f"cpu_cost.tsv at the job's shape: {row['machine']}, {row['date']}"
+            seconds = Figure(float(row["cpu_seconds"]), True, text)
+        if finished and (row := finished.row(rule, model, dataset, shape)):
+            seconds = Figure(float(row["cpu_seconds"]), True, finished.basis)
         request = requests[rule]
         ram = Figure(request.mem_mb / 1024, False, "the rule's mem_mb request (truthflow.sizing)")
         out.append(
@@ -264,9 +285,7 @@ class Setting:
         rows = sizing.read_rows(THROUGHPUT, ["shape", "card", "stage"]) if rows is None else rows
         card = card or default_card(rows) or "no card"
         known = {s: d for s in SHAPE_HUB if (d := shape_dims(s))} | dict(shapes or {})
-        return cls(
-            card, figures(rows, card), read_ratios(), sizing.read_rows(sizing.CPU_COST, ["rule"]), known
-        )
+        return cls(card, figures(rows, card), read_ratios(), sizing.cpu_rows(), known)
 
 
 def gpu_costs(config: dict, name: str, part: str, datasets: list[str], setting: Setting) -> list[Cost]:
@@ -345,8 +364,8 @@ def prepared(path: Path) -> dict:
     return fill_defaults(raw)
 
 
-def price(config: dict, setting: Setting) -> list[Cost]:
-    """Every cost line of a prepared config."""
+def price(config: dict, setting: Setting, finished: FinishedRun | None = None) -> list[Cost]:
+    """Every cost line of a prepared config; `finished`: a finished run's figures for the jobs it ran."""
     out, rates = [], weights_cost.rates()
     pw_models, depth_models = config["pathways"]["models"], config["depth"]["models"]
     files = {(r.model, r.dataset): r for r in diskplan.run_files(config)}
@@ -375,7 +394,7 @@ def price(config: dict, setting: Setting) -> list[Cost]:
                 out.append(c)
         for dataset in datasets:
             if (name, dataset) in files:
-                out += cpu_costs(config, name, dataset, setting.cpu_rows)
+                out += cpu_costs(config, name, dataset, setting.cpu_rows, finished)
     for name in depth_models:
         out += gpu_costs(config, name, "depth", [registry.DEPTHQA], setting)
     out += weights_cost.load_costs(config, out, rates)

@@ -35,6 +35,9 @@ BENCHMARK_COLUMNS = {
     "sampled_cpu_seconds": "cpu_time",
     "sampled_max_rss_mb": "max_rss",
 }
+# an analysis job's shape, what its CPU cost depends on (`truthflow.sizing.job_shape`): the benchmark table
+# records it beside the job's figures, so the bill takes a finished run's figure only for the same shape
+JOB_SHAPE = ("n", "layers", "hidden", "fits", "threads")
 # getrusage's ru_maxrss unit: KiB on Linux, bytes on macOS
 RUSAGE_BYTES = 1 if sys.platform == "darwin" else 1024
 
@@ -148,12 +151,12 @@ def run(snakemake, main: Callable[[object], None]) -> None:
 
 
 def write_peaks(path: str) -> None:
-    """The job's exact figures as it ends: CPU seconds (user and system, its own and its finished
-    children's), and peaks in MiB: resident memory (this process's, or a finished child's where larger: the
-    kernel keeps both maxima) and torch's allocated GPU memory summed over its devices (NA where it loaded
-    no CUDA; no process sampling sees GPU memory)."""
+    """The job's exact figures as it ends: CPU seconds (user and system, its own, its finished children's
+    and its live children's so far), and peaks in MiB: resident memory (this process's, or a finished
+    child's where larger: the kernel keeps both maxima) and torch's allocated GPU memory summed over its
+    devices (NA where it loaded no CUDA; no process sampling sees GPU memory)."""
     usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
-    cpu_seconds = sum(u.ru_utime + u.ru_stime for u in usage)
+    cpu_seconds = sum(u.ru_utime + u.ru_stime for u in usage) + live_children_cpu()
     rss = max(u.ru_maxrss for u in usage)
     torch = sys.modules.get("torch")
     gpus = range(torch.cuda.device_count()) if torch and torch.cuda.is_initialized() else ()
@@ -162,10 +165,22 @@ def write_peaks(path: str) -> None:
     Path(path).write_text("\t".join(PEAK_COLUMNS) + "\n" + "\t".join(values) + "\n")
 
 
+def live_children_cpu() -> float:
+    """CPU seconds of this process's live descendants and of the children they reaped: joblib's workers
+    (`pathways.probes.over_layers`) outlive the job's main() and are never waited for, so RUSAGE_CHILDREN
+    misses them (tests/test_runlog.py::test_peaks_count_the_cpu_of_workers_still_alive)."""
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        with suppress(psutil.Error):
+            t = child.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
 def benchmark_table(benchmarks: list[str], peaks: list[str], jobs: list[dict]):
-    """One row per model job: its `jobs` entry (rule, model, dataset), the wall seconds from its Snakemake
-    benchmark file, the exact CPU seconds and peaks from its own file, then Snakemake's sampled CPU seconds
-    and RSS (NA where Snakemake sampled nothing)."""
+    """One row per job: its `jobs` entry (rule, model, dataset, and the JOB_SHAPE of an analysis job, NA
+    for a model job), the wall seconds from its Snakemake benchmark file, the exact CPU seconds and peaks
+    from its own file, then Snakemake's sampled CPU seconds and RSS (NA where Snakemake sampled nothing)."""
     import polars as pl
 
     from .validate import read_tsv
@@ -183,6 +198,7 @@ def benchmark_table(benchmarks: list[str], peaks: list[str], jobs: list[dict]):
             how="horizontal",
         ).select(
             *(pl.lit(job[key]).alias(key) for key in ("rule", "model", "dataset")),
+            *(pl.lit(job.get(key), pl.Int64).alias(key) for key in JOB_SHAPE),
             "seconds",
             *PEAK_COLUMNS,
             "sampled_cpu_seconds",

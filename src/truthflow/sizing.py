@@ -1,6 +1,14 @@
-"""What an analysis job asks of its scheduler: threads and memory for probe_deltap and pathway_experiments,
-from the shapes of the states they read (N rows, L layers, D hidden units), so a SLURM job gets the right
-request and a local run shares its cores sensibly.
+"""What an analysis job costs and asks of its scheduler: one-thread CPU-seconds, threads and memory for
+probe_deltap and pathway_experiments, from the shapes of the states they read (N rows, L layers, D hidden
+units), so the bill prices them and a SLURM job gets the right request and a local run shares its cores
+sensibly.
+
+CPU-seconds: fixed + per layer x L (`fit_layers`), fitted on benchmarks/cpu_cost.tsv's one-thread rows of the
+rule at one size (N x D x fits) and at least MIN_LAYER_COUNTS layer counts, and scaled to a job's size by
+(size / fitted size) ** e, e fitted on the rule's one-thread rows of other sizes (1, linear, where there are
+none). The cost grows slower than the size (the work around each fit, reading a layer, predicting the
+knockout states, the bootstrap, weighs more in a small job). Both parts are assumed to grow at one power:
+the rows of other sizes are too few to fit one for each.
 
 Both jobs fit per-layer probes, side by side in `threads` worker processes (`pathways.probes.over_layers`).
 A worker holds one layer of each state array it reads in float32 and a training fold's scaled copy of the
@@ -9,12 +17,14 @@ clean layer; the job's own process holds the per-sample tables (N x L rows)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import validate
 from .memplan import Dims
 from .pathways.probes import n_folds
+from .runlog import JOB_SHAPE
 
 # a job long enough to want workers: its one-thread CPU time over this many seconds asks for one more
 SECONDS_PER_THREAD = 600
@@ -81,17 +91,120 @@ def read_rows(path: Path, required_columns: list[str]) -> list[dict]:
     return validate.read_tsv(path, required_columns, infer_schema_length=0).to_dicts()
 
 
-def probe_rate(path: Path | None = None) -> tuple[float, bool, str]:
-    """(one-thread CPU-seconds per layer x fit x row x hidden unit of a probe, measured?, basis): the
-    largest probe_deltap row of cpu_cost.tsv measured with one worker, else issue 41's figure."""
-    rows = read_rows(CPU_COST if path is None else path, ["rule", "threads", "n", "layers", "hidden", "fits"])
+def cpu_rows(path: Path | None = None) -> list[dict]:
+    """cpu_cost.tsv's rows (`CPU_COST`, or the file at path)."""
+    return read_rows(CPU_COST if path is None else path, ["rule", *JOB_SHAPE, "cpu_seconds"])
+
+
+def size(row: Mapping) -> int:
+    """N x D x fits of a row or shape: what one layer's probes cost in proportion to."""
+    return int(row["n"]) * int(row["hidden"]) * int(row["fits"])
+
+
+def describe(row: Mapping) -> str:
+    return f"N {int(row['n']):,}, D {int(row['hidden']):,}, {row['fits']} fits"
+
+
+def probe_rate(rows: list[dict] | None = None) -> tuple[float, str]:
+    """(one-thread CPU-seconds per layer x fit x row x hidden unit of a probe, basis): the largest one-worker
+    probe_deltap row of cpu_cost.tsv, else issue 41's figure: `cpu_estimate`'s where a rule's rows do not
+    reach MIN_LAYER_COUNTS layer counts."""
+    rows = cpu_rows() if rows is None else rows
     one_thread = [r for r in rows if r["rule"] == "probe_deltap" and int(r["threads"]) == 1]
     if not one_thread:
-        return ISSUE_PROBE_RATE, False, "issue 41: 35 s per layer, one thread, N 14,267, D 4,096, 15 fits"
-    row = max(one_thread, key=lambda r: int(r["n"]) * int(r["layers"]) * int(r["hidden"]))
-    size = int(row["layers"]) * int(row["fits"]) * int(row["n"]) * int(row["hidden"])
-    shape = f"N {int(row['n']):,}, {row['layers']} layers, D {row['hidden']}, {row['fits']} fits"
-    return float(row["cpu_seconds"]) / size, True, f"cpu_cost.tsv: {shape}, {row['machine']}, {row['date']}"
+        return ISSUE_PROBE_RATE, "issue 41: 35 s per layer, one thread, N 14,267, D 4,096, 15 fits"
+    row = max(one_thread, key=lambda r: size(r) * int(r["layers"]))
+    shape = f"{describe(row)}, {row['layers']} layers"
+    per_unit = float(row["cpu_seconds"]) / (size(row) * int(row["layers"]))
+    return per_unit, f"cpu_cost.tsv's probe_deltap row at {shape}: {row['machine']}, {row['date']}"
+
+
+# a fit of fixed + per-layer cost needs one-thread rows at one size and this many layer counts
+MIN_LAYER_COUNTS = 3
+
+
+def fit_layers(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """(fixed, per layer): the least-squares line CPU-seconds = fixed + per layer x layers through
+    (layers, CPU-seconds) points of two layer counts or more."""
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if not sxx:
+        raise ValueError(f"a line over layers needs two layer counts or more, not {sorted(set(xs))}")
+    slope = sum((x - mx) * (y - my) for x, y in points) / sxx
+    return my - slope * mx, slope
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """One-thread CPU-seconds of a rule: fixed + per_layer x L at `size` (N x D x fits of the rows fitted),
+    times (a job's size / size) ** exponent."""
+
+    fixed: float
+    per_layer: float
+    size: int
+    exponent: float
+    basis: str
+
+    def seconds(self, n: int, layers: int, hidden: int, fits: int) -> float:
+        scale = (n * hidden * fits / self.size) ** self.exponent
+        return (self.fixed + self.per_layer * layers) * scale
+
+
+def layer_cost(rule: str, rows: list[dict]) -> LayerCost | None:
+    """`rule`'s fixed and per-layer cost fitted on its one-thread rows at one size (the largest with
+    MIN_LAYER_COUNTS layer counts), and the exponent of its growth in size: the least-squares slope through
+    the origin of log(CPU-seconds / the line's) against log(size / the fitted size) over its one-thread rows
+    of other sizes (1, linear, where there are none); None where no size has enough layer counts."""
+    one_thread = [r for r in rows if r["rule"] == rule and int(r["threads"]) == 1]
+    groups: dict[tuple[int, int, int], list[dict]] = {}
+    for r in one_thread:
+        groups.setdefault((int(r["n"]), int(r["hidden"]), int(r["fits"])), []).append(r)
+    fittable = [g for g in groups.values() if len({int(r["layers"]) for r in g}) >= MIN_LAYER_COUNTS]
+    if not fittable:
+        return None
+    group = max(fittable, key=lambda g: size(g[0]))
+    fixed, per_layer = fit_layers([(int(r["layers"]), float(r["cpu_seconds"])) for r in group])
+    others = [r for r in one_thread if size(r) != size(group[0])]
+    points = [
+        (math.log(size(r) / size(group[0])), math.log(float(r["cpu_seconds"]) / line))
+        for r in others
+        if (line := fixed + per_layer * int(r["layers"])) > 0
+    ]
+    exponent = sum(x * y for x, y in points) / sum(x * x for x, _ in points) if points else 1.0
+    layers = sorted({int(r["layers"]) for r in group})
+    growth = (
+        f"x (N x D x fits over its) ^ {exponent:.2f}, the power fitted on its rows at "
+        + "; ".join(sorted({f"{describe(r)}, {r['layers']} layers" for r in others}))
+        if points
+        else "x N x D x fits over its (no row of another size)"
+    )
+    basis = (
+        f"{fixed:,.1f} + {per_layer:,.2f} x L CPU-s, fitted on cpu_cost.tsv's one-thread {rule} rows at "
+        f"{describe(group[0])}, {', '.join(map(str, layers))} layers ({group[-1]['date']}), {growth}"
+    )
+    return LayerCost(fixed, per_layer, size(group[0]), exponent, basis)
+
+
+def cpu_estimate(
+    rule: str, n: int, dims: Dims, fits: int, rows: list[dict] | None = None
+) -> tuple[float, str]:
+    """(one-thread CPU-seconds, basis) of an analysis job on N rows of a model of `dims`, `fits` probe fits
+    per layer: `layer_cost` where cpu_cost.tsv has the rows, else the probe rate (`probe_rate`) per fit x L
+    layers (probe_deltap) or L + 3 layers (pathway_experiments: its awareness probes and about four layer-K
+    fits)."""
+    rows = cpu_rows() if rows is None else rows
+    if cost := layer_cost(rule, rows):
+        return cost.seconds(n, dims.layers, dims.hidden, fits), cost.basis
+    rate, where = probe_rate(rows)
+    layers, text = (dims.layers, "L") if rule == "probe_deltap" else (dims.layers + 3, "L + 3")
+    return rate * layers * fits * n * dims.hidden, f"{text} layers x fits x N x D at {where}"
+
+
+def measured_row(rule: str, shape: Mapping[str, int], rows: list[dict]) -> dict | None:
+    """The newest cpu_cost.tsv row of `rule` measured at exactly this shape (JOB_SHAPE), or None."""
+    same = [r for r in rows if r["rule"] == rule and shape and all(int(r[k]) == shape[k] for k in JOB_SHAPE)]
+    return same[-1] if same else None
 
 
 def fits_per_layer(probe: dict) -> int:
@@ -99,20 +212,40 @@ def fits_per_layer(probe: dict) -> int:
     return len(probe["seeds"]) * n_folds(probe["test_size"])
 
 
+ANALYSIS_RULES = ("probe_deltap", "pathway_experiments")
+
+
 def requests(config: dict, model: str, dataset: str) -> dict[str, Request]:
-    """The requests of a run's probe_deltap and pathway_experiments; one thread and BASE_MB where the
-    model's dimensions are not known before it is prepared (an embedded model)."""
+    """The requests of a run's probe_deltap and pathway_experiments (threads from `cpu_estimate`); one
+    thread and BASE_MB where the model's dimensions are unknown before it is prepared (an embedded model)."""
     from .diskplan import dataset_rows, model_dims
 
     dims = model_dims(model, config["models"][model])
     if dims is None:
-        return dict.fromkeys(("probe_deltap", "pathway_experiments"), Request(1, BASE_MB))
-    pw = config["pathways"]
-    n, rate = dataset_rows(config, dataset), probe_rate()[0]
-    per_layer = rate * fits_per_layer(pw["probe"]) * n * dims.hidden
+        return dict.fromkeys(ANALYSIS_RULES, Request(1, BASE_MB))
+    pw, rows = config["pathways"], cpu_rows()
+    n, fits = dataset_rows(config, dataset), fits_per_layer(pw["probe"])
+    seconds = {rule: cpu_estimate(rule, n, dims, fits, rows)[0] for rule in ANALYSIS_RULES}
     draws, factors = pw["knockout"]["control_draws"], len(pw["experiments"]["pr_factors"])
     return {
-        "probe_deltap": probe_request(n, dims, draws, per_layer * dims.layers),
-        # the awareness probes (one per other layer, one seed's folds each) dominate
-        "pathway_experiments": experiments_request(n, dims, factors, per_layer * dims.layers),
+        "probe_deltap": probe_request(n, dims, draws, seconds["probe_deltap"]),
+        "pathway_experiments": experiments_request(n, dims, factors, seconds["pathway_experiments"]),
+    }
+
+
+def job_shape(config: dict, rule: str, model: str, dataset: str | None = None) -> dict[str, int]:
+    """An analysis job's shape (JOB_SHAPE), as the bill prices it and the benchmark table records it: its
+    dataset's rows (`diskplan.dataset_rows`), the model's layers and hidden size, probe fits per layer and
+    the threads its rule requests; {} for any other job, or a model whose dimensions are unknown."""
+    from .diskplan import dataset_rows, model_dims
+
+    dims = model_dims(model, config["models"][model]) if rule in ANALYSIS_RULES else None
+    if dims is None:
+        return {}
+    return {
+        "n": dataset_rows(config, dataset),
+        "layers": dims.layers,
+        "hidden": dims.hidden,
+        "fits": fits_per_layer(config["pathways"]["probe"]),
+        "threads": requests(config, model, dataset)[rule].threads,
     }

@@ -268,16 +268,17 @@ def judged_questions(wildcards):
     return rules.download_depthqa.output.questions
 
 
-def gpu_jobs():
-    """(rule, wildcards) of every model job (one with a benchmark directive), in the benchmark table order."""
-    model_rules = [r for r in workflow.rules if r.benchmark]
+def benchmarked_jobs():
+    """(rule, wildcards) of every job with a benchmark directive (the model jobs, probe_deltap and
+    pathway_experiments; each writes its exact `peaks`), in the benchmark table order."""
+    benchmarked = [r for r in workflow.rules if r.benchmark]
     jobs = [
         (r.name, dict(model=m, dataset=d))
-        for r in model_rules
+        for r in benchmarked
         if "dataset" in r.wildcard_names
         for m, d in {"generate": qa_runs(), "pathways": pw_runs()}[Path(r.snakefile).stem]
     ]
-    depth = [r.name for r in model_rules if "dataset" not in r.wildcard_names]
+    depth = [r.name for r in benchmarked if "dataset" not in r.wildcard_names]
     return jobs + [(name, dict(model=m)) for m in config["depth"]["models"] for name in depth]
 
 

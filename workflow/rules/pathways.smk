@@ -52,8 +52,11 @@ rule probe_deltap:
         summary=pw_dir("summary.parquet"),
         check=pw_dir("check.parquet"),
         settings=pw_dir(READER_SETTINGS_FILE["probe_deltap"]),
+        peaks=results_path("benchmarks", "probe_deltap", "{model}", "{dataset}.peaks.tsv"),
     log:
         results_path("logs", "probe_deltap", "{model}", "{dataset}.log"),
+    benchmark:
+        results_path("benchmarks", "probe_deltap", "{model}", "{dataset}.tsv")
     priority: PRIORITY["step"]
     threads: analysis_threads("probe_deltap")
     resources:
@@ -173,8 +176,11 @@ rule pathway_experiments:
         detection=pw_dir("exp_detection.parquet"),
         per_sample=pw_dir("exp_samples.parquet"),
         settings=pw_dir(READER_SETTINGS_FILE["pathway_experiments"]),
+        peaks=results_path("benchmarks", "pathway_experiments", "{model}", "{dataset}.peaks.tsv"),
     log:
         results_path("logs", "pathway_experiments", "{model}", "{dataset}.log"),
+    benchmark:
+        results_path("benchmarks", "pathway_experiments", "{model}", "{dataset}.tsv")
     priority: PRIORITY["step"]
     threads: analysis_threads("pathway_experiments")
     resources:
@@ -190,7 +196,7 @@ rule pathway_experiments:
 
 rule experiment_tables:
     input:
-        **{k: per_run(path) for k, path in rules.pathway_experiments.output.items()},
+        **{k: per_run(path) for k, path in rules.pathway_experiments.output.items() if k != "peaks"},
         code=code_inputs("experiment_tables.py"),
     output:
         rows=results_path("tables", "pathways_experiments.parquet"),

@@ -1,7 +1,7 @@
 rule benchmark_table:
     input:
-        tables=[getattr(rules, r).benchmark.format(**w) for r, w in gpu_jobs()],
-        peaks=[getattr(rules, r).output.peaks.format(**w) for r, w in gpu_jobs()],
+        tables=[getattr(rules, r).benchmark.format(**w) for r, w in benchmarked_jobs()],
+        peaks=[getattr(rules, r).output.peaks.format(**w) for r, w in benchmarked_jobs()],
         code=code_inputs("benchmark_table.py"),
     output:
         results_path("tables", "benchmarks.tsv"),
@@ -9,7 +9,11 @@ rule benchmark_table:
         results_path("logs", "benchmark_table.log"),
     localrule: True
     params:
-        jobs=[{"rule": r, "dataset": "depthqa", **w} for r, w in gpu_jobs()],
+        # an analysis job's shape beside its figures: the bill takes a finished run's figure for that shape
+        jobs=[
+            {"rule": r, "dataset": "depthqa", **w, **sizing.job_shape(config, r, **w)}
+            for r, w in benchmarked_jobs()
+        ],
     conda:
         "../../envs/truthflow.yaml"
     script:
