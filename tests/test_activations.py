@@ -105,7 +105,7 @@ def test_resid_files_are_stored_layer_major(tmp_path):
     assert stored_control[0, 0, 2].max() == 5 and stored_control.sum() == 5 * 8
     (clean_seen,) = activations.read_resid(paths, 4, "samples.parquet", names=["resid_clean"])
     layer = clean_seen[:, 1]
-    assert layer.flags["C_CONTIGUOUS"] and layer.shape == (4, 8)
+    assert layer.stored.flags["C_CONTIGUOUS"] and layer.shape == (4, 8)
 
 
 KNOCKOUT = {

@@ -11,8 +11,9 @@ knockout states, the bootstrap, weighs more in a small job). Both parts are assu
 the rows of other sizes are too few to fit one for each.
 
 Both jobs fit per-layer probes, side by side in `threads` worker processes (`pathways.probes.over_layers`).
-A worker holds one layer of each state array it reads in float32 and a training fold's scaled copy of the
-clean layer; the job's own process holds the per-sample tables (N x L rows)."""
+A worker holds one layer of each state array it reads in float32, a training fold's scaled copy of the
+clean layer and the mapped pages of the one layer it is copying (`activations.States` releases them once
+copied); the job's own process holds the per-sample tables (N x L rows)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,17 @@ FLOAT32 = 4
 MIB = 2**20
 # the job's own process: Python, numpy, polars and scikit-learn, before any state is read
 BASE_MB = 1_000
+# each worker process of a job with threads > 1 (`pathways.probes.over_layers`): its own Python, numpy and
+# scikit-learn, about 190 MiB on x86_64; counted per process, as sites that enforce RSS sum their processes'
+WORKER_BASE_MB = 250
+# the largest memory page of a Linux node (arm64's 64 KiB; x86-64's 4 KiB): a part of a mapped file that
+# starts or ends mid-page holds the whole page, and a read fault maps up to 64 KiB around it (fault-around)
+PAGE_BYTES = 64 * 1024
+# a probe's cross-fit beside the layers it fits and scores, in float32 layers: the training fold's copy and
+# its scaled copy, StandardScaler's float64 temporaries, and a test fold of each array (1 / 5 folds). Peaks
+# over the arrays held (ru_maxrss; N 4,000-14,267, D 1,024-4,096): 2.8-3.7 layers with 1 array, 3.6-4.5 with 5
+FIT_LAYERS = 3.5
+TEST_FOLD_LAYERS = 0.2
 # probe_deltap's per-sample table: N x L rows for the target and for the controls, ids as strings
 TABLE_BYTES_PER_ROW = 200
 
@@ -51,11 +63,36 @@ def threads_for(cpu_seconds: float, layers: int) -> int:
     return max(1, min(wanted, layers, MAX_THREADS))
 
 
+def mapped_read_bytes(n: int, hidden: int, itemsize: int = FLOAT32) -> int:
+    """The pages of the state files a reader holds at once: the one [N, D] layer it is copying out of its
+    file (one block, the files being layer-major) and a page at either end. `activations.States` releases
+    a map's pages once the part is copied, so one layer of one array is mapped at a time (float32: the
+    widest storage)."""
+    return n * hidden * itemsize + 2 * PAGE_BYTES
+
+
+def mapped_write_bytes(batch_rows: int, layers: int, hidden: int, itemsize: int) -> int:
+    """The pages of the state files a model job's writer holds at once: one array's batch, batch_rows samples
+    x `layers` layers (1 for the experiment files' [N, D]) of `hidden` values of `itemsize` bytes. In the
+    layer-major resid files each (sample, layer) row is a run of its own, on whole pages (PAGE_BYTES, one
+    more where it starts mid-page); `activations.States` flushes and releases an array's pages once its
+    batch is stored, so one array's batch is mapped at a time."""
+    row_pages = math.ceil(hidden * itemsize / PAGE_BYTES) + 1
+    return batch_rows * layers * row_pages * PAGE_BYTES
+
+
 def worker_bytes(n: int, hidden: int, arrays: int) -> int:
-    """One worker's peak: one layer of each of `arrays` state arrays in float32, plus the scaled copy of a
-    training fold of the clean layer and the fit's workspace (together about two more layers)."""
+    """One worker's peak: one layer of each of `arrays` state arrays in float32, and beside them either the
+    mapped pages of the layer it is copying (`mapped_read_bytes`, while it reads) or the fit's workspace
+    (FIT_LAYERS and a test fold of each array, once all are read), whichever is larger."""
     layer = n * hidden * FLOAT32
-    return (arrays + 2) * layer
+    fit = math.ceil((FIT_LAYERS + TEST_FOLD_LAYERS * arrays) * layer)
+    return arrays * layer + max(mapped_read_bytes(n, hidden), fit)
+
+
+def processes_bytes(threads: int) -> int:
+    """The job's processes before any state: its own, and its workers' where it starts them (threads > 1)."""
+    return (BASE_MB + (threads * WORKER_BASE_MB if threads > 1 else 0)) * MIB
 
 
 def probe_request(n: int, dims: Dims, control_draws: int, cpu_seconds: float) -> Request:
@@ -63,7 +100,7 @@ def probe_request(n: int, dims: Dims, control_draws: int, cpu_seconds: float) ->
     threads = threads_for(cpu_seconds, dims.layers)
     arrays = 2 + control_draws
     tables = 2 * n * dims.layers * TABLE_BYTES_PER_ROW
-    total = BASE_MB * MIB + threads * worker_bytes(n, dims.hidden, arrays) + tables
+    total = processes_bytes(threads) + threads * worker_bytes(n, dims.hidden, arrays) + tables
     return Request(threads, math.ceil(total / MIB))
 
 
@@ -73,7 +110,7 @@ def experiments_request(n: int, dims: Dims, pr_factors: int, cpu_seconds: float)
     threads = threads_for(cpu_seconds, dims.layers)
     layer_k_arrays = 1 + 3 + 2 * pr_factors
     main = worker_bytes(n, dims.hidden, layer_k_arrays)
-    total = BASE_MB * MIB + main + threads * worker_bytes(n, dims.hidden, 1)
+    total = processes_bytes(threads) + main + threads * worker_bytes(n, dims.hidden, 1)
     return Request(threads, math.ceil(total / MIB))
 
 

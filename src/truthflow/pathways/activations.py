@@ -9,13 +9,20 @@ demo), float16 for a float16 one, bfloat16 for a bfloat16 one (paper configs on 
 for the model's own numbers and never overflows: a float32 model's residual stream may pass float16's
 65,504 (Gemma-3's does), a float16 model's cannot. numpy has no bfloat16, so a bfloat16 file holds the
 values' raw 16-bit patterns as uint16 (`BF16_BITS`): `written` and the readers see it as float32
-(`Bf16States`), converting only the part a caller takes.
+(`States`), converting only the part a caller takes.
+
+A page of a map that a process has touched stays in its resident set (RSS) until the map is closed, and a job
+keeps its maps open from its first layer to its last: a reader of every layer, or a writer of every row,
+would end up holding the whole files. So each part a caller takes or stores is then released from the map
+(`release`), and a job holds one layer, or one batch, of a file at a time.
 
 The resid files are stored layer-major ([L, N, D], controls [C, L, N, D]) so that the probes' read of one
 layer is one contiguous block of the file, not N scattered rows: on a cluster's network file system a
 strided read of [N, L, D] fetches the whole file once per layer. Writers and readers see them as [N, L, D]
 views (`written`, `read_resid`), so no caller knows the layout."""
 
+import mmap
+import sys
 from collections.abc import Mapping
 from contextlib import contextmanager
 
@@ -57,47 +64,87 @@ def _from_bf16_bits(bits: np.ndarray) -> np.ndarray:
     return wide.view(np.float32)
 
 
-class Bf16States:
-    """A bfloat16 array held as its bit patterns (`BF16_BITS`; a memory-mapped file's), seen as float32.
-    Indexing gives a view, as numpy's does, and reads nothing; np.asarray reads and converts that part alone
-    (a probe's one layer, never the file); assigning rounds the values to bfloat16."""
+# madvise(2)'s MADV_DONTNEED as Linux documents it for shared file mappings; elsewhere (macOS, Windows) no
+# release: the pages stay resident until the map is closed
+RELEASES = sys.platform == "linux" and hasattr(mmap, "MADV_DONTNEED")
 
-    dtype = np.dtype(np.float32)
 
-    def __init__(self, bits: np.ndarray):
-        if bits.dtype != BF16_BITS:
-            raise TypeError(f"bfloat16 bit patterns are {BF16_BITS}, not {bits.dtype}")
-        self.bits = bits
+def _file_map(arr) -> mmap.mmap | None:
+    """The map under `arr` through its chain of bases: a np.memmap or a view of one, or the strided ndarray
+    over a np.memmap that joblib rebuilds it as in a worker; None for an array in memory, or a copy-on-write
+    map (np.memmap's mode 'c'), whose changes are in its pages alone."""
+    base = arr
+    while base is not None and not isinstance(base, mmap.mmap):
+        if isinstance(base, np.memmap) and base.mode == "c":
+            return None
+        base = getattr(base, "base", None)
+    return base
+
+
+def release(arr) -> None:
+    """Write the changes of the file map under `arr` to the file (msync; nothing for a read-only map), then
+    drop every page of the map from this process's resident set (madvise MADV_DONTNEED).
+
+    np.memmap's modes 'r', 'r+' and 'w+' map the file shared, and for a shared file mapping madvise(2)
+    unmaps the pages from this process alone: its RSS falls at once, and a later access reads the file's
+    up-to-date contents again (from the page cache, or the disk), so no value changes, read-only or
+    written. The whole map: a view's part need not be page-aligned, and pages not resident cost nothing."""
+    mapping = _file_map(arr)
+    if mapping is None or not RELEASES:
+        return
+    mapping.flush()
+    mapping.madvise(mmap.MADV_DONTNEED)
+
+
+class States:
+    """A state file's array (memory-mapped; the file's or a view of it) as callers see it: float values, a
+    bfloat16 file's bit patterns (`BF16_BITS`) as float32. Indexing gives a view, as numpy's does, and reads
+    nothing; np.asarray copies that part alone (a probe's one layer, never the file) in the values' dtype;
+    assigning stores values in the file's dtype (bfloat16: rounded). Either then `release`s the map, so the
+    pages a job has read or written do not pile up in its memory."""
+
+    def __init__(self, stored: np.ndarray):
+        self.stored = stored
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.float32) if self.stored.dtype == BF16_BITS else self.stored.dtype
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.bits.shape
+        return self.stored.shape
 
     @property
     def ndim(self) -> int:
-        return self.bits.ndim
+        return self.stored.ndim
 
     def __len__(self) -> int:
-        return len(self.bits)
+        return len(self.stored)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
 
     def __getitem__(self, key):
-        part = self.bits[key]
-        return _from_bf16_bits(part)[()] if np.ndim(part) == 0 else Bf16States(part)
+        part = self.stored[key]
+        if np.ndim(part) == 0:
+            return _from_bf16_bits(part)[()] if self.stored.dtype == BF16_BITS else part[()]
+        return States(part)
 
     def __setitem__(self, key, values) -> None:
-        self.bits[key] = _to_bf16_bits(values)
+        self.stored[key] = _to_bf16_bits(values) if self.stored.dtype == BF16_BITS else values
+        release(self.stored)
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        values = _from_bf16_bits(self.bits)
-        return values if dtype is None else values.astype(dtype, copy=False)
+        if self.stored.dtype == BF16_BITS:
+            values = _from_bf16_bits(self.stored)
+            values = values if dtype is None else values.astype(dtype, copy=False)
+        else:
+            values = np.array(self.stored, dtype=dtype)  # a copy: no page it reads is needed once released
+        release(self.stored)
+        return values
 
-    def transpose(self, axes) -> "Bf16States":
-        return Bf16States(self.bits.transpose(axes))
-
-
-def _seen_as_values(stored: np.ndarray):
-    """A stored array as its callers see it: bfloat16 bit patterns as `Bf16States`, any other as it is."""
-    return Bf16States(stored) if stored.dtype == BF16_BITS else stored
+    def transpose(self, axes) -> "States":
+        return States(self.stored.transpose(axes))
 
 
 def resid_shapes(n: int, n_layers: int, hidden: int, control_draws: int) -> dict[str, tuple[int, ...]]:
@@ -121,7 +168,7 @@ def stored_shape(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 def _seen(name: str, stored: np.ndarray):
     """The view of a stored array that callers index (the permutation is its own inverse), in its values."""
-    return _seen_as_values(stored).transpose(_stored_axes(name, stored.ndim))
+    return States(stored).transpose(_stored_axes(name, stored.ndim))
 
 
 def experiment_shapes(n: int, hidden: int, n_factors: int) -> dict[str, tuple[int, ...]]:
@@ -158,14 +205,14 @@ def _read(name: str, path, shape, samples_path, dtype=None):
     return _seen(name, stored)
 
 
-def _dtype(seen) -> np.dtype:
+def _dtype(seen: States) -> np.dtype:
     """The stored dtype of a file as `_read` gives it."""
-    return seen.bits.dtype if isinstance(seen, Bf16States) else seen.dtype
+    return seen.stored.dtype
 
 
 def read_resid(paths: Mapping[str, str], n: int, samples_path, names=RESID) -> list:
     """The resid files `names` (resid_clean first), memory-mapped, seen as [N, L, D] ([C, N, L, D]) arrays of
-    float values (`Bf16States` for bfloat16); their shapes checked against the N rows of samples_path and
+    float values (`States`); their shapes checked against the N rows of samples_path and
     resid_clean's L and D, their dtype against resid_clean's."""
     clean = _read("resid_clean", paths["resid_clean"], (n, None, None), samples_path)
     shapes, dtype = resid_shapes(n, clean.shape[1], clean.shape[2], None), _dtype(clean)
