@@ -82,17 +82,18 @@ def _file_map(arr) -> mmap.mmap | None:
 
 
 def release(arr) -> None:
-    """Write the changes of the file map under `arr` to the file (msync; nothing for a read-only map), then
-    drop every page of the map from this process's resident set (madvise MADV_DONTNEED).
+    """Drop every page of the file map under `arr` from this process's resident set (madvise MADV_DONTNEED).
 
     np.memmap's modes 'r', 'r+' and 'w+' map the file shared, and for a shared file mapping madvise(2)
     unmaps the pages from this process alone: its RSS falls at once, and a later access reads the file's
     up-to-date contents again (from the page cache, or the disk), so no value changes, read-only or
-    written. The whole map: a view's part need not be page-aligned, and pages not resident cost nothing."""
+    written. The whole map: a view's part need not be page-aligned, and pages not resident cost nothing.
+    No msync first: a written page leaves the process dirty in the page cache (the kernel moves its dirty bit
+    there as it unmaps it), so writeback stays asynchronous and a batch never waits on a network file
+    system's write; `written` flushes the whole file once, on leaving."""
     mapping = _file_map(arr)
     if mapping is None or not RELEASES:
         return
-    mapping.flush()
     mapping.madvise(mmap.MADV_DONTNEED)
 
 
