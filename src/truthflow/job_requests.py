@@ -1,8 +1,8 @@
 """What each job asks its scheduler for, from the figures the bill prints (`truthflow.pricing`): its runtime
-is its estimated wall time times a stated margin, its memory the host memory the plan gives it (a model job:
-`memplan.host_mib`; an analysis job: `sizing.requests`), and both grow with Snakemake's `attempt`, so a job
-killed at its limit is retried above it. A job whose request would pass the longest runtime the cluster
-allows (`cluster.max_runtime_h`) is refused before the run's first job, in one line.
+is its estimated wall time times a stated margin, its memory the host memory the plan gives it (a model
+job: `sizing.model_job_mib`; an analysis job: `sizing.requests`), and both grow with Snakemake's `attempt`,
+so a job killed at its limit is retried above it. A job whose request would pass the longest runtime the
+cluster allows (`cluster.max_runtime_h`) is refused before the run's first job, in one line.
 
     runtime (min) = min(limit, max(MIN_RUNTIME_MIN, ceil(estimate_s x margin / 60)) x attempt)
     mem_mb        = ceil(planned MiB x MEMORY_GROWTH ** (attempt - 1))
@@ -71,7 +71,7 @@ def asks(config: dict, seconds: Mapping[tuple[str, str, str], float]) -> dict[tu
         spec = config["models"][model]
         runtime = runtime_minutes(job.seconds, margin)
         if rule in MODEL_RULES:
-            mem = host_mib(spec, diskplan.model_dims(model, spec), saliency_batch)
+            mem = sizing.model_job_mib(spec, diskplan.model_dims(model, spec), saliency_batch)
             runtime = max(runtime, CPU_MODEL_RUNTIME_MIN) if runs_on_cpu(spec) else runtime
         elif rule in CPU_STAGES:
             mem = sizing.requests(config, model, dataset)[rule].mem_mb

@@ -38,7 +38,7 @@ from . import diskplan, judge_cost, memplan, registry, sizing, weights_cost
 from .config import check_config, fill_defaults, schema_defaults
 from .cost_lines import Cost, Figure
 from .errors import TruthflowError
-from .memplan import BYTES, Dims, dims_for, fit_to_memory, host_mib, plan_model
+from .memplan import BYTES, Dims, dims_for, fit_to_memory, plan_model
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "benchmarks"
@@ -302,9 +302,10 @@ def gpu_costs(config: dict, name: str, part: str, datasets: list[str], setting: 
     mem = plan_model(name, spec, d, jobs, pw["experiments"]["saliency_batch_size"])
     kind = {"answers": "generation", "saliency": "saliency"}
     ram = Figure(
-        host_mib(spec, d, pw["experiments"]["saliency_batch_size"]) / 1024,
+        sizing.model_job_mib(spec, d, pw["experiments"]["saliency_batch_size"]) / 1024,
         False,
-        "the rule's mem_mb request (memplan.host_mib: torch + CUDA libraries, one 5 GB weight shard)",
+        "the rule's mem_mb request (sizing.model_job_mib: torch + CUDA libraries, one 5 GB weight shard, a "
+        "batch of state pages)",
     )
     ko = rows["knockout"]
     measured_draws = schema_defaults("pathways", "knockout")["control_draws"]

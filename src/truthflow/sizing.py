@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import validate
-from .memplan import Dims
+from .memplan import BYTES, Dims, compute_dtype, host_mib
 from .pathways.probes import n_folds
 from .runlog import JOB_SHAPE
 
@@ -75,10 +75,22 @@ def mapped_write_bytes(batch_rows: int, layers: int, hidden: int, itemsize: int)
     """The pages of the state files a model job's writer holds at once: one array's batch, batch_rows samples
     x `layers` layers (1 for the experiment files' [N, D]) of `hidden` values of `itemsize` bytes. In the
     layer-major resid files each (sample, layer) row is a run of its own, on whole pages (PAGE_BYTES, one
-    more where it starts mid-page); `activations.States` flushes and releases an array's pages once its
-    batch is stored, so one array's batch is mapped at a time."""
+    more where it starts mid-page); `activations.States` releases an array's pages once its batch is
+    stored, so one array's batch is mapped at a time."""
     row_pages = math.ceil(hidden * itemsize / PAGE_BYTES) + 1
     return batch_rows * layers * row_pages * PAGE_BYTES
+
+
+def model_job_mib(spec: dict, dims: Dims | None, saliency_batch: int = 1) -> int:
+    """A model job's host memory request (MiB), as the bill's RAM column shows it: loading and its passes
+    (`memplan.host_mib`) and the state files' pages its writer holds at once (`mapped_write_bytes`, a batch
+    of batch_size rows over every layer in the dtype the model computes in)."""
+    loading = host_mib(spec, dims, saliency_batch)
+    if dims is None:
+        return loading
+    itemsize = BYTES.get(compute_dtype(spec), 2)
+    writes = mapped_write_bytes(int(spec["batch_size"]), dims.layers, dims.hidden, itemsize)
+    return loading + math.ceil(writes / MIB)
 
 
 def worker_bytes(n: int, hidden: int, arrays: int) -> int:
