@@ -11,7 +11,6 @@ hashing at the cold sha256 rate and a model job's load of its weights at the col
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import os
 import platform
@@ -20,6 +19,7 @@ import time
 from pathlib import Path
 
 from truthflow.hub import sha256_of
+from truthflow.sizing import write_rows
 from truthflow.weights_cost import HASH_COLUMNS, HASH_RATES
 
 CHUNK = 1 << 20  # hub.sha256_of's chunk
@@ -92,10 +92,7 @@ def main() -> None:
             )
             print(f"{what:<12} {args.mb:,} MB in {seconds:6.2f} s: {args.mb / seconds:8,.0f} MB/s")
     if args.record:
-        with HASH_RATES.open("w", newline="") as fh:
-            out = csv.DictWriter(fh, HASH_COLUMNS, delimiter="\t", lineterminator="\n")
-            out.writeheader()
-            out.writerows(rows)
+        write_rows(HASH_RATES, HASH_COLUMNS, rows)
         print(f"wrote {HASH_RATES}")
 
 

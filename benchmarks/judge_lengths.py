@@ -16,7 +16,6 @@ file does not exist before a run, so its own length is recorded too (the `templa
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import hashlib
 import json
@@ -29,6 +28,7 @@ from truthflow.depth.judge import JUDGED_TEXTS
 from truthflow.depth.prompts import JudgePrompt
 from truthflow.judge_cost import LENGTH_COLUMNS, LENGTHS
 from truthflow.models import _tokenizer_of
+from truthflow.sizing import write_rows
 
 REPO = Path(__file__).resolve().parents[1]
 REAL = REPO.parent / "shared" / "data" / "real" / "depthqa" / "outputs"
@@ -126,10 +126,7 @@ def main() -> None:
             f"{float(r['mean_tokens']):7,.1f} tokens  {r['chars_per_token']} chars/token"
         )
     if args.record:
-        with LENGTHS.open("w", newline="") as fh:
-            out = csv.DictWriter(fh, LENGTH_COLUMNS, delimiter="\t", lineterminator="\n")
-            out.writeheader()
-            out.writerows(rows)
+        write_rows(LENGTHS, LENGTH_COLUMNS, rows)
         print(f"wrote {LENGTHS}")
 
 

@@ -17,6 +17,7 @@ copied); the job's own process holds the per-sample tables (N x L rows)."""
 
 from __future__ import annotations
 
+import csv
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -138,6 +139,14 @@ def read_rows(path: Path, required_columns: list[str]) -> list[dict]:
     if not path.is_file():
         return []
     return validate.read_tsv(path, required_columns, infer_schema_length=0).to_dicts()
+
+
+def write_rows(path: Path, columns: Sequence[str], rows: list[dict]) -> None:
+    """A benchmark TSV (`read_rows` reads it back): a header of `columns`, a line per row in that order."""
+    with path.open("w", newline="") as handle:
+        out = csv.DictWriter(handle, columns, delimiter="\t", lineterminator="\n")
+        out.writeheader()
+        out.writerows(rows)
 
 
 def cpu_rows(path: Path | None = None) -> list[dict]:
