@@ -146,36 +146,19 @@ def _resources(out: str, rule: str, model: str) -> dict[str, str]:
 def test_the_rules_ask_slurm_for_the_bills_figures(tmp_path):
     """configs/paper-depth.yaml through profiles/slurm: Llama-3-70B-Instruct's answers job asks for its bill's
     estimate x 1.5 and 7,489 MiB on attempt 1, the 24 h limit and 11,234 MiB on attempt 2."""
-    import subprocess
-    import sys
+    import shutil
 
+    from conftest import snakemake
+
+    shutil.copy(REPO / "configs" / "paper-depth.yaml", tmp_path / "config.yaml")
     config = pricing.prepared(REPO / "configs" / "paper-depth.yaml")
     estimate = pricing.job_seconds(config)[KEY]
     asked = {}
     for attempt in (1, 2):
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "snakemake",
-                "-s",
-                str(REPO / "Snakefile"),
-                "-d",
-                str(tmp_path),
-                "-n",
-                "-p",
-            ]
-            + [
-                "--profile",
-                str(REPO / "profiles" / "slurm"),
-                "--configfile",
-                str(REPO / "configs" / "paper-depth.yaml"),
-            ]
-            + ["--attempt", str(attempt)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env={**__import__("os").environ, "OPENAI_API_KEY": "sk-test", "CUDA_VISIBLE_DEVICES": ""},
+        profile = str(REPO / "profiles" / "slurm")
+        fake = {"OPENAI_API_KEY": "sk-test", "CUDA_VISIBLE_DEVICES": ""}
+        proc = snakemake(
+            tmp_path, "-n", "-p", "--profile", profile, "--attempt", str(attempt), extra_env=fake
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
         asked[attempt] = _resources(proc.stdout, "answer_depthqa", "llama-3-70b-instruct")
