@@ -230,6 +230,26 @@ def test_the_bill_takes_a_finished_runs_analysis_jobs(demo_run, monkeypatch, cap
     assert line.endswith("measured: " + ", ".join(jobs)), line
 
 
+def test_every_job_asked_for_more_memory_than_it_took(demo_run, monkeypatch):
+    """The mem_mb each model and analysis job asks SLURM for (truthflow.job_requests, from the run's config)
+    is at least the peak RSS the job reached in this run (its exact peaks file, in tables/benchmarks.tsv)."""
+    import yaml
+
+    from truthflow import job_requests, pricing
+    from truthflow.preflight import prepare_config
+
+    monkeypatch.chdir(demo_run)  # the config's data paths are relative to its checkout
+    config = prepare_config(yaml.safe_load(Path("config.yaml").read_text()), [], {})
+    asks = job_requests.asks(config, pricing.job_seconds(config))
+    table = pl.read_csv(Path("results/demo/tables/benchmarks.tsv"), separator="\t", null_values="NA")
+    checked = 0
+    for row in table.iter_rows(named=True):
+        ask = asks[(row["rule"], row["model"], row["dataset"])]
+        assert ask.mem_mb >= row["max_rss_mb"], row
+        checked += 1
+    assert checked == table.height > 0
+
+
 def test_a_finished_run_says_where_its_figures_are(demo_run):
     """The run's last words: each figure's path and the report command."""
     said = (demo_run.parents[1] / "output.txt").read_text()
