@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 
 from . import data, registry
@@ -139,6 +139,11 @@ def qa_runs(config: dict) -> list[tuple[str, str]]:
     """(model, dataset) of every generate_answers job: the rules expand these (workflow/rules/common.smk)."""
     models = sorted(set(config["pathways"]["models"])) or list(config["models"])
     return [(m, d) for m in models for d in registry.qa_names() if d in config["datasets"]]
+
+
+def used_models(config: dict) -> list[str]:
+    """The models a run prepares and runs: the pathways and the depth models (the rules expand these)."""
+    return sorted(set(config["pathways"]["models"]) | set(config["depth"]["models"]))
 
 
 def pw_runs(config: dict) -> list[tuple[str, str]]:
@@ -328,13 +333,12 @@ def plan(
     seconds = seconds or {}
     keep = bool(config["pathways"].get("keep_states", True))
     runs = run_files(config)
-    models = set(config["pathways"]["models"]) | set(config["depth"]["models"])
-    new_models = sorted(models - set(prepared))
+    models = used_models(config)
+    new_models = [m for m in models if m not in prepared]
     weights = sum(weights_bytes(m, config["models"][m]) for m in new_models)
-    unsized = sorted(m for m in models if model_dims(m, config["models"][m]) is None)
-    job_list = [
-        Job(j.key, 0.0, j.needs, {}, j.gpu, j.gpus) if j.key in done else j for j in jobs(config, seconds)
-    ]
+    unsized = [m for m in models if model_dims(m, config["models"][m]) is None]
+    # a job that has run takes no time and writes nothing new; it still orders the jobs after it
+    job_list = [replace(j, seconds=0.0, writes={}) if j.key in done else j for j in jobs(config, seconds)]
     got = simulate(job_list, removals(runs, keep), GPU_PRIORITY[keep], gpu_slots, weights)
     return DiskPlan(
         peak_bytes=int(got["peak"]),
@@ -356,8 +360,7 @@ def worst_plan(config: dict, max_slots: int, **kwargs) -> DiskPlan:
     as its readers end)."""
     plans = [plan(config, slots, **kwargs) for slots in range(1, max(1, max_slots) + 1)]
     worst = max(plans, key=lambda p: (p.peak_bytes, -p.gpu_slots))
-    worst.max_slots = max(1, max_slots)
-    return worst
+    return replace(worst, max_slots=max(1, max_slots))
 
 
 def together(runs: list[tuple[dict, DiskPlan]]) -> dict[str, int]:
@@ -367,10 +370,9 @@ def together(runs: list[tuple[dict, DiskPlan]]) -> dict[str, int]:
     peak: the largest of what the earlier runs hold plus this run's new weights and activation files."""
     held, seen, peak = 0, set(), 0
     for config, planned in runs:
-        used = set(config["pathways"]["models"]) | set(config["depth"]["models"])
-        new = {m for m in used if m not in seen}
-        new_weights = sum(weights_bytes(m, config["models"][m]) for m in sorted(new))
+        used = used_models(config)
+        new_weights = sum(weights_bytes(m, config["models"][m]) for m in used if m not in seen)
         peak = max(peak, held + new_weights + planned.activation_peak_bytes)
         held += new_weights + planned.final_bytes - planned.weights_bytes
-        seen |= used
+        seen.update(used)
     return {"held": held, "peak": peak}

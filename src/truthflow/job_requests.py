@@ -110,13 +110,11 @@ def too_long(config: dict, requests: Mapping[tuple[str, str, str], Ask]) -> str 
     if not over:
         return None
     (rule, model, dataset), ask = max(over.items(), key=lambda item: item[1].runtime_min)
-    where = f"{model} on {dataset}" if dataset else model
     others = f" (and {len(over) - 1} more)" if len(over) > 1 else ""
     return (
-        f"job {rule} of {where}{others} is estimated at {ask.estimate_s / 3600:,.1f} h, "
+        f"job {rule} of {model} on {dataset}{others} is estimated at {ask.estimate_s / 3600:,.1f} h, "
         f"{ask.runtime_min / 60:,.1f} h with the margin {config['cluster']['runtime_margin']:g}, past the "
-        f"cluster's {limit / 60:g} h limit (cluster.max_runtime_h): a smaller n for "
-        f"{dataset or 'its dataset'}, "
+        f"cluster's {limit / 60:g} h limit (cluster.max_runtime_h): a smaller n for {dataset}, "
         "or cluster.max_runtime_h set to your partition's MaxTime where it allows more "
         "(python -m truthflow.bill prints the estimates)"
     )

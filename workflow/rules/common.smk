@@ -99,10 +99,16 @@ def analysis_threads(rule_name):
 # Every priced job's runtime and memory follow from the bill's figures (truthflow.job_requests), grow with
 # each attempt, and a job past the cluster's runtime limit is refused here, before any job
 @functools.cache
-def _asks():
+def _job_seconds():
+    """Each model and analysis job's wall seconds as the bill prices them, once per invocation."""
     from truthflow.pricing import job_seconds
 
-    return job_requests.asks(config, job_seconds(config))
+    return job_seconds(config)
+
+
+@functools.cache
+def _asks():
+    return job_requests.asks(config, _job_seconds())
 
 
 def _ask(rule_name, wildcards):
@@ -211,7 +217,7 @@ def pw_runs():
 
 def used_models():
     """The models a run prepares (the inputs table lists each)."""
-    return sorted(set(config["pathways"]["models"]) | set(config["depth"]["models"]))
+    return diskplan.used_models(config)
 
 
 def used_datasets():
@@ -397,10 +403,8 @@ def disk_plan():
     """The disk plan of what this invocation will still write (truthflow.diskplan), at the concurrency it
     runs with: on a cluster the largest peak over 1 to its GPU jobs at once (its queue decides how many run
     together), locally its GPUs; the jobs whose outputs exist and the models prepared already write nothing."""
-    from truthflow.pricing import job_seconds
-
     slots, cluster = _run_settings()
-    seconds = job_seconds(config)
+    seconds = _job_seconds()
     done = {job.key for job in diskplan.jobs(config, seconds) if _job_done(job.key)}
     prepared = {m for m in used_models() if Path(model_dir(model=m)).exists()}
     kwargs = dict(seconds=seconds, done=done, prepared=prepared)
@@ -444,7 +448,7 @@ def check_gated_tokens():
     from truthflow.models import INFO_FILE, check_gated_token
 
     try:
-        for name in sorted(set(config["pathways"]["models"]) | set(config["depth"]["models"])):
+        for name in used_models():
             if not Path(model_dir(model=name), INFO_FILE).exists():
                 check_gated_token(name, model_spec(name)["source"])
     except TruthflowError as exc:
