@@ -240,6 +240,18 @@ def test_overlay_refusal_reaches_the_user_and_the_null_fix_plans(tmp_path):
             lambda c: c["depth"].update(memorization={"lower_quantile": 0.8, "upper_quantile": 0.2}),
             "config key 'depth.memorization.lower_quantile' must be below upper_quantile, got 0.8 and 0.2",
         ),
+        (
+            lambda c: c.update(cluster={"max_runtime_h": 0}),
+            "cluster.max_runtime_h: 0 is less than or equal to the minimum of 0",
+        ),
+        (
+            lambda c: c.update(cluster={"runtime_margin": 0.5}),
+            "cluster.runtime_margin: 0.5 is less than the minimum of 1",
+        ),
+        (
+            lambda c: c.update(disk={"free_gb": "lots"}),
+            "disk.free_gb: 'lots' is not of type 'number', 'null'",
+        ),
     ],
     ids=[
         "unknown-key",
@@ -249,6 +261,9 @@ def test_overlay_refusal_reaches_the_user_and_the_null_fix_plans(tmp_path):
         "missing-local-file",
         "k_plot-not-in-grid",
         "quantiles-crossed",
+        "no-runtime-limit",
+        "margin-below-one",
+        "free-space-not-a-number",
     ],
 )
 def test_bad_config_is_refused_naming_the_culprit(mutate, message):

@@ -58,6 +58,7 @@ def check_schema(config: dict) -> None:
         return
     key = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path)[1:]
     desc = err.schema.get("description") if isinstance(err.schema, dict) else None
+    desc = desc.strip() if desc else desc  # a folded YAML description (`>`) ends in a newline
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
     # the key's description where its value is wrong, not where a key is missing or unexpected
     value_error = err.validator in {"type", "enum", "pattern", "minimum", "oneOf"}
