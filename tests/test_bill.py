@@ -9,7 +9,7 @@ import re
 import pytest
 from conftest import DEMO_MODELS, REPO, throughput_rows
 
-from truthflow import bill, diskplan, pricing, sizing
+from truthflow import bill, decoding_cost, diskplan, pricing, sizing
 from truthflow.memplan import Dims
 
 # 2 layers, hidden 4, 1 head of 4 (1 KV head), intermediate 8, vocab 10, untied: parameters by hand
@@ -20,18 +20,18 @@ TOY = Dims(layers=2, hidden=4, heads=1, kv_heads=1, head_dim=4, intermediate=8, 
 def test_decode_work_by_hand():
     assert TOY.params == 420
     # bf16: weights 840 bytes, KV 2 * 2 layers * 1 head * 4 * 2 bytes = 32 bytes a token
-    assert pricing.kv_bytes(TOY, "bfloat16") == 32
+    assert decoding_cost.kv_bytes(TOY, "bfloat16") == 32
     # 2 new tokens at batch 2 after a 3-token prompt: 2 * 840 / 2 + 32 * (2 * 3 + 2 * 3 / 2) = 840 + 288
-    assert pricing.decode_work(TOY, "bfloat16", 2, 3, 2) == pytest.approx(1128)
+    assert decoding_cost.decode_work(TOY, "bfloat16", 2, 3, 2) == pytest.approx(1128)
     # the budget binds: 1024 // (24 + 64) = 11 rows, not 64
-    assert pricing.decode_batch(64, 1024, 24, 64) == 11
+    assert decoding_cost.decode_batch(64, 1024, 24, 64) == 11
 
 
 def test_decode_step_cost_fitted_through_two_rows():
     """Two rows whose step times are 10 ms + bytes / 1 GB/s are fitted back to (0.010 s, 1e-9 s/byte)."""
     rows = []
     for batch in (2, 8):
-        work = pricing.decode_work(TOY, "bfloat16", batch, 16, 64)  # bytes per answer
+        work = decoding_cost.decode_work(TOY, "bfloat16", batch, 16, 64)  # bytes per answer
         step = 0.010 + work * batch / 64 * 1e-9
         rows.append(
             (
@@ -44,12 +44,12 @@ def test_decode_step_cost_fitted_through_two_rows():
                 },
             )
         )
-    fixed, per_byte = pricing.step_cost(rows)
+    fixed, per_byte = decoding_cost.step_cost(rows)
     assert fixed == pytest.approx(0.010)
     assert per_byte == pytest.approx(1e-9)
     # an answer of 1,024 tokens at batch 4 after 100: 1,024 * 0.010 / 4 + 1e-9 * its bytes read
     work = 1024 * 840 / 4 + 32 * (1024 * 100 + 1024 * 1025 / 2)
-    assert pricing.answers_seconds(TOY, "bfloat16", 4, 100, 1024, (fixed, per_byte)) == pytest.approx(
+    assert decoding_cost.answers_seconds(TOY, "bfloat16", 4, 100, 1024, (fixed, per_byte)) == pytest.approx(
         2.56 + work * 1e-9
     )
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import REPO, throughput_rows
 
-from truthflow import diskplan, judge_cost, pricing, weights_cost
+from truthflow import decoding_cost, diskplan, judge_cost, pricing, weights_cost
 from truthflow.depth.prompts import load_judge_prompt
 
 PAPER_DEPTH = REPO / "configs" / "paper-depth.yaml"
@@ -107,16 +107,16 @@ def test_paper_depth_judge_on_the_released_answers(paper):
 
 def test_an_hf_judge_holds_a_gpu_by_hand(paper):
     """An hf judge named as a configured model's dir: per judged model, its 1,571 verdicts' decode of
-    max_new_tokens at its batch after the estimated prompt (`pricing.answers_seconds`), and one load of its
-    weights at the cold read rate; no weights of its own on disk. A hub id the config does not prepare has
-    its weights on disk."""
+    max_new_tokens at its batch after the estimated prompt (`decoding_cost.answers_seconds`), and one load of
+    its weights at the cold read rate; no weights of its own on disk. A hub id the config does not prepare
+    has its weights on disk."""
     judge = paper["depth"]["judge"]
     judge |= {"backend": "hf", "model": "resources/models/llama-3-8b-instruct", "batch_size": 4}
     setting = pricing.Setting.load("H", rows=throughput_rows("batch 64, token budget 32768"))
     bill = judge_cost.judge_bill(paper)
     spec = paper["models"]["llama-3-8b-instruct"]
     d = diskplan.model_dims("llama-3-8b-instruct", spec)
-    per = pricing.answers_seconds(d, "auto", 4, bill.input_per_call, 1024, setting.step)
+    per = decoding_cost.answers_seconds(d, "auto", 4, bill.input_per_call, 1024, setting.step)
     costs = [c for c in pricing.price(paper, setting) if c.rule == "judge_answers"]
     assert {c.stage for c in costs} == {"judge (hf)", "load judge"}
     first = [c for c in costs if c.model == "llama-2-7b-chat"]

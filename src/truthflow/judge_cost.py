@@ -15,8 +15,8 @@ Dollars: the tokens at depth.judge_price (USD per million input and output token
 config without a price gets tokens only.
 The hf judge holds a GPU: per verdict, max_new_tokens decode steps at depth.judge.batch_size after its
 prompt, on the judge model's dimensions (`diskplan.model_dims`), as `pricing.price` prices the answers
-(`pricing.answers_seconds`, which reads the prompt's KV cache at every step): every verdict runs to the cap,
-an upper bound that covers the prefill it leaves out (a released verdict is a fraction of the cap:
+(`decoding_cost.answers_seconds`, which reads the prompt's KV cache at every step): every verdict runs to the
+cap, an upper bound that covers the prefill it leaves out (a released verdict is a fraction of the cap:
 judge_lengths.tsv); each judge job's load of its weights (`weights_cost`); and, for a hub model the config
 does not prepare, its weights on disk (`diskplan.weights_bytes`, in the hub's cache)."""
 

@@ -9,10 +9,7 @@ the parameters a token runs through. A model on g GPUs costs g GPU-hours per hou
 the config's control draws (one pass per condition: clean, E_Q and each draw, `knockout_passes`). A stage
 without a GPU row is its shape's knockout times the larger of two ratios: its FLOPs over the knockout's
 (`FLOP_PASSES`) and the ratio measured between the two stages on a CPU twin (benchmarks/stage_ratios.tsv).
-Answers: a decode step reads the weights and every row's
-KV cache; the step's seconds per byte are calibrated on the shape's measured answers row, and the answers of a
-run are priced step by step at the context each step reaches (prompt + up to max_new_tokens, every answer
-running to the cap: an upper bound) and at the batch the model's batch_size and token budget give.
+Answers: decode steps, each reading the weights and every row's KV cache (`truthflow.decoding_cost`).
 CPU: probe_deltap and pathway_experiments cost fixed + per layer x L one-thread CPU-seconds fitted on
 cpu_cost.tsv's rows and scaled to the job's N x D x fits (`sizing.cpu_estimate`: estimated), measured only
 where a row has the job's very shape (`sizing.JOB_SHAPE`: cpu_cost.tsv's, or a finished run's benchmark
@@ -26,7 +23,6 @@ from __future__ import annotations
 
 import datetime
 import math
-import re
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,8 +33,9 @@ import yaml
 from . import diskplan, judge_cost, memplan, registry, sizing, weights_cost
 from .config import check_config, fill_defaults, schema_defaults
 from .cost_lines import Cost, Figure
+from .decoding_cost import CHAT_TOKENS, answers_seconds, decode_batch, step_cost
 from .errors import TruthflowError
-from .memplan import BYTES, Dims, dims_for, fit_to_memory, plan_model
+from .memplan import Dims, dims_for, fit_to_memory, plan_model
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "benchmarks"
@@ -76,9 +73,6 @@ FLOP_PASSES = {
     "P(True)": 1,
     "MIN-K%": 1 / 2,
 }
-# prompt tokens of a question (a chat template adds CHAT_TOKENS); issue 32's answers rows: prompts 16-256
-CHAT_TOKENS = 40
-BENCH_JOB_PROMPT = 16  # bench_job.py's questions: 6-20 one-id words between BOS, "Q:" and "A:"
 TABLE_SECONDS = 60.0  # a table or plot job: a guess (small parquet files)
 
 
@@ -121,61 +115,6 @@ def basis(name: str, dims: Dims, measured: dict, shapes: Mapping[str, Dims]) -> 
         raise TruthflowError(f"no measured shape with known dimensions to scale '{name}' from")
     shape = min(known, key=lambda s: abs(math.log(active_params(dims) / active_params(shapes[s]))))
     return shape, active_params(dims) / active_params(shapes[shape]), True
-
-
-def kv_bytes(d: Dims, dtype: str) -> int:
-    """KV-cache bytes of one token over all layers."""
-    return 2 * d.layers * d.kv_heads * d.head_dim * BYTES.get(dtype, 2)
-
-
-def decode_work(d: Dims, dtype: str, batch: int, prompt: float, new: int) -> float:
-    """Bytes read per answer over its `new` decode steps at `batch` rows: each step reads the weights (shared
-    by the batch) and the row's KV cache of prompt + s tokens: new W / batch + kv (new p + new (new + 1) / 2).
-    """
-    weights = d.params * BYTES.get(dtype, 2)
-    return new * weights / batch + kv_bytes(d, dtype) * (new * prompt + new * (new + 1) / 2)
-
-
-def decode_batch(batch_size: int, token_budget: int, prompt: float, new: int) -> int:
-    """Rows of a generation batch: batch_size, or fewer where rows x (prompt + new) exceeds the budget."""
-    return max(1, min(batch_size, int(token_budget // (prompt + new))))
-
-
-def measured_decode(row: dict) -> tuple[int, float, int]:
-    """(batch, mean prompt tokens, new tokens) of a measured answers row, from its settings."""
-    settings = row.get("settings", "")
-    batch = int(m.group(1)) if (m := re.search(r"batch (\d+)", settings)) else 1
-    budget = int(m.group(1)) if (m := re.search(r"token budget (\d+)", settings)) else 32_768
-    got = re.search(r"prompts (\d+)-(\d+) tokens", settings)
-    prompt = (int(got.group(1)) + int(got.group(2))) / 2 if got else BENCH_JOB_PROMPT
-    new = row["max_new_tokens"]
-    return decode_batch(batch, budget, prompt, new), prompt, new
-
-
-def step_cost(rows: list[tuple[Dims, dict]]) -> tuple[float, float]:
-    """(seconds per decode step, seconds per byte read) fitted on measured answers rows (least squares over
-    their mean step time against the bytes a step reads; one row: no fixed part)."""
-    points = []
-    for d, row in rows:
-        batch, prompt, new = measured_decode(row)
-        step = batch / row["samples_per_s"] / new
-        points.append((decode_work(d, row.get("dtype", "bfloat16"), batch, prompt, new) * batch / new, step))
-    if len(points) == 1:
-        ((x, y),) = points
-        return 0.0, y / x
-    mx, my = (sum(p[i] for p in points) / len(points) for i in (0, 1))
-    slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
-    fixed = my - slope * mx
-    return (fixed, slope) if fixed >= 0 and slope > 0 else (0.0, my / mx)
-
-
-def answers_seconds(
-    d: Dims, dtype: str, batch: int, prompt: float, new: int, cost: tuple[float, float]
-) -> float:
-    """GPU wall seconds of one answer: its share of `new` decode steps at `batch` rows, each a fixed part
-    and the bytes it reads (`step_cost`)."""
-    fixed, per_byte = cost
-    return new * fixed / batch + per_byte * decode_work(d, dtype, batch, prompt, new)
 
 
 def read_ratios(path: Path = RATIOS) -> dict[str, tuple[float, str]]:
