@@ -50,7 +50,7 @@ SHAPE_HUB = {
 }
 PATHWAYS = ("answers", "saliency", "knockout", "patching", "answer-only", "reweighting", "P(True)")
 DEPTH = ("MIN-K%", "answers")
-CPU_STAGES = ("probe_deltap", "pathway_experiments")
+CPU_STAGES = sizing.ANALYSIS_RULES  # the stages priced in CPU-seconds: the analysis jobs
 RULE = {
     "answers": "generate_answers",
     "saliency": "extract_pathways",
