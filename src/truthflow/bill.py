@@ -16,13 +16,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from . import diskplan, judge_cost
+from .cost_lines import Cost, Figure
 from .errors import TruthflowError
 from .pricing import (
     CPU_STAGES,
     PAPER_CONFIGS,
     THROUGHPUT,
-    Cost,
-    Figure,
     FinishedRun,
     Setting,
     basis,
@@ -152,9 +151,13 @@ def finished_line(finished: FinishedRun, costs: list[Cost]) -> str:
     jobs = {(c.rule, c.model, c.dataset): c.cpu_seconds for c in costs if c.rule in CPU_STAGES}
     taken = [job for job, figure in jobs.items() if figure.basis == finished.basis]
     left = [job for job in jobs if job in finished.rows and job not in taken]
-    name = lambda jobs: ", ".join(f"{r} {m}/{d}" for r, m, d in sorted(jobs)) or "none"  # noqa: E731
-    line = f"  from the finished run ({finished.path}), measured: {name(taken)}"
-    return line + (f"; its rows of another shape, not used: {name(left)}" if left else "")
+    line = f"  from the finished run ({finished.path}), measured: {_jobs(taken)}"
+    return line + (f"; its rows of another shape, not used: {_jobs(left)}" if left else "")
+
+
+def _jobs(jobs: list[tuple[str, str, str]]) -> str:
+    """(rule, model, dataset) keys as "rule model/dataset", sorted; "none" for none."""
+    return ", ".join(f"{r} {m}/{d}" for r, m, d in sorted(jobs)) or "none"
 
 
 def finished_run(config: dict, benchmarks: Path | None) -> FinishedRun | None:
