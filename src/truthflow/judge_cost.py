@@ -256,9 +256,7 @@ def hf_costs(work: HFWork, seconds: float, measured: dict | None = None) -> list
             out.append(Cost(model, registry.DEPTHQA, "load judge", "judge_answers", gpu_seconds=load))
     if size and not work.billed and "hub" in work.spec["source"]:
         rule = "prepare_model" if work.prepared else "judge_answers"
-        hashed = weights_cost.hash_seconds(work.spec, size, rates) if work.prepared else None
-        line = dict(cpu_seconds=hashed, written=size, held=size)
-        out.append(Cost(work.name, "", "judge weights", rule, **line))
+        out.append(weights_cost.weights_line(work.name, work.spec, size, rates, "judge weights", rule))
     return out
 
 

@@ -311,10 +311,8 @@ def price(config: dict, setting: Setting, finished: FinishedRun | None = None) -
     files = {(r.model, r.dataset): r for r in diskplan.run_files(config)}
     keep = config["pathways"]["keep_states"]
     for name in dict.fromkeys([*pw_models, *depth_models]):
-        weights = diskplan.weights_bytes(name, config["models"][name])
-        hashed = weights_cost.hash_seconds(config["models"][name], weights, rates)
-        line = dict(cpu_seconds=hashed, written=weights, held=weights)
-        out.append(Cost(name, "", "weights", "prepare_model", **line))
+        spec = config["models"][name]
+        out.append(weights_cost.weights_line(name, spec, diskplan.weights_bytes(name, spec), rates))
     qa = defaultdict(list)
     for model, dataset in diskplan.qa_runs(config):
         qa[model].append(dataset)

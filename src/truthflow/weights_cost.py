@@ -33,6 +33,20 @@ def hash_seconds(spec: dict, size: int, measured: dict[str, tuple[float, str]]) 
     return Figure(size / rate, True, text)
 
 
+def weights_line(
+    name: str,
+    spec: dict,
+    size: int,
+    measured: dict[str, tuple[float, str]],
+    stage: str = "weights",
+    rule: str = "prepare_model",
+) -> Cost:
+    """A model's `size` bytes of weights, written by `rule` and held to the end; CPU-seconds of their sha256
+    where the rule is prepare_model, which hashes what it fetches (`hash_seconds`)."""
+    hashed = hash_seconds(spec, size, measured) if rule == "prepare_model" else None
+    return Cost(name, "", stage, rule, cpu_seconds=hashed, written=size, held=size)
+
+
 def load_seconds(size: int, gpus: int, measured: dict[str, tuple[float, str]]) -> Figure | None:
     """GPU-seconds of one job's read of `size` bytes of weights on `gpus` GPUs."""
     if not size or "read cold" not in measured:
