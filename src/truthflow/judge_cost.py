@@ -214,7 +214,8 @@ def judge_bill(config: dict, lengths: Lengths | None = None) -> JudgeBill | None
     if backend == "reference":
         return JudgeBill(**head, input_per_call=0.0, output_per_call=0.0, basis="token-F1 on the machine")
     lengths = lengths or Lengths.load()
-    if (own := prompt_chars(settings, lengths) if lengths else None) is None:
+    own = prompt_chars(settings, lengths) if lengths else None
+    if own is None:
         why = (
             "no measured lengths"
             if lengths is None

@@ -64,8 +64,9 @@ def load_costs(
     """A load line for every model job among `costs` (one per rule, model and dataset with GPU-seconds), under
     the job's key, so `pricing.durations` counts it in the job's wall time."""
     measured = rates() if measured is None else measured
+    jobs = {(c.rule, c.model, c.dataset): c for c in costs if c.gpu_seconds}
     out = []
-    for c in {(c.rule, c.model, c.dataset): c for c in costs if c.gpu_seconds}.values():
+    for c in jobs.values():
         size = diskplan.weights_bytes(c.model, config["models"][c.model])
         if seconds := load_seconds(size, c.gpus, measured):
             out.append(Cost(c.model, c.dataset, "load weights", c.rule, gpu_seconds=seconds, gpus=c.gpus))
