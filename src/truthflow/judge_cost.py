@@ -167,12 +167,16 @@ class HFWork:
     prepared: bool  # by rule prepare_model (a configured model), else read by the judge from its hub cache
     billed: bool  # its weights are a line of the bill already (a model of the run's analyses)
     dims: Dims
-    dtype: str
     batch: int
     prompt: float
     new: int
     judged: list[str]
     verdicts: int
+
+    @property
+    def dtype(self) -> str:
+        """depth.judge.dtype, in the model entry `judge_model` gives."""
+        return self.spec["dtype"]
 
 
 def hf_work(config: dict) -> HFWork | None:
@@ -184,12 +188,20 @@ def hf_work(config: dict) -> HFWork | None:
     settings = config["depth"]["judge"]
     name, spec, prepared = judge_model(config)
     billed = prepared and name in {*config["pathways"]["models"], *config["depth"]["models"]}
-    if (d := diskplan.model_dims(name, spec)) is None:
+    dims = diskplan.model_dims(name, spec)
+    if dims is None:
         return None
-    new, batch = int(settings["max_new_tokens"]), int(settings["batch_size"])
-    verdicts = bill.questions * bill.judgments
     return HFWork(
-        name, spec, prepared, billed, d, spec["dtype"], batch, bill.input_per_call, new, bill.judged, verdicts
+        name,
+        spec,
+        prepared,
+        billed,
+        dims,
+        batch=int(settings["batch_size"]),
+        prompt=bill.input_per_call,
+        new=int(settings["max_new_tokens"]),
+        judged=bill.judged,
+        verdicts=bill.questions * bill.judgments,
     )
 
 
