@@ -160,9 +160,9 @@ class FinishedRun:
         return cls(path, by_job, f"finished run {run}, {path.name}, {date}")
 
     def row(self, rule: str, model: str, dataset: str, shape: Mapping[str, int]) -> dict | None:
-        """The job's row where it ran at this shape (every JOB_SHAPE column equal), else None."""
+        """The job's row where it ran at this shape (`sizing.at_shape`) and took CPU time, else None."""
         row = self.rows.get((rule, model, dataset))
-        same = row and shape and all(str(shape[k]) == row.get(k) for k in sizing.JOB_SHAPE)
+        same = row is not None and sizing.at_shape(row, shape)
         return row if same and row["cpu_seconds"] not in (None, "", "NA") else None
 
 

@@ -259,9 +259,15 @@ def cpu_estimate(
     return rate * layers * fits * n * dims.hidden, f"{text} layers x fits x N x D at {where}"
 
 
+def at_shape(row: Mapping, shape: Mapping[str, int]) -> bool:
+    """Whether a benchmark row (its TSV's text) was measured at this job shape: every JOB_SHAPE column equal;
+    never for no shape ({}: not an analysis job)."""
+    return bool(shape) and all(str(shape[k]) == row.get(k) for k in JOB_SHAPE)
+
+
 def measured_row(rule: str, shape: Mapping[str, int], rows: list[dict]) -> dict | None:
-    """The newest cpu_cost.tsv row of `rule` measured at exactly this shape (JOB_SHAPE), or None."""
-    same = [r for r in rows if r["rule"] == rule and shape and all(int(r[k]) == shape[k] for k in JOB_SHAPE)]
+    """The newest cpu_cost.tsv row of `rule` measured at exactly this shape (`at_shape`), or None."""
+    same = [r for r in rows if r["rule"] == rule and at_shape(r, shape)]
     return same[-1] if same else None
 
 
