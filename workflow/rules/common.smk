@@ -254,10 +254,12 @@ def prompt_file(value, key):
 
 def judge_model_input():
     """An hf judge's model as input where depth.judge.model is a configured model's dir (resources/models)."""
-    judge = config["depth"]["judge"]
-    path = Path(str(judge.get("model")))
-    prepared = path.parent == Path("resources/models") and path.name in config["models"]
-    return [model_dir(model=path.name)] if judge["backend"] == "hf" and prepared else []
+    from truthflow.judge_cost import judge_model
+
+    if config["depth"]["judge"]["backend"] != "hf":
+        return []
+    name, _, prepared = judge_model(config)  # the bill prices the same judge model
+    return [model_dir(model=name)] if prepared else []
 
 
 def depth_answers(wildcards):
