@@ -54,6 +54,56 @@ def test_decode_step_cost_fitted_through_two_rows():
     )
 
 
+def test_a_vllm_answers_line_by_hand():
+    """Llama-3-8B of paper-pathways (generation.backend vllm) on PopQA on an H200: 14,267 answers of 64 new
+    tokens after 24, 64 rows at once (the vLLM plan holds them). An answer's share of the bytes read: 64
+    steps x 16,060,522,496 bytes of weights / 64 rows + 131,072 bytes of KV a token x (64 x 24 + 64 x 65 / 2)
+    = 16,534,478,848 at 60% of 4.8 TB/s = 5.741 ms; its decode FLOPs, 2 x 8,030,261,248 x 64 at 50% of 989
+    TFLOP/s, 2.079 ms, the smaller; its prefill, 2 x 8,030,261,248 x 24 at the same, 0.779 ms: 6.521 ms, x
+    14,267 = 93.03 s, + a 60 s start = 153.03 GPU-seconds, estimated. The engine's figure stands beside it."""
+    paper = pricing.prepared(REPO / "configs" / "paper-pathways.yaml")
+    rows = [{**r, "card": "NVIDIA H200"} for r in throughput_rows("batch 64, token budget 32768")]
+    setting = pricing.Setting.load("NVIDIA H200", rows=rows)
+    (answers,) = [
+        c
+        for c in pricing.gpu_costs(paper, "llama-3-8b", "pathways", ["popqa"], setting)
+        if c.stage == "answers"
+    ]
+    per = 16_534_478_848 / (0.6 * 4.8e12) + 2 * 8_030_261_248 * 24 / (0.5 * 989e12)
+    assert per == pytest.approx(6.5206e-3, rel=1e-4)
+    assert answers.gpu_seconds.value == pytest.approx(per * 14_267 + 60) == pytest.approx(153.03, abs=0.01)
+    assert not answers.gpu_seconds.measured and answers.gpu_seconds.basis.startswith("vLLM, no vLLM row")
+    d = diskplan.model_dims("llama-3-8b", paper["models"]["llama-3-8b"])
+    batch = decoding_cost.decode_batch(64, paper["models"]["llama-3-8b"]["token_budget"], 24, 64)
+    engine = decoding_cost.answers_seconds(d, "bfloat16", batch, 24, 64, setting.step) * 14_267
+    assert answers.engine_seconds.value == pytest.approx(engine)
+    # a card without datasheet figures: the engine's figure, saying why
+    unknown = pricing.Setting.load("H", rows=throughput_rows("batch 64, token budget 32768"))
+    costs = pricing.gpu_costs(paper, "llama-3-8b", "pathways", ["popqa"], unknown)
+    (fallback,) = [c for c in costs if c.stage == "answers"]
+    assert fallback.gpu_seconds.value == pytest.approx(engine) and fallback.engine_seconds is None
+    assert "no datasheet figures for H" in fallback.gpu_seconds.basis
+
+
+def test_the_paper_bills_price_vllms_answers_and_show_the_engines(capsys):
+    """Issue 48: with generation.backend vllm the paper configs fit 35 (pathways) and 15 (depth) H200-hours;
+    every answers line is estimated, with its vLLM basis, and the engine's figure is printed beside it."""
+    setting = pricing.Setting.load()
+    for path, goal in zip(pricing.PAPER_CONFIGS, (35, 15), strict=True):
+        costs = pricing.price(pricing.prepared(path), setting)
+        answers = [c for c in costs if c.stage == "answers"]
+        assert answers and all(c.engine_seconds and not c.gpu_seconds.measured for c in answers), path
+        assert all(c.gpu_seconds.basis.startswith("vLLM, no vLLM row measured") for c in answers)
+        assert sum(c.gpu_seconds.value for c in costs if c.gpu_seconds) / 3600 <= goal, path
+    bill.main([str(pricing.PAPER_CONFIGS[1])])
+    out = capsys.readouterr().out
+    assert "the same answers on the engine (estimated: decode steps of" in out
+    assert re.search(r"\n   llama-3-70b-instruct answers \(DepthQA\): vLLM [\d.]+, engine [\d.]+\n", out), out
+    assert re.search(
+        r"total paper-depth: [\d.]+ GPU-hours .*; with the engine's answers [\d.]+ GPU-hours", out
+    )
+
+
 def config(**pathways) -> dict:
     return {
         "models": {"m": {"source": {"twin": "llama"}, "dtype": "bfloat16", "gpus": 1}},

@@ -2,6 +2,7 @@
 estimate times the margin, memory the plan's, both grow on retry, and a job past the cluster's limit is
 refused before the first job."""
 
+import copy
 import math
 from pathlib import Path
 
@@ -37,14 +38,20 @@ KEY = ("answer_depthqa", "llama-3-70b-instruct", "depthqa")
 
 def test_a_70b_answers_job_by_hand(depth):
     """913 min estimated: 913 x 1.5 = 1,369.5 -> 1,370 min; attempt 2: 2,740, capped at the 24 h limit
-    (1,440). Memory: torch and CUDA's 2.5 GiB and one 5 GB weight shard = 2,560 + 4,768.4 MiB, and a batch of
-    state pages, 16 rows x 80 layers x 2 pages of 64 KiB (8,192 bf16 values, one page more mid-page) = 160 MiB
-    -> 7,489 MiB; attempt 2: x 1.5 -> 11,234 MiB."""
+    (1,440). Memory on the engine: torch and CUDA's 2.5 GiB and one 5 GB weight shard = 2,560 + 4,768.4 MiB,
+    and a batch of state pages, 16 rows x 80 layers x 2 pages of 64 KiB (8,192 bf16 values, one page more
+    mid-page) = 160 MiB -> 7,489 MiB; attempt 2: x 1.5 -> 11,234 MiB. By vLLM (the paper config's backend):
+    its 4 processes at 2.5 GiB and a 5 GB shard per GPU, 10,240 + 9,536.7 -> 19,777 MiB; attempt 2 29,666."""
     asks = job_requests.asks(depth, {KEY: 913 * 60})
     ask = asks[KEY]
     limit = job_requests.limit_minutes(depth)
     assert limit == 1_440
     assert (ask.runtime_min, ask.runtime(1, limit), ask.runtime(2, limit)) == (1_370, 1_370, 1_440)
+    assert ask.mem_mb == math.ceil(4 * 2_560 + 2 * 5e9 / MIB) == 19_777
+    assert ask.memory(2) == 29_666
+    on_engine = copy.deepcopy(depth)
+    on_engine["models"][KEY[1]]["backend"] = "engine"
+    ask = job_requests.asks(on_engine, {KEY: 913 * 60})[KEY]
     assert ask.mem_mb == math.ceil(2_560 + 5e9 / MIB) + 160 == 7_489
     assert ask.memory(2) == 11_234
     # a job the bill prices at 0 s asks for the floor, and still doubles on retry
@@ -81,12 +88,14 @@ def test_the_paper_configs_requests_follow_from_their_bills(paper_asks):
             rule, model, dataset = key
             if rule in pricing.CPU_STAGES:
                 assert ask.mem_mb >= sizing.requests(config, model, dataset)[rule].mem_mb, key
-    # the jobs the bill once said would be killed at their 720 min request
+    # the 70B answers jobs the engine's figures once priced at 913 and 729 min: by vLLM, their request is
+    # vLLM's estimate (the bill's GPU-seconds over the 2 GPUs, the weights' load with them) x 1.5
     config, asks = paper_asks["paper-depth"]
-    assert (
-        asks[KEY].runtime_min > 913
-        and asks[("answer_depthqa", "llama-2-70b-chat", "depthqa")].runtime_min > 729
-    )
+    seconds = pricing.durations(pricing.price(config, pricing.Setting.load()))
+    for key in (KEY, ("answer_depthqa", "llama-2-70b-chat", "depthqa")):
+        assert asks[key].estimate_s == pytest.approx(seconds[key]), key
+        assert seconds[key] < 3_600, key  # the weights' load included
+        assert asks[key].runtime_min == job_requests.runtime_minutes(seconds[key], 1.5), key
 
 
 def test_the_bills_ram_column_is_the_request(paper_asks):
@@ -144,8 +153,8 @@ def _resources(out: str, rule: str, model: str) -> dict[str, str]:
 
 @pytest.mark.workflow
 def test_the_rules_ask_slurm_for_the_bills_figures(tmp_path):
-    """configs/paper-depth.yaml through profiles/slurm: Llama-3-70B-Instruct's answers job asks for its bill's
-    estimate x 1.5 and 7,489 MiB on attempt 1, the 24 h limit and 11,234 MiB on attempt 2."""
+    """configs/paper-depth.yaml through profiles/slurm: Llama-3-70B-Instruct's answers job, by vLLM, asks for
+    its bill's estimate x 1.5 and 19,777 MiB on attempt 1, twice that runtime and 29,666 MiB on attempt 2."""
     import shutil
 
     from conftest import snakemake
@@ -162,8 +171,8 @@ def test_the_rules_ask_slurm_for_the_bills_figures(tmp_path):
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
         asked[attempt] = _resources(proc.stdout, "answer_depthqa", "llama-3-70b-instruct")
-    assert int(asked[1]["runtime"]) == math.ceil(estimate * 1.5 / 60) and int(asked[1]["mem_mb"]) == 7_489
-    assert int(asked[2]["runtime"]) == 1_440 and int(asked[2]["mem_mb"]) == 11_234
+    assert int(asked[1]["runtime"]) == math.ceil(estimate * 1.5 / 60) and int(asked[1]["mem_mb"]) == 19_777
+    assert int(asked[2]["runtime"]) == 2 * int(asked[1]["runtime"]) and int(asked[2]["mem_mb"]) == 29_666
     assert asked[1]["gpu"] == asked[2]["gpu"] == "2"
 
 

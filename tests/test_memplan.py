@@ -148,3 +148,47 @@ def test_a_config_json_the_plan_cannot_read_gives_no_plan(tmp_path):
     assert dims_for("gpt2", {"local": str(tmp_path)}) is None
     (tmp_path / "config.json").write_text("{not json")
     assert dims_for("gpt2", {"local": str(tmp_path)}) is None
+
+
+def test_vllm_plan_by_hand():
+    """Llama-3-8B (8,030,261,248 params: 16,060,522,496 bf16 bytes) on one 80 GiB GPU, 64 sequences of 1,088
+    tokens: KV 2 x 32 layers x 8 heads x 128 x 2 bytes = 131,072 a token, x 1,088 x 64 = 9,126,805,504;
+    workspace 2.5 GiB (2,684,354,560) + 16,384 tokens x (4 x 4,096 + 3 x 14,336) x 2 bytes (1,946,157,056) +
+    2 x 64 rows x 128,256 x 4 bytes (65,667,072) = 4,696,178,688; in all 29,883,506,688 of 85,899,345,920,
+    0.34789 -> 0.348.
+    Llama-3-70B-Instruct (70,553,706,496 params) on two, 32 sequences of 1,184: weights 70,553,706,496 a
+    GPU; KV 327,680 a token, x 1,184 x 32 / 2 GPUs = 6,207,569,920; workspace 2,684,354,560 + 16,384 x (4 x
+    8,192 + 3 x 28,672 / 2) x 2 (2,483,027,968) + 2 x 32 x 128,256 x 4 (32,833,536) = 5,200,216,064: past
+    0.92, so 0.92 x 85,899,345,920 - both = 3,273,475,686 bytes of KV a GPU, 6,546,951,372 in all, 16 rows
+    of 387,973,120 (17 would take 6,595,543,040). On one GPU its weights alone pass it: refused."""
+    d8 = memplan.Dims.of(memplan._table()["meta-llama/Meta-Llama-3-8B"])
+    plan = memplan.vllm_plan({"gpus": 1, "gpu_mem_gb": 80, "dtype": "bfloat16"}, d8, 1_088, 64)
+    assert plan == {
+        "gpu_memory_utilization": 0.348,
+        "kv_cache_bytes": 9_126_805_504,
+        "rows": 64,
+        "kv_bytes_per_token": 131_072,
+        "weights_bytes": 16_060_522_496,
+        "workspace_bytes": 4_696_178_688,
+    }
+    d70 = memplan.Dims.of(memplan._table()["meta-llama/Meta-Llama-3-70B-Instruct"])
+    entry = {"gpus": 2, "gpu_mem_gb": 80, "dtype": "auto"}
+    capped = memplan.vllm_plan(entry, d70, 1_184, 32)
+    assert (capped["gpu_memory_utilization"], capped["kv_cache_bytes"]) == (0.92, 3_273_475_686)
+    assert (capped["workspace_bytes"], capped["rows"]) == (5_200_216_064, 16)
+    with pytest.raises(TruthflowError, match="vLLM cannot hold one sequence of 1,184 tokens"):
+        memplan.vllm_plan({**entry, "gpus": 1}, d70, 1_184, 32)
+
+
+def test_a_vllm_jobs_host_memory_by_hand():
+    """Its processes at 2.5 GiB each and a 5 GB shard per GPU: Llama-3-70B on 2 GPUs, the job's, the engine
+    core and 2 workers: 4 x 2,560 + 2 x 4,768.37 = 19,776.7 -> 19,777 MiB; Llama-3-8B on 1 (the engine core
+    runs its worker): 2 x 2,560 + 4,768.37 -> 9,889 MiB, more than the engine's answers job asks."""
+    from truthflow import sizing
+
+    d70 = memplan.Dims.of(memplan._table()["meta-llama/Meta-Llama-3-70B-Instruct"])
+    assert memplan.vllm_host_mib({"gpus": 2, "dtype": "bfloat16"}, d70) == 19_777
+    d8 = memplan.Dims.of(memplan._table()["meta-llama/Meta-Llama-3-8B"])
+    spec = {"gpus": 1, "dtype": "bfloat16", "batch_size": 64}
+    assert memplan.vllm_host_mib(spec, d8) == 9_889
+    assert sizing.model_job_mib(spec, d8, 1, "vllm") == 9_889 > sizing.model_job_mib(spec, d8, 1)

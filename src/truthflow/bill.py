@@ -1,7 +1,8 @@
 """The bill of a run before it runs: per model and stage, GPU-hours on the card, CPU-hours of the analysis
 jobs with the threads and memory their rules request, disk written and still held at the end, peak GPU
 memory and RAM; each figure measured (where and when) or estimated (on what basis), and the totals with the
-estimated part named. The figures: `truthflow.pricing`; the disk: `truthflow.diskplan`.
+estimated part named; answers priced as vLLM generates them, with what the engine's would cost beside them.
+The figures: `truthflow.pricing`; the disk: `truthflow.diskplan`.
 
     python -m truthflow.bill                                 # both paper configs
     python -m truthflow.bill config.yaml --gpu-slots 2       # any config
@@ -57,7 +58,7 @@ def merged(costs: list[Cost]) -> dict[tuple[str, str], Cost]:
         m = out[key]
         add = {
             k: (getattr(m, k) + getattr(c, k)) if getattr(m, k) else getattr(c, k)
-            for k in ("gpu_seconds", "cpu_seconds", "written", "held")
+            for k in ("gpu_seconds", "cpu_seconds", "written", "held", "engine_seconds")
         }
         ram = max((f for f in (m.ram_gib, c.ram_gib) if f), key=lambda f: f.value, default=None)
         out[key] = Cost(**{**m.__dict__, **add, "ram_gib": ram, "threads": max(m.threads, c.threads)})
@@ -117,12 +118,19 @@ def print_bill(
         scaled += [f"{name} = {shape} x {factor:.2f}"] if estimated else []
     if scaled:
         print(f"  scaled (time per sample x active params over the measured shape's): {'; '.join(scaled)}")
+    engine_h = gpu_h
+    if compared := engine_lines(costs):
+        print(compared)
+        engine_h += (
+            sum(c.engine_seconds.value - c.gpu_seconds.value for c in costs if c.engine_seconds) / 3600
+        )
     if finished:
         print(finished_line(finished, costs))
     print(
         f"  total {run}: {gpu_h:,.1f} GPU-hours on {setting.card} "
         f"({gpu_est:,.1f} of {gpu_h:,.1f} estimated), "
         f"{cpu_h:,.1f} CPU-hours ({cpu_est:,.1f} estimated)"
+        + (f"; with the engine's answers {engine_h:,.1f} GPU-hours" if compared else "")
     )
     pace = f" (model jobs at {setting.card}'s pace)" if on_cpu else ""
     print(
@@ -138,12 +146,30 @@ def print_bill(
     return {
         "gpu": gpu_h,
         "gpu_est": gpu_est,
+        "engine": engine_h,
         "cpu": cpu_h,
         "cpu_est": cpu_est,
         "peak": disk.peak_bytes,
         "together": (config, disk),
         "usd": usd,
     }
+
+
+def engine_lines(costs: list[Cost]) -> str:
+    """The lines priced as vLLM generates them beside what the engine's answers would cost ('' for none): per
+    model and stage, and the engine's basis."""
+    lines = [(key, c) for key, c in merged(costs).items() if c.engine_seconds]
+    if not lines:
+        return ""
+    bases = dict.fromkeys(b for _, c in lines for b in c.engine_seconds.basis.split("; ") if "fitted" in b)
+    out = [f"  the same answers on the engine (estimated: {'; '.join(bases)}), GPU-hours:"]
+    for (model, stage), c in lines:
+        vllm, engine = c.gpu_seconds.value / 3600, c.engine_seconds.value / 3600
+        out.append(f"   {model} {stage}: vLLM {vllm:,.2f}, engine {engine:,.2f}")
+    vllm = sum(c.gpu_seconds.value for _, c in lines) / 3600
+    engine = sum(c.engine_seconds.value for _, c in lines) / 3600
+    out.append(f"   in all: vLLM {vllm:,.1f}, engine {engine:,.1f} ({engine / vllm:,.1f}x)")
+    return "\n".join(out)
 
 
 def finished_line(finished: FinishedRun, costs: list[Cost]) -> str:

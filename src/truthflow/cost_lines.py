@@ -34,3 +34,5 @@ class Cost:
     ram_gib: Figure | None = None
     gpus: int = 1
     threads: int = 1  # an analysis job's workers (its rule's request)
+    # answers priced as vLLM generates them: the engine's GPU-seconds for the same answers, for comparison
+    engine_seconds: Figure | None = None

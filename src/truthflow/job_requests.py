@@ -1,6 +1,7 @@
 """What each job asks its scheduler for, from the figures the bill prints (`truthflow.pricing`): its runtime
-is its estimated wall time times a stated margin, its memory the host memory the plan gives it (a model
-job: `sizing.model_job_mib`; an analysis job: `sizing.requests`), and both grow with Snakemake's `attempt`,
+is its estimated wall time times a stated margin (an answers job whose backend is vLLM: vLLM's estimate),
+its memory the host memory the plan gives it (a model job: `sizing.model_job_mib`, vLLM's processes for
+answers vLLM generates; an analysis job: `sizing.requests`), and both grow with Snakemake's `attempt`,
 so a job killed at its limit is retried above it. A job whose request would pass the longest runtime the
 cluster allows (`cluster.max_runtime_h`) is refused before the run's first job, in one line.
 
@@ -17,8 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from . import diskplan, registry, sizing
+from .answer_backend import backend_for
+from .decoding_cost import answers_backend
 from .errors import TruthflowError
-from .memplan import host_mib
+from .memplan import host_mib, vllm_host_mib
 from .pricing import CPU_STAGES, runs_on_cpu
 
 MIN_RUNTIME_MIN = 10  # a job's start, imports and model load never take less than this on a cluster's nodes
@@ -71,7 +74,8 @@ def asks(config: dict, seconds: Mapping[tuple[str, str, str], float]) -> dict[tu
         spec = config["models"][model]
         runtime = runtime_minutes(job.seconds, margin)
         if rule in MODEL_RULES:
-            mem = sizing.model_job_mib(spec, diskplan.model_dims(model, spec), saliency_batch)
+            backend = answers_backend(config, rule, model)
+            mem = sizing.model_job_mib(spec, diskplan.model_dims(model, spec), saliency_batch, backend)
             runtime = max(runtime, CPU_MODEL_RUNTIME_MIN) if runs_on_cpu(spec) else runtime
         elif rule in CPU_STAGES:
             mem = sizing.requests(config, model, dataset)[rule].mem_mb
@@ -96,7 +100,10 @@ def judge_asks(config: dict, seconds: Mapping[tuple[str, str, str], float]) -> d
         estimate, mem = seconds.get(key, 0.0), JUDGE_MEM_MB
         if backend == "hf":
             name, spec, _ = judge_model(config)
-            mem = host_mib({"gpus": 1, **spec}, diskplan.model_dims(name, spec), 1)
+            spec, dims = {"gpus": 1, **spec}, diskplan.model_dims(name, spec)
+            mem = host_mib(spec, dims, 1)
+            if backend_for(config, name) == "vllm":  # the engine judges where vLLM refuses the model
+                mem = max(mem, vllm_host_mib(spec, dims))
         elif bill is not None:
             estimate = bill.questions * bill.judgments * OPENAI_CALL_S / OPENAI_WORKERS
         out[key] = Ask(runtime_minutes(estimate, margin), mem, estimate)

@@ -6,7 +6,8 @@ the layers): weights, KV cache, one layer's activations, the knockout's 4D mask,
 graph, a fixed share; `generation` at token_budget tokens, `passes` (knockout, experiments, score_mink) and
 `saliency` at batch_size / saliency_batch_size rows of ROW_TOKENS tokens. A model whose one-row jobs exceed
 gpu_mem_gb is refused; batch_size and token_budget, where left out, become the largest powers of two filling
-at most HEADROOM of what the weights leave."""
+at most HEADROOM of what the weights leave. Answers that vLLM generates: its share of each GPU (`vllm_plan`)
+and the host memory of its processes (`vllm_host_mib`)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,15 @@ SHARD_BYTES = 5e9  # from_pretrained loads one safetensors shard at a time (the 
 # a model job without the model's dimensions (not prepared yet, not in model_dims.yaml): what a 1B model asks
 UNSIZED_HOST_GIB = 8.0
 MAX_BATCH = 256
+# vLLM (`vllm_plan`): beside the weights and the KV cache, its share of a GPU holds the CUDA context and
+# cuBLAS workspaces (OVERHEAD_GIB), its CUDA graphs and NCCL buffers (VLLM_GRAPHS_GIB, a round figure), the
+# activations of the step its memory profiling runs, VLLM_BATCHED_TOKENS tokens (vLLM 0.32's
+# max_num_batched_tokens for offline runs on H100/H200-class cards, engine/arg_utils.py), and the sampler's
+# float32 logits; and never more than VLLM_MAX_UTILIZATION of the GPU (vLLM 0.32's own default
+# gpu_memory_utilization, config/cache.py)
+VLLM_GRAPHS_GIB = 1.0
+VLLM_BATCHED_TOKENS = 16_384
+VLLM_MAX_UTILIZATION = 0.92
 MAX_BUDGET = 2**18
 DERIVED = ("batch_size", "token_budget")  # from the plan where the config leaves them out
 
@@ -89,6 +99,13 @@ class Dims:
         return self.layers * per_layer + self.vocab * self.hidden * (1 if self.tied else 2) + self.hidden
 
 
+def layer_activations(m: Dims, gpus: int = 1) -> float:
+    """Elements of one layer's activations per token on one GPU: the residual, norm and attention outputs
+    (4 x hidden) and the MLP's gate, up and their product (3 x intermediate, per expert a token runs), the
+    MLP's split over `gpus` in tensor parallel (vLLM; the engine places whole layers on a GPU)."""
+    return 4 * m.hidden + 3 * m.intermediate * m.experts_per_token / gpus
+
+
 def predict(m: Dims, dtype: str, gpus: int, batch: int, budget: int, saliency_batch: int) -> dict[str, float]:
     """Peak GiB per GPU of each job kind, and the weights' share."""
     b = BYTES.get(dtype, 2)  # bytes per weight and per activation element
@@ -96,7 +113,7 @@ def predict(m: Dims, dtype: str, gpus: int, batch: int, budget: int, saliency_ba
     t = ROW_TOKENS
     weights = m.params * b / g
     base = (HEAD_GIB + OVERHEAD_GIB) * GIB + weights  # of every job: the fixed share and the weights
-    act = 4 * m.hidden + 3 * m.intermediate * m.experts_per_token  # one layer's activations, per token
+    act = layer_activations(m)
     per_token = 2 * m.layers * m.kv_heads * m.head_dim * b / g + act * b  # + KV cache
     saved = act + 2 * (m.heads + 2 * m.kv_heads) * m.head_dim  # what the backward keeps per token and layer
     # saliency: all layers' eager attention probabilities [B, H, T, T] and gradients at once, the saved
@@ -126,6 +143,64 @@ def host_mib(spec: dict, dims: Dims | None, saliency_batch: int = 1) -> int:
     else:
         loaded = min(SHARD_BYTES, dims.params * BYTES.get(dtype, 2))
     return math.ceil((JOB_RAM_GIB * GIB + loaded) / 2**20)
+
+
+def vllm_host_mib(spec: dict, dims: Dims | None) -> int:
+    """Host memory (MiB) of a job whose answers vLLM generates: on a GPU, its processes (the job's own with
+    vLLM's front end, vLLM's engine core, and with tensor parallelism a worker per GPU; each holds torch and
+    the CUDA libraries, JOB_RAM_GIB) and one safetensors shard per GPU as its worker loads it (the weights go
+    to the GPU); on the CPU, where vLLM runs in the job's process with every weight in host memory, what an
+    engine job there holds (`host_mib`)."""
+    if dims is None or compute_dtype(spec) == "float32":
+        return host_mib(spec, dims)
+    gpus = max(1, int(spec["gpus"]))
+    processes = 2 + (gpus if gpus > 1 else 0)
+    shard = min(SHARD_BYTES, dims.params * BYTES.get(compute_dtype(spec), 2))
+    return math.ceil((processes * JOB_RAM_GIB * GIB + gpus * shard) / 2**20)
+
+
+def vllm_plan(model_entry: dict, dims: Dims, max_model_len: int, batch: int) -> dict:
+    """vLLM's memory on each of the model's GPUs for `batch` sequences of max_model_len tokens at once: the
+    weights (1/gpus each), the KV cache (2 x layers x KV heads x head size x dtype bytes a token; the KV heads
+    split over the GPUs) and a workspace (OVERHEAD_GIB, VLLM_GRAPHS_GIB, one profiling step's activations of
+    VLLM_BATCHED_TOKENS tokens, the sampler's float32 logits of every row, twice), as a share of gpu_mem_gb:
+
+    - gpu_memory_utilization: that share, rounded up to a thousandth, at most VLLM_MAX_UTILIZATION
+    - kv_cache_bytes: the KV cache per GPU the plan gives (what vLLM's kv_cache_memory_bytes takes: per GPU)
+    - rows: the sequences of max_model_len tokens that cache holds (batch, fewer where the cap binds)
+    - kv_bytes_per_token (the whole model's), weights_bytes and workspace_bytes (per GPU)
+
+    A plan whose cap leaves no room for one sequence is refused in one line."""
+    gpus = max(1, int(model_entry["gpus"]))
+    b = BYTES.get(compute_dtype(model_entry), 2)
+    memory = float(model_entry["gpu_mem_gb"]) * GIB
+    weights = math.ceil(dims.params * b / gpus)
+    per_token = 2 * dims.layers * dims.kv_heads * dims.head_dim * b
+    splits = min(gpus, dims.kv_heads)  # past kv_heads GPUs, vLLM repeats a KV head on several
+    workspace = math.ceil(
+        (OVERHEAD_GIB + VLLM_GRAPHS_GIB) * GIB
+        + VLLM_BATCHED_TOKENS * layer_activations(dims, gpus) * b
+        + 2 * batch * dims.vocab * 4
+    )
+    kv = math.ceil(per_token * max_model_len * batch / splits)
+    share = (weights + kv + workspace) / memory
+    if share > VLLM_MAX_UTILIZATION:
+        kv, share = math.floor(VLLM_MAX_UTILIZATION * memory - weights - workspace), VLLM_MAX_UTILIZATION
+    rows = min(batch, max(0, kv) * splits // (per_token * max_model_len))
+    if rows < 1:
+        raise TruthflowError(
+            f"vLLM cannot hold one sequence of {max_model_len:,} tokens: weights of {weights / GIB:.1f} GiB "
+            f"and a workspace of {workspace / GIB:.1f} GiB per GPU leave no KV cache in "
+            f"{VLLM_MAX_UTILIZATION:.0%} of {memory / GIB:g} GiB (the model's gpus, gpu_mem_gb)"
+        )
+    return {
+        "gpu_memory_utilization": min(VLLM_MAX_UTILIZATION, math.ceil(share * 1000) / 1000),
+        "kv_cache_bytes": kv,
+        "rows": rows,
+        "kv_bytes_per_token": per_token,
+        "weights_bytes": weights,
+        "workspace_bytes": workspace,
+    }
 
 
 @cache

@@ -9,7 +9,9 @@ the parameters a token runs through. A model on g GPUs costs g GPU-hours per hou
 the config's control draws (one pass per condition: clean, E_Q and each draw, `knockout_passes`). A stage
 without a GPU row is its shape's knockout times the larger of two ratios: its FLOPs over the knockout's
 (`FLOP_PASSES`) and the ratio measured between the two stages on a CPU twin (benchmarks/stage_ratios.tsv).
-Answers: decode steps, each reading the weights and every row's KV cache (`truthflow.decoding_cost`).
+Answers: decode steps, each reading the weights and every row's KV cache (`truthflow.decoding_cost`): the
+engine's fitted on the card's measured answers rows; vLLM's (generation.backend, models.<name>.backend) from
+the card's datasheet figures at stated shares, estimated, each line with the engine's figure beside it.
 CPU: probe_deltap and pathway_experiments cost fixed + per layer x L one-thread CPU-seconds fitted on
 cpu_cost.tsv's rows and scaled to the job's N x D x fits (`sizing.cpu_estimate`: estimated), measured only
 where a row has the job's very shape (`sizing.JOB_SHAPE`: cpu_cost.tsv's, or a finished run's benchmark
@@ -25,7 +27,7 @@ import datetime
 import math
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -33,7 +35,14 @@ import yaml
 from . import diskplan, judge_cost, memplan, registry, sizing, weights_cost
 from .config import check_config, fill_defaults, schema_defaults
 from .cost_lines import Cost, Figure
-from .decoding_cost import CHAT_TOKENS, answers_seconds, decode_batch, step_cost
+from .decoding_cost import (
+    AnswersPrice,
+    active_params,
+    answers_backend,
+    answers_price,
+    step_cost,
+    verdict_price,
+)
 from .errors import TruthflowError
 from .memplan import Dims, dims_for, fit_to_memory, plan_model
 
@@ -94,11 +103,6 @@ def default_card(rows: list[dict]) -> str | None:
     for r in rows:
         counts[r["card"]] += 1
     return max(counts, key=counts.get) if counts else None
-
-
-def active_params(d: Dims) -> int:
-    """Parameters a token passes through: a mixture of experts runs experts_per_token of its experts."""
-    return d.params - d.layers * (d.experts - d.experts_per_token) * 3 * d.hidden * d.intermediate
 
 
 def shape_dims(shape: str) -> Dims | None:
@@ -235,13 +239,14 @@ def gpu_costs(config: dict, name: str, part: str, datasets: list[str], setting: 
         why = "its dimensions are unknown" if d is None else f"no throughput rows for {setting.card}"
         raise TruthflowError(f"cannot price model '{name}': {why}")
     shape, factor, scaled = basis(name, d, setting.measured, setting.shapes)
-    rows, gpus, dtype = setting.measured[shape], max(1, int(spec["gpus"])), spec["dtype"]
+    rows, gpus = setting.measured[shape], max(1, int(spec["gpus"]))
     pw = config["pathways"]
+    saliency_batch = pw["experiments"]["saliency_batch_size"]
     jobs = {"generation", "passes"} | ({"saliency"} if part == "pathways" else set())
-    mem = plan_model(name, spec, d, jobs, pw["experiments"]["saliency_batch_size"])
+    mem = plan_model(name, spec, d, jobs, saliency_batch)
     kind = {"answers": "generation", "saliency": "saliency"}
     ram = Figure(
-        sizing.model_job_mib(spec, d, pw["experiments"]["saliency_batch_size"]) / 1024,
+        sizing.model_job_mib(spec, d, saliency_batch) / 1024,
         False,
         "the rule's mem_mb request (sizing.model_job_mib: torch + CUDA libraries, one 5 GB weight shard, a "
         "batch of state pages)",
@@ -253,17 +258,23 @@ def gpu_costs(config: dict, name: str, part: str, datasets: list[str], setting: 
     for dataset in datasets:
         n = diskplan.dataset_rows(config, dataset)
         for stage in PATHWAYS if part == "pathways" else DEPTH:
+            rule = "answer_depthqa" if (part, stage) == ("depth", "answers") else RULE[stage]
+            line = {"gpu_mem_gib": mem[kind.get(stage, "passes")], "ram_gib": ram}
             if stage == "answers":
-                new = config["depth"]["max_new_tokens"] if part == "depth" else spec["max_new_tokens"]
-                prompt = registry.prompt_tokens(dataset) + (CHAT_TOKENS if spec["chat"] else 0)
-                batch = decode_batch(spec["batch_size"], spec["token_budget"], prompt, new)
-                fixed, per_byte = setting.step
-                text = (
-                    f"decode steps of {fixed * 1e3:.1f} ms + bytes read (weights, KV cache) at "
-                    f"{1e-9 / per_byte:,.0f} GB/s, fitted on answers rows; the batch configured, {new} new"
-                )
-                per = Figure(answers_seconds(d, dtype, batch, prompt, new, setting.step), False, text)
-            elif stage == "knockout":
+                price = answers_price(config, name, d, rule, dataset, setting.card, setting.step)
+                gpu, line["engine_seconds"] = price.gpu_seconds, price.engine_seconds
+                if price.vllm_gpu_gib is not None:
+                    line["gpu_mem_gib"] = price.vllm_gpu_gib
+                if answers_backend(config, rule, name) == "vllm":  # vLLM's processes on the host
+                    line["ram_gib"] = Figure(
+                        sizing.model_job_mib(spec, d, saliency_batch, "vllm") / 1024,
+                        False,
+                        "the rule's mem_mb request (sizing.model_job_mib: vLLM's processes, torch + CUDA "
+                        "libraries in each, a 5 GB weight shard per GPU, or the engine's, the larger)",
+                    )
+                out.append(Cost(name, dataset, stage, rule, gpu_seconds=gpu, gpus=gpus, **line))
+                continue
+            if stage == "knockout":
                 passes = knockout_passes(pw["knockout"]["control_draws"]) / knockout_passes(measured_draws)
                 text = f"{shape} knockout row{scaled_text}" + (
                     f" x {passes:.2f} (control draws)" if passes != 1 else ""
@@ -276,20 +287,8 @@ def gpu_costs(config: dict, name: str, part: str, datasets: list[str], setting: 
             else:
                 ratio, text = stage_ratio(stage, config, setting.ratios)
                 per = Figure(factor * ratio / ko["samples_per_s"], False, f"{text}{scaled_text}")
-            rule = "answer_depthqa" if (part, stage) == ("depth", "answers") else RULE[stage]
             gpu = Figure(per.value * n * gpus, per.measured, per.basis)
-            out.append(
-                Cost(
-                    name,
-                    dataset,
-                    stage,
-                    rule,
-                    gpu_seconds=gpu,
-                    gpu_mem_gib=mem[kind.get(stage, "passes")],
-                    ram_gib=ram,
-                    gpus=gpus,
-                )
-            )
+            out.append(Cost(name, dataset, stage, rule, gpu_seconds=gpu, gpus=gpus, **line))
     return out
 
 
@@ -337,8 +336,9 @@ def price(config: dict, setting: Setting, finished: FinishedRun | None = None) -
         out += gpu_costs(config, name, "depth", [registry.DEPTHQA], setting)
     out += weights_cost.load_costs(config, out, rates)
     if judge := judge_cost.hf_work(config):  # its verdicts decode as the answers do
-        per = answers_seconds(judge.dims, judge.dtype, judge.batch, judge.prompt, judge.new, setting.step)
-        out += judge_cost.hf_costs(judge, per, rates)
+        verdict = verdict_price(config, judge, setting.card, setting.step)
+        judged = judge_cost.hf_costs(judge, verdict.gpu_seconds.value, rates)
+        out += [_on_vllm(c, verdict, judge.verdicts) if c.stage == "judge (hf)" else c for c in judged]
     tables = table_jobs(config)
     seconds = Figure(
         TABLE_SECONDS * tables, False, f"{tables} table and plot jobs x {TABLE_SECONDS:.0f} s (a guess)"
@@ -354,6 +354,20 @@ def price(config: dict, setting: Setting, finished: FinishedRun | None = None) -
         )
     )
     return out
+
+
+def _on_vllm(cost: Cost, verdict: AnswersPrice, verdicts: int) -> Cost:
+    """An hf judge's line (`judge_cost.hf_costs`, which labels the engine's decode model) where vLLM gives its
+    verdicts: with vLLM's basis and the engine's figure beside it, or with why the engine's figures stand."""
+    value, engine = cost.gpu_seconds.value, verdict.engine_seconds
+    if not verdict.gpu_seconds.basis:
+        return cost
+    if engine is None:  # vLLM's verdicts at the engine's figures
+        return replace(
+            cost, gpu_seconds=Figure(value, False, f"{cost.gpu_seconds.basis}; {verdict.gpu_seconds.basis}")
+        )
+    beside = Figure(engine.value * verdicts, False, engine.basis)
+    return replace(cost, gpu_seconds=Figure(value, False, verdict.gpu_seconds.basis), engine_seconds=beside)
 
 
 def table_jobs(config: dict) -> int:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import validate
-from .memplan import BYTES, Dims, compute_dtype, host_mib
+from .memplan import BYTES, Dims, compute_dtype, host_mib, vllm_host_mib
 from .pathways.probes import n_folds
 from .runlog import JOB_SHAPE
 
@@ -82,16 +82,19 @@ def mapped_write_bytes(batch_rows: int, layers: int, hidden: int, itemsize: int)
     return batch_rows * layers * row_pages * PAGE_BYTES
 
 
-def model_job_mib(spec: dict, dims: Dims | None, saliency_batch: int = 1) -> int:
+def model_job_mib(spec: dict, dims: Dims | None, saliency_batch: int = 1, backend: str = "engine") -> int:
     """A model job's host memory request (MiB), as the bill's RAM column shows it: loading and its passes
     (`memplan.host_mib`) and the state files' pages its writer holds at once (`mapped_write_bytes`, a batch
-    of batch_size rows over every layer in the dtype the model computes in)."""
+    of batch_size rows over every layer in the dtype the model computes in). An answers job whose backend is
+    vllm: the larger of that and vLLM's processes (`memplan.vllm_host_mib`), as the engine answers where vLLM
+    refuses the model."""
     loading = host_mib(spec, dims, saliency_batch)
     if dims is None:
         return loading
     itemsize = BYTES.get(compute_dtype(spec), 2)
     writes = mapped_write_bytes(int(spec["batch_size"]), dims.layers, dims.hidden, itemsize)
-    return loading + math.ceil(writes / MIB)
+    engine = loading + math.ceil(writes / MIB)
+    return max(engine, vllm_host_mib(spec, dims)) if backend == "vllm" else engine
 
 
 def worker_bytes(n: int, hidden: int, arrays: int) -> int:
