@@ -287,7 +287,7 @@ def test_shared_head_generation_equals_plain_generate(gemma, monkeypatch):
     original = gemma.model.generate
 
     def spy(**kwargs):
-        calls.append("cache" in kwargs)
+        calls.append("past_key_values" in kwargs)
         return original(**kwargs)
 
     monkeypatch.setattr(gemma.model, "generate", spy)

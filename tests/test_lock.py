@@ -17,7 +17,7 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 README = (REPO / "README.md").read_text()
 DEVELOPMENT = (REPO / "docs" / "development.md").read_text()  # the lock command, linked from the README
 CI = (REPO / ".ci" / "run").read_text()
-EXTRAS = ("demo", "test")  # the README's commands install both (the lock holds both)
+EXTRAS = ("demo", "test", "cpu")  # the README's commands install all three (the lock holds them)
 
 
 def _bash_blocks(text: str = README) -> list[str]:

@@ -154,14 +154,23 @@ def generate_answers(
     prompt_ids: list[list[int]] | None = None,
     decoding: Decoding | None = None,
     keys: list[str] | None = None,
+    send_text: bool = False,
 ) -> list[dict]:
-    """Every prompt (prompt_ids: encoded) decoded by the engine (`Tokens`): a dict of ANSWER_KEYS each, in
-    order."""
+    """Every prompt (prompt_ids: encoded) decoded by the engine (`Tokens`), or by vLLM where `lm` is a
+    `vllm_answers.VllmModel` (send_text: it gets the prompts as text and tokenizes them itself): a dict of
+    ANSWER_KEYS each, in order."""
     tok = lm.tokenizer
     encoded = prompt_ids if prompt_ids is not None else [encode_prompt(tok, p, chat) for p in prompts]
     stop_ids = eos_token_ids(tok, lm.model) | set(newline_token_ids(tok) if stop_at_newline else ())
-    readout = Tokens(max_new_tokens, sorted(stop_ids), decoding or Decoding(), keys, token_budget)
-    new = run(lm, encoded, readout, batch_size, desc=desc)
+    decoding = decoding or Decoding()
+    if getattr(lm, "backend", "engine") == "vllm":
+        keys = keys if keys is not None else [str(k + 1) for k in range(len(encoded))]
+        new = lm.generate_tokens(
+            prompts, encoded, send_text, max_new_tokens, sorted(stop_ids), decoding, keys, desc
+        )
+    else:
+        readout = Tokens(max_new_tokens, sorted(stop_ids), decoding, keys, token_budget)
+        new = run(lm, encoded, readout, batch_size, desc=desc)
     results = []
     for prompt, tokens in zip(encoded, new, strict=True):
         ids, think = strip_think(tok, list(itertools.takewhile(lambda t: t not in stop_ids, tokens)))
@@ -187,9 +196,11 @@ def answer_questions(
     encode: Callable | None = None,
     ids: list[str] | None = None,
     dataset: str | None = None,
+    send_text: bool = False,
 ) -> tuple[list[str], list[dict]]:
     """Prompt (A1, or `render` and `encode`), truncate to prompt_limit's length, decode, report tokens/s;
-    each prompt cut is one line naming its question (`ids`, of `dataset`)."""
+    each prompt cut is one line naming its question (`ids`, of `dataset`). send_text: a vLLM `lm` gets the
+    prompts as text (the `authors` layout: vLLM's tokenizer call is the layout's tokenization)."""
     limit, why = prompt_limit(max_prompt_tokens, model_context(lm.model), max_new_tokens)
     layout = {"render": render, "encode": encode, "limit_name": why}
     fitted = [
@@ -216,7 +227,18 @@ def answer_questions(
         )
     t0 = time.perf_counter()
     out = generate_answers(
-        lm, prompts, batch_size, max_new_tokens, not chat, chat, desc, token_budget, encoded, decoding, keys
+        lm,
+        prompts,
+        batch_size,
+        max_new_tokens,
+        not chat,
+        chat,
+        desc,
+        token_budget,
+        encoded,
+        decoding,
+        keys,
+        send_text,
     )
     dt = time.perf_counter() - t0
     for o, t in zip(out, truncated, strict=True):
@@ -224,7 +246,8 @@ def answer_questions(
     n_tok = sum(o["n_new_tokens"] for o in out)
     print(
         f"{desc}: {len(out)} answers, {n_tok} new tokens in {dt:.1f} s ({n_tok / max(dt, 1e-9):.1f} "
-        f"tokens/s) on {lm.device}; {n_trunc} prompts truncated, {sum(o['think_stripped'] for o in out)} "
+        f"tokens/s) on {lm.device}{' by ' + lm.label if getattr(lm, 'backend', '') == 'vllm' else ''}; "
+        f"{n_trunc} prompts truncated, {sum(o['think_stripped'] for o in out)} "
         "reasoning blocks stripped",
         file=sys.stderr,
         flush=True,

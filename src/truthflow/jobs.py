@@ -1,5 +1,8 @@
 """What the model rules' scripts share: the rule's model loaded on the job's resources, and its answers."""
 
+import sys
+from functools import partial
+
 import polars as pl
 
 from .generation import answer_questions
@@ -23,23 +26,47 @@ def load_job_model(sm) -> LoadedModel:
     return load_model(sm.input.model, p.dtype, gpus=sm.resources.gpu, threads=threads, attention=p.attention)
 
 
-def answer_table(sm, questions: list[str], instruction: str, desc: str, **options) -> pl.DataFrame:
-    """Answers to `questions` (answer_questions) with the rule's params; `options` go to answer_questions as
-    they are (render, encode: a prompt file's layout and its tokenization; keys, decoding: the sampling;
-    ids, dataset: the questions' names in the line of a prompt cut to fit)."""
+def answer_model(sm):
+    """What answers the job's questions: vLLM where params.backend is vllm and vLLM can serve the model here
+    (its engine starts on the first answers), else the engine's loaded model; a refusal is one line."""
     p = sm.params
-    prompts, out = answer_questions(
-        load_job_model(sm),
-        questions,
-        p.chat,
-        instruction,
-        sm.resources.batch_size,
-        p.max_new_tokens,
+    if getattr(p, "backend", "engine") == "vllm":
+        from .vllm_answers import VllmUnavailable, prepare_vllm
+
+        threads = sm.resources.get("torch_threads") or sm.threads
+        try:
+            return prepare_vllm(sm.input.model, p.dtype, sm.resources.gpu, threads, sm.resources.batch_size)
+        except VllmUnavailable as e:
+            print(f"{sm.wildcards.model}: the engine answers: {e}", file=sys.stderr, flush=True)
+    return load_job_model(sm)
+
+
+def answer_table(sm, questions: list[str], instruction: str, desc: str, **options) -> pl.DataFrame:
+    """Answers to `questions` (answer_questions) with the rule's params, by vLLM or the engine
+    (`answer_model`); `options` go to answer_questions as they are (render, encode: a prompt file's layout
+    and its tokenization; send_text: vLLM gets the prompts as text; keys, decoding: the sampling; ids,
+    dataset: the questions' names in the line of a prompt cut to fit)."""
+    from .vllm_answers import VllmUnavailable
+
+    p = sm.params
+    answer = partial(
+        answer_questions,
+        questions=questions,
+        chat=p.chat,
+        instruction=instruction,
+        batch_size=sm.resources.batch_size,
+        max_new_tokens=p.max_new_tokens,
         desc=desc,
         token_budget=p.token_budget,
         max_prompt_tokens=p.max_prompt_tokens,
         chat_template_kwargs=p.chat_template_kwargs,
         **options,
     )
+    lm = answer_model(sm)
+    try:
+        prompts, out = answer(lm)
+    except VllmUnavailable as e:  # its engine did not start: nothing was answered yet
+        print(f"{sm.wildcards.model}: the engine answers: {e}", file=sys.stderr, flush=True)
+        prompts, out = answer(load_job_model(sm))
     rows = [{"prompt": prompt, **o} for prompt, o in zip(prompts, out, strict=True)]
     return pl.DataFrame(rows, schema=ANSWER_SCHEMA)

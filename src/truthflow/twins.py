@@ -165,12 +165,13 @@ def build_config(arch: str, vocab_size: int, ids: dict, **overrides):
                 layer_types=["sliding_attention", "full_attention", "sliding_attention"],
                 final_logit_softcapping=3.0,
                 attn_logit_softcapping=5.0,
-                query_pre_attn_scalar=8,
+                query_pre_attn_scalar=32,
             ),
         ),
     }
     config_class, own = family_configs[arch]
-    # the dims every twin shares: small, with grouped-query heads (4 query heads over 2 key/value heads)
+    # the dims every twin shares: small, with grouped-query heads (4 query heads over 2 key/value heads) of
+    # 32 dims, the smallest head vLLM's CPU attention runs (the rehearsal's answers go through vLLM)
     cfg = config_class(
         vocab_size=vocab_size,
         max_position_embeddings=4096,
@@ -179,7 +180,7 @@ def build_config(arch: str, vocab_size: int, ids: dict, **overrides):
         intermediate_size=64,
         num_attention_heads=4,
         num_key_value_heads=2,
-        head_dim=8,
+        head_dim=32,
         tie_word_embeddings=arch in ("qwen3", "gemma3"),
         **ids,
         **own,

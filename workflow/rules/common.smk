@@ -12,7 +12,7 @@ envvars:
     "PYTHONPATH",
 
 
-from truthflow import diskplan, job_requests, registry, sizing  # noqa: E402
+from truthflow import answer_backend, diskplan, job_requests, registry, sizing  # noqa: E402
 from truthflow.pathways import states  # noqa: E402
 from truthflow.depth import authors, prompts  # noqa: E402
 from truthflow.report_tables import TABLES as REPORT_TABLES, caption as table_caption  # noqa: E402
@@ -49,6 +49,12 @@ def model_spec(model):
 def model_params(*keys):
     """These keys of a model job's model entry (models.<name>.<key>), as its params or resources."""
     return {key: lambda w, key=key: model_spec(w.model)[key] for key in keys}
+
+
+def answer_backend_param(wildcards):
+    """Which backend writes this model's answers (generation.backend, models.<name>.backend): a param, so a
+    change of backend reruns the answers."""
+    return answer_backend.backend_for(config, wildcards.model)
 
 
 def model_gpus(wildcards):

@@ -48,6 +48,7 @@ rule answer_depthqa:
         max_prompt_tokens=config["generation"]["max_prompt_tokens"],
         decoding=config["depth"]["decoding"],
         prompt_layout=config["depth"]["prompt_layout"],
+        backend=answer_backend_param,
     conda:
         "../../envs/truthflow.yaml"
     script:

@@ -18,6 +18,7 @@ rule generate_answers:
     params:
         **model_params("chat", "dtype", "attention", "max_new_tokens", "token_budget", "chat_template_kwargs"),
         instruction=config["generation"]["instruction"],
+        backend=answer_backend_param,
         max_prompt_tokens=config["generation"]["max_prompt_tokens"],
     conda:
         "../../envs/truthflow.yaml"

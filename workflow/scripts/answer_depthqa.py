@@ -16,6 +16,8 @@ def main(sm):
         f"answer depthqa {sm.wildcards.model}",
         render=lambda tok, q: prompt.render(tok, q, p.chat, p.chat_template_kwargs, layout),
         encode=vllm_encode if layout == "authors" else None,
+        # the authors passed text to vLLM, which tokenized it: vLLM gets the same text and tokenizes it again
+        send_text=layout == "authors",
         keys=questions["id"].to_list(),
         decoding=Decoding.from_config(p.decoding),
         ids=questions["id"].to_list(),
@@ -25,4 +27,6 @@ def main(sm):
     out.write_parquet(sm.output[0])
 
 
-runlog.run(snakemake, main)  # noqa: F821
+# vLLM spawns its engine process, which imports this file again: only the job itself runs main
+if __name__ == "__main__":
+    runlog.run(snakemake, main)  # noqa: F821

@@ -13,4 +13,6 @@ def main(sm):
     pl.concat([questions.select("id"), answers], how="horizontal").write_parquet(sm.output[0])
 
 
-runlog.run(snakemake, main)  # noqa: F821
+# vLLM spawns its engine process, which imports this file again: only the job itself runs main
+if __name__ == "__main__":
+    runlog.run(snakemake, main)  # noqa: F821

@@ -25,4 +25,6 @@ def main(sm):
     out.with_columns(pl.lit(sm.wildcards.model).alias("model")).write_parquet(sm.output[0])
 
 
-runlog.run(snakemake, main)  # noqa: F821
+# vLLM spawns its engine process, which imports this file again: only the job itself runs main
+if __name__ == "__main__":
+    runlog.run(snakemake, main)  # noqa: F821

@@ -152,10 +152,10 @@ def _probe_passes(model) -> Iterator[str]:
             run()
         yield case
     cache = DynamicCache(config=model.config)
-    model(input_ids=ids, attention_mask=left.long(), cache=cache, use_cache=True)
+    model(input_ids=ids, attention_mask=left.long(), past_key_values=cache, use_cache=True)
     with record_function("one-token decode step"):
         step_valid = torch.cat([left, torch.ones(2, 1, dtype=torch.bool, device=device)], 1)
-        model(input_ids=ids[:, -1:], attention_mask=step_valid.long(), cache=cache, use_cache=True)
+        model(input_ids=ids[:, -1:], attention_mask=step_valid.long(), past_key_values=cache, use_cache=True)
     yield "one-token decode step"
 
 

@@ -49,7 +49,7 @@ def run_from(base, ids: torch.Tensor, mask: torch.Tensor, cache=None, start: int
     return base(
         input_ids=ids[:, start:end],
         attention_mask=model_mask(base.config, mask[:, :, start:end, :end], start),
-        cache=cache,
+        past_key_values=cache,
         position_ids=torch.arange(start, end, device=ids.device).expand(ids.shape[0], -1),
         use_cache=cache is not None,
     )
@@ -83,7 +83,7 @@ def clean_pass(base, ids: torch.Tensor, valid: torch.Tensor, head: int, cache=No
     SDPA may run flash attention), on the cache of the shared head (`head_cache`, made here where not given);
     kwargs go to the base model (inputs_embeds replaces the ids)."""
     if head:
-        kwargs["cache"] = head_cache(base, ids, head) if cache is None else cache
+        kwargs["past_key_values"] = head_cache(base, ids, head) if cache is None else cache
         kwargs["position_ids"] = torch.arange(head, ids.shape[1], device=ids.device).expand(len(ids), -1)
     if "inputs_embeds" not in kwargs:
         kwargs["input_ids"] = ids[:, head:]
@@ -273,9 +273,9 @@ def generate_batch(
     kwargs = dict(settings, cache_implementation="dynamic")
     if head:
         cache = DynamicCache(config=model.config)
-        base(input_ids=input_ids[:1, :head].to(device), cache=cache, use_cache=True)
+        base(input_ids=input_ids[:1, :head].to(device), past_key_values=cache, use_cache=True)
         cache.batch_repeat_interleave(len(rows))
-        kwargs.update(cache=cache, cache_implementation=None)
+        kwargs.update(past_key_values=cache, cache_implementation=None)
     if decoding.sampled or decoding.repetition_penalty != 1.0:
         kwargs["logits_processor"] = LogitsProcessorList([RowDecoding(decoding, keys, valid)])
     out = model.generate(input_ids=input_ids.to(device), attention_mask=valid.long().to(device), **kwargs)

