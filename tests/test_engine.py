@@ -230,3 +230,26 @@ def test_sampled_answers_do_not_depend_on_the_batch(arch):
         del os.environ[FAKE_OOM_ENV]
     assert run(32, Decoding(temperature=1.0, top_p=0.9, seed=7)) != one
     assert run(32, Decoding()) != one  # greedy differs from sampled at temperature 1
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_the_prefix_cache_is_read_not_ignored(arch):
+    """The engine hands its KV cache to the model as `past_key_values` (transformers 5.19; 5.20 renamed it
+    `cache`, and a model's **kwargs would swallow a keyword of the other release, silently): positions after
+    a cached head equal the full pass, and differ from the same positions run on an empty cache."""
+    from transformers import DynamicCache
+
+    from truthflow.engine.passes import clean_pass, head_cache, model_parts
+    from truthflow.twins import build_twin
+
+    lm = build_twin(arch)
+    base, _, _ = model_parts(lm.model)
+    ids = torch.arange(3, 15).repeat(2, 1)
+    ids[1, 6:] += 30  # the rows share their first 6 tokens
+    valid = torch.ones_like(ids, dtype=torch.bool)
+    with torch.inference_mode():
+        full = base(input_ids=ids, attention_mask=valid.long()).last_hidden_state
+        cached = clean_pass(base, ids, valid, 6, head_cache(base, ids, 6)).last_hidden_state
+        empty = clean_pass(base, ids, valid, 6, DynamicCache()).last_hidden_state
+    torch.testing.assert_close(cached, full[:, 6:], rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(empty, full[:, 6:], rtol=1e-2, atol=1e-3)
