@@ -91,6 +91,21 @@ class IdTokenizer:
     bos_token_id = 2
     chat_template = None
 
+    def __init__(self, vocab_size: int = 1000):
+        self.vocab_size = vocab_size  # the model's: the ids `save_pretrained` writes
+
+    def save_pretrained(self, folder) -> None:
+        """Tokenizer files a loader reads (AutoTokenizer's, vLLM's) for a model saved beside them: one token
+        per id of the model's vocabulary, written as its number (as `decode` writes it), pad, eos and bos
+        as here. A text they encode word by word, not by this class's hash: give such a loader ids."""
+        from tokenizers import Tokenizer, models, pre_tokenizers
+        from transformers import PreTrainedTokenizerFast
+
+        words = Tokenizer(models.WordLevel({str(i): i for i in range(self.vocab_size)}, unk_token="0"))
+        words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        fast = PreTrainedTokenizerFast(tokenizer_object=words, pad_token="0", eos_token="1", bos_token="2")
+        fast.save_pretrained(folder)
+
     def __call__(self, text: str, add_special_tokens: bool = True):
         ids = [3 + zlib.crc32(word.encode()) % 997 for word in text.split()]
         return {"input_ids": [self.bos_token_id, *ids] if add_special_tokens else ids}
@@ -127,4 +142,5 @@ def random_model(shape: str, dtype: str = "bfloat16", device: str | None = None,
     model.eval()
 
     info = {"n_layers": config.num_hidden_layers, "hidden_size": config.hidden_size, "chat": False}
-    return LoadedModel(model=model, tokenizer=IdTokenizer(), info=info, device=device, attention=attention)
+    tokenizer = IdTokenizer(config.vocab_size)
+    return LoadedModel(model=model, tokenizer=tokenizer, info=info, device=device, attention=attention)
