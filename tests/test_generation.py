@@ -334,3 +334,14 @@ def test_sampled_answers_of_a_demo_model_do_not_depend_on_the_batch(smollm):
     one = run(1)
     assert run(7) == one and run(32) == one
     assert len({tuple(a) for a in one}) == len(one)  # different questions, different draws
+
+
+def test_gguf_tokenizer_adds_the_bos_its_metadata_names(gemma_dir):
+    """Gemma-3's GGUF says `tokenizer.ggml.add_bos_token: true`; transformers 5.19's GGUF converter drops it,
+    and the demo's Gemma then answered every base prompt with a bare newline. The prepared snapshot's
+    tokenizer starts a plain encoding with BOS, as the GGUF's metadata names it."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(gemma_dir)
+    ids = tok("Q: Who wrote Hamlet?\nA:")["input_ids"]
+    assert ids[0] == tok.bos_token_id == 2 and ids.count(2) == 1

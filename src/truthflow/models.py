@@ -64,12 +64,12 @@ def gguf_read_once():
 def _convert_gguf(gguf_path: Path, out_dir: Path, dtype: str) -> None:
     """De-quantize a GGUF once into a plain transformers snapshot (GGUF models can't save_pretrained)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
     from transformers.initialization import no_init_weights
 
     try:
         with gguf_read_once():
-            tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+            tok = gguf_tokenizer(gguf_path)
             quantized = AutoModelForCausalLM.from_pretrained(
                 gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
             )
@@ -86,6 +86,21 @@ def _convert_gguf(gguf_path: Path, out_dir: Path, dtype: str) -> None:
     plain.to(getattr(torch, dtype))
     plain.save_pretrained(out_dir)
     tok.save_pretrained(out_dir)
+
+
+def gguf_tokenizer(gguf_path: Path):
+    """A GGUF's tokenizer with the special tokens its metadata says a plain encoding adds: transformers 5.19
+    drops `tokenizer.ggml.add_bos_token` (Gemma-3's GGUF: a prompt without its BOS, which the model answers
+    with a newline; tests/test_generation.py::test_gguf_tokenizer_adds_the_bos_its_metadata_names)."""
+    import gguf
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    fields = gguf.GGUFReader(gguf_path).fields
+    for flag in ("add_bos_token", "add_eos_token"):
+        if (field := fields.get(f"tokenizer.ggml.{flag}")) is not None:
+            setattr(tok, flag, bool(field.contents()))
+    return tok
 
 
 def _hub_snapshot(repo_id: str, revision: str | None, out_dir: Path, name: str) -> dict:
@@ -247,8 +262,7 @@ def _tokenizer_of(ref: str, workdir: Path):
     if Path(ref).is_dir():
         return AutoTokenizer.from_pretrained(ref)
     workdir.mkdir(parents=True, exist_ok=True)
-    gguf = _gguf_from_embedded(ref, workdir)
-    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    return gguf_tokenizer(_gguf_from_embedded(ref, workdir))
 
 
 def _link(out_dir: Path, store: Path) -> None:

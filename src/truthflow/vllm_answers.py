@@ -134,9 +134,19 @@ class VllmModel:
         from vllm import LLM
 
         on_gpu = self.device == "cuda"
-        cache_bytes = kv_cache_bytes(
-            self.model.config, getattr(torch, self.dtype).itemsize, max_model_len, self.rows
-        )
+        if on_gpu:  # the memory plan of each GPU, on the card's own memory (memplan.vllm_plan)
+            from .memplan import Dims, vllm_plan
+
+            card_gb = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / 2**30
+            entry = {"gpus": max(1, self.gpus), "gpu_mem_gb": card_gb, "dtype": self.dtype}
+            config = json.loads(Path(self.model_dir, "config.json").read_text())
+            plan = vllm_plan(entry, Dims.of(config), max_model_len, self.rows)
+            memory = dict(gpu_memory_utilization=plan["gpu_memory_utilization"])
+            memory["kv_cache_memory_bytes"], rows = plan["kv_cache_bytes"], plan["rows"]
+        else:  # one worker in host memory: the whole model's cache for the job's rows
+            dtype_bytes = getattr(torch, self.dtype).itemsize
+            cache = kv_cache_bytes(self.model.config, dtype_bytes, max_model_len, self.rows)
+            memory, rows = dict(kv_cache_memory_bytes=cache), self.rows
         try:
             self.llm = LLM(
                 model=str(self.model_dir),
@@ -144,8 +154,8 @@ class VllmModel:
                 seed=0,
                 tensor_parallel_size=max(1, self.gpus) if on_gpu else 1,
                 max_model_len=max_model_len,
-                max_num_seqs=max(1, self.rows),
-                kv_cache_memory_bytes=cache_bytes,
+                max_num_seqs=max(1, rows),
+                **memory,
                 enforce_eager=not on_gpu,
                 # a CPU runs one worker, in this process (prepare_vllm): no engine or worker process to spawn,
                 # each of which would import vLLM again (10 s apiece on 2 cores)
@@ -164,7 +174,7 @@ class VllmModel:
             backends = "unknown"
         self.label = (
             f"{vllm_label()} ({self.dtype}, attention {backends}, max_model_len {max_model_len:,}, "
-            f"{self.rows} rows at once)"
+            f"{rows} rows at once)"
         )
         print(f"{self.info['name']}: {self.label}", file=sys.stderr, flush=True)
 

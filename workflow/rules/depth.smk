@@ -114,6 +114,11 @@ rule judge_answers:
         mem_mb=request_mem_mb("judge_answers"),
     params:
         judge=config["depth"]["judge"],
+        # an hf judge's verdicts are written by vLLM or the engine, as the answers (generation.backend); an
+        # openai or reference judge runs no model here
+        generation_backend=(
+            config["generation"]["backend"] if config["depth"]["judge"]["backend"] == "hf" else "engine"
+        ),
         # verdicts are cached here, outside results/, so a rerun or a crash never pays twice
         cache="resources/judge_cache/{model}.jsonl",
     conda:

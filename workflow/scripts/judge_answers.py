@@ -12,7 +12,9 @@ def main(sm):
         pl.col("id").alias("qid"), "question", pl.col("reference_answer").alias("reference")
     )
     rows = answers.join(questions, on="qid").select("qid", "question", "answer", "reference").to_dicts()
-    scores = judge_all(rows, sm.params.judge, sm.params.cache)
+    scores = judge_all(
+        rows, sm.params.judge, sm.params.cache, generation_backend=sm.params.generation_backend
+    )
     missing, cached = scores.filter(pl.col("score").is_null()), int(scores["cached"].sum())
     print(f"{scores.height} verdicts ({cached} from cache), {missing.height} missing", flush=True)
     if missing.height:

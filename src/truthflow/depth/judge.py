@@ -12,6 +12,7 @@ import os
 import random
 import re
 import statistics
+import sys
 from collections import Counter, namedtuple
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -272,9 +273,10 @@ class OpenAIJudge:
 class HFJudge:
     """A local transformers model with the rubric prompt, greedy. Greedy repeats itself, so no retries."""
 
-    def __init__(self, settings: Mapping) -> None:
+    def __init__(self, settings: Mapping, generation_backend: str = "engine") -> None:
         self.settings, self.prompt = settings, judge_prompt(settings)
         self.model_id = judge_model_name(settings)
+        self.generation_backend = generation_backend  # generation.backend: vLLM or the engine decodes
         self.lm = self._load()
         self.chat = bool(getattr(self.lm.tokenizer, "chat_template", None))
 
@@ -282,7 +284,22 @@ class HFJudge:
         from ..models import INFO_FILE, LoadedModel, load_model, load_pretrained
 
         dtype = str(self.settings["dtype"])
-        if (Path(self.model_id) / INFO_FILE).exists():
+        prepared = (Path(self.model_id) / INFO_FILE).exists()
+        if self.generation_backend == "vllm":
+            from ..vllm_answers import VllmUnavailable, prepare_vllm
+
+            try:
+                if not prepared:
+                    raise VllmUnavailable(
+                        "vLLM judges with a prepared model directory (resources/models/<name>)"
+                    )
+                # a verdict's prompt holds a whole answer: the judge model's context is the limit
+                return prepare_vllm(
+                    Path(self.model_id), dtype, 1, None, int(self.settings["batch_size"]), None
+                )
+            except VllmUnavailable as e:
+                print(f"judge {self.model_id}: the engine judges: {e}", file=sys.stderr, flush=True)
+        if prepared:
             return load_model(Path(self.model_id), dtype)
         try:  # a hub id or a plain directory: the same device assignment as the model jobs
             model, tokenizer, device = load_pretrained(self.model_id, dtype)
@@ -311,6 +328,12 @@ class HFJudge:
 
         size, limit = int(self.settings["batch_size"]), int(self.settings["max_new_tokens"])
         chunk = max(1, size * 4)  # chunks: verdicts reach the cache as made
+        if getattr(self.lm, "backend", "engine") == "vllm" and self.lm.llm is None:
+            from ..generation import encode_prompt
+
+            # vLLM's engine holds the longest prompt of every chunk, not only the first's
+            longest = max(len(encode_prompt(self.lm.tokenizer, self._prompt(r), self.chat)) for r in rows)
+            self.lm.max_model_len = longest + limit
         options = dict(stop_at_newline=False, chat=self.chat, desc=f"judge {self.model_id}")
         for start in range(0, len(rows), chunk):
             prompts = [self._prompt(r) for r in rows[start : start + chunk]]
@@ -318,9 +341,10 @@ class HFJudge:
                 yield start + offset, read_verdict(out["answer"], self.settings["parser"])
 
 
-def judge_method(settings: Mapping) -> dict:
+def judge_method(settings: Mapping, generation_backend: str = "engine") -> dict:
     """Everything besides the row (and a sampled verdict's index) that can change a verdict; part of every
-    cache key. Greedy verdicts keep the keys they had before decoding was a setting."""
+    cache key. Greedy verdicts keep the keys they had before decoding was a setting, an hf judge's on the
+    engine the keys they had before vLLM was a backend."""
     backend = settings["backend"]
     method: dict = {"backend": backend, "judge_model": judge_model_name(settings)}
     if sampled(settings):
@@ -337,6 +361,8 @@ def judge_method(settings: Mapping) -> dict:
     method["max_new_tokens"] = int(settings["max_new_tokens"])  # a longer verdict may end on another [RESULT]
     if backend == "hf":
         method["dtype"] = str(settings["dtype"])
+        if generation_backend == "vllm":
+            method["generation_backend"] = "vllm"
         # absent when unset: verdicts cached before the key existed keep their keys
         if settings["chat_template_kwargs"]:
             method["chat_template_kwargs"] = dict(settings["chat_template_kwargs"])
@@ -367,7 +393,11 @@ def read_cache(cache_path: str | Path) -> dict[str, dict]:
 
 
 def judge_all(
-    rows: Iterable[dict], settings: Mapping, cache_path: str | Path, progress: bool = True
+    rows: Iterable[dict],
+    settings: Mapping,
+    cache_path: str | Path,
+    progress: bool = True,
+    generation_backend: str = "engine",
 ) -> pl.DataFrame:
     """Score every row {qid, question, answer, reference} `depth.judge.judgments` times; one row per answer
     (SCORES_SCHEMA). Each new verdict is appended to cache_path and flushed at once, so none is paid twice; a
@@ -376,7 +406,7 @@ def judge_all(
     # batch_eval_openai.py); here, so every path (generated or released answers, every backend) and the cache
     # key see the texts the prompt holds
     rows = [{**row, **{k: str(row[k]).strip() for k in JUDGED_TEXTS}} for row in rows]
-    backend, method = settings["backend"], judge_method(settings)
+    backend, method = settings["backend"], judge_method(settings, generation_backend)
     draws = range(int(settings["judgments"])) if sampled(settings) else [None]
     seed, verdicts = int(settings["decoding"]["seed"]), read_cache(cache_path)
     keys, todo = [], {}  # keys: per row, the key of each of its verdicts
@@ -388,7 +418,8 @@ def judge_all(
             if key not in verdicts and key not in todo:
                 todo[key] = {**row, "index": j, "seed": None if j is None else draw_seed(seed, base, j)}
     if todo:
-        judge = {"reference": ReferenceJudge, "openai": OpenAIJudge, "hf": HFJudge}[backend](settings)
+        kinds = {"reference": ReferenceJudge, "openai": OpenAIJudge, "hf": HFJudge}
+        judge = HFJudge(settings, generation_backend) if backend == "hf" else kinds[backend](settings)
         Path(cache_path).parent.mkdir(parents=True, exist_ok=True)
         pending = list(todo.items())
         with (
