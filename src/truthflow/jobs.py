@@ -5,6 +5,7 @@ from functools import partial
 
 import polars as pl
 
+from .answer_backend import NAME_KEY, WRITER_KEY
 from .generation import answer_questions
 from .models import LoadedModel, load_model
 
@@ -41,11 +42,30 @@ def answer_model(sm):
     return load_job_model(sm)
 
 
-def answer_table(sm, questions: list[str], instruction: str, desc: str, **options) -> pl.DataFrame:
-    """Answers to `questions` (answer_questions) with the rule's params, by vLLM or the engine
-    (`answer_model`); `options` go to answer_questions as they are (render, encode: a prompt file's layout
-    and its tokenization; send_text: vLLM gets the prompts as text; keys, decoding: the sampling; ids,
-    dataset: the questions' names in the line of a prompt cut to fit)."""
+def writer_of(lm) -> str:
+    """What generated a job's answers, as tables/inputs.tsv names it: vLLM's build, version and settings, or
+    the engine with its transformers and torch."""
+    if getattr(lm, "backend", "engine") == "vllm":
+        return lm.label
+    import torch
+    import transformers
+
+    return f"engine (transformers {transformers.__version__}, torch {torch.__version__}, {lm.device})"
+
+
+def write_answers(table: pl.DataFrame, path, writer: str, name: str) -> None:
+    """An answers table with its writer (`writer_of`) and name ("model/dataset") in the Parquet file's
+    metadata, where tables/inputs.tsv reads them: the table's own columns stay as they were."""
+    table.write_parquet(path, metadata={WRITER_KEY: writer, NAME_KEY: name})
+
+
+def answer_table(
+    sm, questions: list[str], instruction: str, desc: str, **options
+) -> tuple[pl.DataFrame, str]:
+    """(answers to `questions`, what wrote them: `writer_of`): answer_questions with the rule's params, by
+    vLLM or the engine (`answer_model`); `options` go to answer_questions as they are (render, encode: a
+    prompt file's layout and its tokenization; send_text: vLLM gets the prompts as text; keys, decoding: the
+    sampling; ids, dataset: the questions' names in the line of a prompt cut to fit)."""
     from .vllm_answers import VllmUnavailable
 
     p = sm.params
@@ -67,6 +87,7 @@ def answer_table(sm, questions: list[str], instruction: str, desc: str, **option
         prompts, out = answer(lm)
     except VllmUnavailable as e:  # its engine did not start: nothing was answered yet
         print(f"{sm.wildcards.model}: the engine answers: {e}", file=sys.stderr, flush=True)
-        prompts, out = answer(load_job_model(sm))
+        lm = load_job_model(sm)
+        prompts, out = answer(lm)
     rows = [{"prompt": prompt, **o} for prompt, o in zip(prompts, out, strict=True)]
-    return pl.DataFrame(rows, schema=ANSWER_SCHEMA)
+    return pl.DataFrame(rows, schema=ANSWER_SCHEMA), writer_of(lm)

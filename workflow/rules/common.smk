@@ -268,6 +268,16 @@ def judge_model_input():
     return [model_dir(model=name)] if prepared else []
 
 
+def generated_answers():
+    """Every answers table a model job generates: each QA run's (answers and pathways analyses) and each
+    DepthQA model's not read from a released file."""
+    runs = sorted(set(qa_runs()) | set(pw_runs()))
+    depth = [m for m in config["depth"]["models"] if m not in RELEASED]
+    return per_run(rules.generate_answers.output[0], runs) + [
+        rules.answer_depthqa.output[0].format(model=m) for m in depth
+    ]
+
+
 def depth_answers(wildcards):
     """A model's answers (qid, answer, depth): read from its released file, else generated."""
     if wildcards.model in RELEASED:
@@ -442,10 +452,17 @@ def dry_run():
 
 
 def print_dry_run_plan():
-    """In a dry run: the disk plan's line, with the refusal the real run would give (the dry run goes on)."""
+    """In a dry run: who answers (vLLM or the engine, per model), and the disk plan's line with the refusal the
+    real run would give (the dry run goes on)."""
     from truthflow.preflight import disk_line, disk_refusal, free_space
 
-    if not dry_run() or not config["disk"]["check"]:
+    if not dry_run():
+        return
+    answering = {m for m, _ in set(qa_runs()) | set(pw_runs())}
+    answering |= {m for m in config["depth"]["models"] if m not in RELEASED}
+    if answering:
+        print(answer_backend.plan_line(config, sorted(answering)), file=sys.stderr)
+    if not config["disk"]["check"]:
         return
     planned, free = disk_plan(), free_space(config)
     print(disk_line(planned, free, disk_refusal(config, planned, free)), file=sys.stderr)

@@ -48,6 +48,8 @@ rule input_revisions:
         datasets=[results_path("data", f"{d}.source.json") for d in used_datasets()],
         # depth.smk defines the rule, after this file
         released=lambda w: expand(rules.released_answers.output.released, model=RELEASED),
+        # each generated answers table names what wrote it (vLLM or the engine) in its metadata
+        answers=lambda w: generated_answers(),
         code=code_inputs("input_revisions.py"),
     output:
         results_path("tables", "inputs.tsv"),

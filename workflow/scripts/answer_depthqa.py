@@ -9,7 +9,7 @@ def main(sm):
     questions = validate.read_parquet(sm.input.data, ["id", "question", "depth"])
     prompt, p = load_answer_prompt(sm.input.prompt), sm.params
     layout = p.prompt_layout
-    answers = jobs.answer_table(
+    answers, writer = jobs.answer_table(
         sm,
         questions["question"].to_list(),
         "",
@@ -22,9 +22,10 @@ def main(sm):
         decoding=Decoding.from_config(p.decoding),
         ids=questions["id"].to_list(),
         dataset="depthqa",
-    ).drop("prompt_ids", "answer_ids")
+    )
+    answers = answers.drop("prompt_ids", "answer_ids")
     out = pl.concat([questions.select(pl.col("id").alias("qid"), "depth"), answers], how="horizontal")
-    out.write_parquet(sm.output[0])
+    jobs.write_answers(out, sm.output[0], writer, f"{sm.wildcards.model}/depthqa")
 
 
 # vLLM spawns its engine process, which imports this file again: only the job itself runs main

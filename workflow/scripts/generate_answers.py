@@ -7,10 +7,11 @@ def main(sm):
     questions = validate.read_parquet(sm.input.data, ["id", "question"])
     desc = f"generate {sm.wildcards.model}/{sm.wildcards.dataset}"
     ids, dataset = questions["id"].to_list(), sm.wildcards.dataset
-    answers = jobs.answer_table(
+    answers, writer = jobs.answer_table(
         sm, questions["question"].to_list(), sm.params.instruction, desc, ids=ids, dataset=dataset
     )
-    pl.concat([questions.select("id"), answers], how="horizontal").write_parquet(sm.output[0])
+    table = pl.concat([questions.select("id"), answers], how="horizontal")
+    jobs.write_answers(table, sm.output[0], writer, f"{sm.wildcards.model}/{dataset}")
 
 
 # vLLM spawns its engine process, which imports this file again: only the job itself runs main

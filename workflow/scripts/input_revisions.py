@@ -4,6 +4,7 @@ from pathlib import Path
 import polars as pl
 
 from truthflow import runlog
+from truthflow.answer_backend import NAME_KEY, WRITER_KEY
 from truthflow.hub import sha256_of
 from truthflow.prepared import INFO_FILE
 
@@ -51,6 +52,11 @@ def main(sm):
         rows.append(
             row("released answers", name, spec["url"], spec["sha256"], None, files, "pinned by sha256")
         )
+    for path in sm.input.answers:  # what wrote each model's answers: vLLM (which build) or the engine
+        metadata = pl.read_parquet_metadata(path)
+        writer = metadata.get(WRITER_KEY, "not recorded (answers written before truthflow recorded it)")
+        name = metadata.get(NAME_KEY, Path(path).parent.name)
+        rows.append(row("answers", name, writer, None, None, {}, "the backend that generated them"))
     table = pl.DataFrame(rows, schema=dict.fromkeys(COLUMNS, pl.String) | {"files": pl.Int64})
     with pl.Config(tbl_rows=60, tbl_width_chars=200, fmt_str_lengths=70):
         print(table.drop("sha256"), flush=True)
