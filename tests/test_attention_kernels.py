@@ -148,15 +148,16 @@ def test_cudnn_attention_is_found_in_the_op_and_kernel_names(monkeypatch):
 
 
 def test_probe_names_how_grouped_query_heads_reach_the_kernel():
-    """A twin with 4 query and 2 KV heads: transformers hands SDPA the KV heads where no mask is given
-    (GQA in the kernel), repeats them under a mask, and packs a one-token query onto the KV heads."""
+    """A twin with 4 query and 2 KV heads: transformers 5.19 hands SDPA the KV heads where no mask is given
+    (GQA in the kernel) and repeats them under a mask, the one-token decode step's padding mask included
+    (5.20 and later pack that step's query onto the KV heads instead)."""
     lm = _twin("llama", "cpu", "auto")
     routes = {case: gqa for case, (_, gqa) in backend.probe(lm.model, "auto").items()}
     assert routes == {
         "pass without padding": "GQA in the kernel",
         "padded batch": "keys repeated to every head",
         "pass with a 4D mask": "keys repeated to every head",
-        "one-token decode step": "query packed to the KV heads",
+        "one-token decode step": "keys repeated to every head",
     }
     line = backend.describe(lm.model, "auto")
-    assert "a one-token decode step runs flash (query packed to the KV heads)" in line, line
+    assert "a one-token decode step runs flash (keys repeated to every head)" in line, line

@@ -37,7 +37,8 @@ def test_answer_table_is_answer_questions_with_the_rule_params(monkeypatch) -> N
     loads = []
     monkeypatch.setattr(jobs, "load_model", lambda *args, **kwargs: loads.append((args, kwargs)) or lm)
     questions = ["What is a thylakoid?", "Who wrote Hamlet?", "Why?"]
-    table = jobs.answer_table(fake_job(torch_threads=2), questions, "Answer briefly.", "test")
+    table, writer = jobs.answer_table(fake_job(torch_threads=2), questions, "Answer briefly.", "test")
+    assert writer.startswith("engine (transformers 5.19.0, torch 2.13.0")  # backend engine: no vLLM
     assert loads == [
         (("resources/models/twin", "float32"), {"gpus": 0, "threads": 2, "attention": "efficient"})
     ]
