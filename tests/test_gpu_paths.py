@@ -552,23 +552,36 @@ def bench_depth(monkeypatch):
     return bench
 
 
-def test_bench_depth_runs_the_demo_models_with_their_chat_setting(bench_depth, monkeypatch, capsys):
-    """The demo path reads each model's chat flag from config.yaml (smollm2: chat, gemma3: base). Before:
-    lm.info['chat'], which the info file never holds: KeyError."""
-    loaded = []
+def test_bench_depth_runs_the_demo_models_with_their_chat_setting(bench_depth, monkeypatch, capsys, tmp_path):
+    """The demo path scores MIN-K% of config.yaml's depth models in-process, then hands their answer_depthqa
+    jobs to bench_answers with the repeat; a job's params take the model's chat flag from config.yaml
+    (smollm2: chat, gemma3: base)."""
+    import polars as pl
+
+    monkeypatch.chdir(BENCH.parent)  # main() moves to the checkout: back where the test began afterwards
+    loaded, compared = [], []
+    questions = tmp_path / "depthqa.parquet"
+    pl.DataFrame({"question": ["Who wrote Hamlet?", "Why is the sky blue?"]}).write_parquet(questions)
 
     def load(path, dtype, attention="auto"):
         loaded.append(Path(path).name)
         return build_twin("llama")
 
+    def inputs(config, jobs, folder, models_dir):
+        return {"depthqa": questions, **{m: Path(models_dir) / m for _, m, _ in jobs}}
+
     monkeypatch.setattr("truthflow.models.load_model", load)
-    monkeypatch.setattr(
-        bench_depth, "demo_questions", lambda n: ["Who wrote Hamlet?", "Why is the sky blue?"]
-    )
-    monkeypatch.setattr(sys, "argv", ["bench_depth.py", "--n", "2", "--max-new-tokens", "2"])
+    monkeypatch.setattr(bench_depth.bench_answers, "prepare_inputs", inputs)
+    monkeypatch.setattr(bench_depth.bench_answers, "compare", lambda *a, **k: compared.append((a, k)))
+    monkeypatch.setattr(sys, "argv", ["bench_depth.py", "--n", "2"])
     bench_depth.main()
     assert loaded == ["smollm2-135m", "gemma3-270m"]
-    assert capsys.readouterr().out.count("answer_depthqa 2 answers") == 2
+    assert capsys.readouterr().out.count("score_mink 2 questions") == 2
+    (config, jobs, backends, paths, folder, cores), options = compared[0]
+    assert [j[1] for j in jobs] == loaded and list(backends) == ["engine", "vllm"] and options["repeat"]
+    specs = [bench_depth.bench_answers.job_spec(config, j, "vllm", paths, folder, cores) for j in jobs]
+    chat = {spec["wildcards"]["model"]: spec["params"]["chat"] for spec in specs}
+    assert chat == {"smollm2-135m": True, "gemma3-270m": False}
 
 
 def test_bench_depth_runs_a_random_shape(bench_depth, monkeypatch, capsys):
