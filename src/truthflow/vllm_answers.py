@@ -244,13 +244,12 @@ def prepare_vllm(
         raise VllmUnavailable(why)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu":
-        # the CPU build binds its OpenMP threads to cores and by default keeps one core free: a job's threads
-        # are what the scheduler gave it
+        # one worker in this process (vLLM's thread binding runs only in its own worker processes): the job's
+        # threads are torch's, as the engine's; and no core kept free for an engine process
         os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if threads:
-            cores = sorted(os.sched_getaffinity(0))[: max(1, int(threads))]
-            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, cores)))
+            torch.set_num_threads(max(1, min(int(threads), os.cpu_count() or 1)))
     config = AutoConfig.from_pretrained(model_dir)
     has_generation_config = Path(model_dir, "generation_config.json").exists()
     generation_config = GenerationConfig.from_pretrained(model_dir) if has_generation_config else None
