@@ -8,6 +8,7 @@ read from the package metadata, and `truthflow.vllm_answers` imports vLLM where 
 from __future__ import annotations
 
 from importlib import metadata
+from pathlib import Path
 
 BACKENDS = ("engine", "vllm")
 # the Parquet metadata of a generated answers table (jobs.write_answers): what wrote it, and its name
@@ -48,6 +49,17 @@ def plan_line(config: dict, models: list[str]) -> str:
         line += (
             f" ({label} installed here)"
             if label
-            else " (vLLM is not installed here: a job without it answers on the engine; docs/cluster.md installs it)"
+            else " (vLLM is not installed here: a job without it answers on the engine; docs/cluster.md"
+            " installs it)"
         )
     return line
+
+
+def answers_writer(path) -> tuple[str, str]:
+    """(name "model/dataset", what wrote it) of an answers table, from the Parquet metadata jobs.write_answers
+    puts there; a table written before truthflow recorded it says so."""
+    import polars as pl
+
+    metadata = pl.read_parquet_metadata(path)
+    writer = metadata.get(WRITER_KEY, "not recorded (answers written before truthflow recorded it)")
+    return metadata.get(NAME_KEY, Path(path).parent.name), writer

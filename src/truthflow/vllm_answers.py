@@ -28,6 +28,7 @@ from types import SimpleNamespace
 from .answer_backend import vllm_distribution, vllm_label
 from .engine import Decoding
 from .errors import TruthflowError
+from .memplan import Dims, vllm_plan
 
 # CPU build: the KV cache is host memory; at least this much, so one row of max_model_len always fits
 MIN_KV_CACHE_BYTES = 64 * 2**20
@@ -56,19 +57,18 @@ def sampling_params(decoding: Decoding, max_new_tokens: int, stop_ids: list[int]
     )
 
 
-def kv_bytes_per_token(config, dtype_bytes: int) -> int:
-    """Keys and values of one token over every layer: 2 x layers x KV heads x head size x dtype bytes."""
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    heads = text.num_attention_heads
-    kv_heads = getattr(text, "num_key_value_heads", None) or heads
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
-    return 2 * text.num_hidden_layers * kv_heads * head_dim * dtype_bytes
+def kv_cache_bytes(dims: Dims, dtype_bytes: int, max_model_len: int, rows: int) -> int:
+    """The KV cache a CPU job's batch needs: `rows` sequences of max_model_len tokens, each token 2 x layers x
+    KV heads x head size x dtype bytes (vLLM's paged cache holds no more, so a larger one would only take
+    memory the job did not ask for)."""
+    per_token = 2 * dims.layers * dims.kv_heads * dims.head_dim * dtype_bytes
+    return max(MIN_KV_CACHE_BYTES, per_token * max_model_len * rows)
 
 
-def kv_cache_bytes(config, dtype_bytes: int, max_model_len: int, rows: int) -> int:
-    """The KV cache a job's batch needs: `rows` sequences of max_model_len tokens each (vLLM's paged cache
-    holds no more than that, so a larger cache would only take memory the job did not ask for)."""
-    return max(MIN_KV_CACHE_BYTES, kv_bytes_per_token(config, dtype_bytes) * max_model_len * rows)
+def last_line(error: Exception) -> str:
+    """The last non-empty line of an error's text (vLLM's run over many), or its type's name."""
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__
 
 
 def refusal(model_dir: str | Path) -> str | None:
@@ -90,8 +90,7 @@ def refusal(model_dir: str | Path) -> str | None:
     if not torch.cuda.is_available():
         from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
-        text = model_config.get("text_config") or model_config
-        head = text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"]
+        head = Dims.of(model_config).head_dim
         sizes = CPUAttentionBackend.get_supported_head_sizes()
         if head not in sizes:
             return f"{vllm_label()}'s CPU attention runs heads of {sizes} dims, not {head}"
@@ -135,18 +134,16 @@ class VllmModel:
         from vllm import LLM
 
         on_gpu = self.device == "cuda"
+        dims = Dims.of(json.loads(Path(self.model_dir, "config.json").read_text()))
         if on_gpu:  # the memory plan of each GPU, on the card's own memory (memplan.vllm_plan)
-            from .memplan import Dims, vllm_plan
-
             card_gb = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / 2**30
             entry = {"gpus": max(1, self.gpus), "gpu_mem_gb": card_gb, "dtype": self.dtype}
-            config = json.loads(Path(self.model_dir, "config.json").read_text())
-            plan = vllm_plan(entry, Dims.of(config), max_model_len, self.rows)
+            plan = vllm_plan(entry, dims, max_model_len, self.rows)
             memory = dict(gpu_memory_utilization=plan["gpu_memory_utilization"])
             memory["kv_cache_memory_bytes"], rows = plan["kv_cache_bytes"], plan["rows"]
         else:  # one worker in host memory: the whole model's cache for the job's rows
             dtype_bytes = getattr(torch, self.dtype).itemsize
-            cache = kv_cache_bytes(self.model.config, dtype_bytes, max_model_len, self.rows)
+            cache = kv_cache_bytes(dims, dtype_bytes, max_model_len, self.rows)
             memory, rows = dict(kv_cache_memory_bytes=cache), self.rows
         try:
             self.llm = LLM(
@@ -164,9 +161,8 @@ class VllmModel:
                 disable_log_stats=True,
             )
         except Exception as e:  # vLLM's engine process failed to start
-            lines = [line for line in str(e).splitlines() if line.strip()] or [type(e).__name__]
             raise VllmUnavailable(
-                f"{vllm_label()} could not start on {self.info['name']}: {lines[-1]}"
+                f"{vllm_label()} could not start on {self.info['name']}: {last_line(e)}"
             ) from None
         self.max_model_len = max_model_len
         try:
@@ -208,9 +204,8 @@ class VllmModel:
         try:
             outputs = self.llm.generate(requests, params, use_tqdm=True)
         except Exception as e:  # a kernel vLLM lacks for this model shows only now: the engine answers
-            lines = [line for line in str(e).splitlines() if line.strip()] or [type(e).__name__]
             raise VllmUnavailable(
-                f"{self.label or vllm_label()} failed on {self.info['name']}: {lines[-1]}"
+                f"{self.label or vllm_label()} failed on {self.info['name']}: {last_line(e)}"
             ) from None
         for key, ids, out in zip(keys, encoded, outputs, strict=True):
             if list(out.prompt_token_ids) != list(ids):

@@ -4,7 +4,7 @@ from pathlib import Path
 import polars as pl
 
 from truthflow import runlog
-from truthflow.answer_backend import NAME_KEY, WRITER_KEY
+from truthflow.answer_backend import answers_writer
 from truthflow.hub import sha256_of
 from truthflow.prepared import INFO_FILE
 
@@ -24,17 +24,8 @@ def main(sm):
         info = json.loads(Path(model_dir, INFO_FILE).read_text())
         name, spec = info["name"], sm.params.specs[info["name"]]
         if resolved := info.get("resolved"):
-            rows.append(
-                row(
-                    "model",
-                    name,
-                    resolved["source"],
-                    resolved["requested"],
-                    resolved["revision"],
-                    resolved["files"],
-                    resolved.get("note", "hub snapshot"),
-                )
-            )
+            recorded = [resolved[k] for k in ("source", "requested", "revision", "files")]
+            rows.append(row("model", name, *recorded, resolved.get("note", "hub snapshot")))
         else:
             what = (
                 "hub snapshot prepared before truthflow recorded revisions"
@@ -52,10 +43,7 @@ def main(sm):
         rows.append(
             row("released answers", name, spec["url"], spec["sha256"], None, files, "pinned by sha256")
         )
-    for path in sm.input.answers:  # what wrote each model's answers: vLLM (which build) or the engine
-        metadata = pl.read_parquet_metadata(path)
-        writer = metadata.get(WRITER_KEY, "not recorded (answers written before truthflow recorded it)")
-        name = metadata.get(NAME_KEY, Path(path).parent.name)
+    for name, writer in map(answers_writer, sm.input.answers):  # vLLM (which build) or the engine
         rows.append(row("answers", name, writer, None, None, {}, "the backend that generated them"))
     table = pl.DataFrame(rows, schema=dict.fromkeys(COLUMNS, pl.String) | {"files": pl.Int64})
     with pl.Config(tbl_rows=60, tbl_width_chars=200, fmt_str_lengths=70):
